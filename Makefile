@@ -1,0 +1,39 @@
+# attnsim: every target bootstraps its own virtual environment on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BENCH_VENV := .venv-bench
+TORCH := torch==2.13.0
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q $(TORCH)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/python -m attnsim demo
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
+
+test: lint
+	$(VENV)/bin/python -m pytest -m "not slow"
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/pip install -q $(TORCH)
+	$(BENCH_VENV)/bin/pip install -q -e '.[dev]'
+	-$(BENCH_VENV)/bin/pip install -q -e '.[bench]' || echo "bench extra unavailable: peer comparisons will be skipped"
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m pytest -m slow -q
+	$(BENCH_VENV)/bin/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) $(BENCH_VENV) build dist .pytest_cache .ruff_cache

@@ -1,0 +1,818 @@
+"""The RASP expression tree: S-ops, selectors, encodings and operator sugar.
+
+The names and signatures follow tracr's ``rasp`` module, so that a tracr program ports by
+changing its import (``from attnsim import rasp``). Expressions are immutable: ``named`` and
+the encoding annotations return annotated copies that share their children.
+
+Glossary: an *S-op* maps an input sequence to a sequence of the same length; a *selector*
+maps it to a boolean matrix ``[query, key]``; a selector's predicate is applied as
+``predicate(key, query)``, as in tracr and the original RASP.
+
+>>> from attnsim import rasp
+>>> double = rasp.numerical(rasp.tokens * 2).named("double")
+>>> double.label, rasp.get_encoding(double).value
+('double', 'numerical')
+>>> rasp.evaluate(double, [1, 2, 3])
+[2.0, 4.0, 6.0]
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import itertools
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "RASPExpr",
+    "SOp",
+    "Selector",
+    "Comparison",
+    "Encoding",
+    "TokensType",
+    "IndicesType",
+    "LengthType",
+    "tokens",
+    "indices",
+    "length",
+    "Map",
+    "SequenceMap",
+    "LinearSequenceMap",
+    "Full",
+    "ConstantSOp",
+    "Select",
+    "ConstantSelector",
+    "SelectorAnd",
+    "SelectorOr",
+    "SelectorNot",
+    "Aggregate",
+    "SumAggregate",
+    "SelectorWidth",
+    "numerical",
+    "categorical",
+    "annotate",
+    "get_encoding",
+    "is_numerical",
+    "is_categorical",
+    "value_range",
+    "ElementwiseOp",
+    "exp",
+    "log",
+    "sqrt",
+    "reciprocal",
+    "relu",
+]
+
+_ids = itertools.count(1)
+
+
+class Encoding(enum.Enum):
+    """How an S-op is represented in a compiled residual stream."""
+
+    CATEGORICAL = "categorical"  # one direction per value (one-hot)
+    NUMERICAL = "numerical"  # one direction holding the value itself
+
+
+def _check_expr(obj: Any, what: str, kind: type) -> None:
+    if not isinstance(obj, kind):
+        shown = repr(obj)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        hint = " (wrap a constant with rasp.Full(value))" if kind is SOp else ""
+        raise TypeError(
+            f"{what} expects a RASP {kind.__name__}, got {type(obj).__name__} {shown}{hint}"
+        )
+
+
+class RASPExpr:
+    """Base class of every RASP expression.
+
+    Attributes:
+        annotations: read-only mapping (``name``, ``encoding``, ``value_range``, ...).
+    """
+
+    _default_prefix = "expr"
+
+    def __init__(self) -> None:
+        self._uid = next(_ids)
+        self._annotations: dict[str, Any] = {}
+
+    # -- identity and naming ---------------------------------------------------------------
+    @property
+    def uid(self) -> int:
+        """A number unique to this expression object (copies get new ones)."""
+        return self._uid
+
+    @property
+    def annotations(self) -> Mapping[str, Any]:
+        return dict(self._annotations)
+
+    @property
+    def label(self) -> str:
+        """The expression's name: given with ``named`` or made from its kind and uid."""
+        return self._annotations.get("name") or f"{self._default_prefix}_{self._uid}"
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def named(self, name: str) -> RASPExpr:
+        """Returns a copy of this expression called ``name``."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"named() expects a non-empty string, got {name!r}")
+        return annotate(self, name=name)
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return ()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.label}>"
+
+    __hash__ = object.__hash__
+
+
+# --------------------------------------------------------------------------------------
+# Elementwise operations with known vectorised forms (operator sugar and named maps)
+# --------------------------------------------------------------------------------------
+
+
+class ElementwiseOp:
+    """A named elementwise function with a numpy form; lets the compiler pick a realisation.
+
+    Args:
+        kind: "affine", "exp", "log", "sqrt", "reciprocal", "relu", "pow", "abs", "mod",
+            "floordiv", "cmp", "not", "add", "sub", "mul", "div", "and", "or", ...
+        params: the constants of the operation (for "affine": (scale, shift)).
+        numpy_fn: a vectorised implementation on float or object arrays.
+    """
+
+    __slots__ = ("kind", "params", "numpy_fn")
+
+    def __init__(self, kind: str, params: tuple = (), numpy_fn: Callable | None = None) -> None:
+        self.kind = kind
+        self.params = tuple(params)
+        self.numpy_fn = numpy_fn
+
+    def __repr__(self) -> str:
+        return f"ElementwiseOp({self.kind!r}, {self.params!r})"
+
+
+class SOp(RASPExpr):
+    """A sequence operation. Arithmetic and comparisons build Maps and SequenceMaps."""
+
+    _default_prefix = "sop"
+
+    # -- operator sugar --------------------------------------------------------------------
+    def _binary(self, other: Any, kind: str, py: Callable, reverse: bool = False) -> SOp:
+        if isinstance(other, SOp):
+            a, b = (other, self) if reverse else (self, other)
+            if kind in ("add", "sub"):
+                out: SOp = LinearSequenceMap(a, b, 1, 1 if kind == "add" else -1)
+            else:
+                out = SequenceMap(py, a, b)
+                out._op = ElementwiseOp(kind, (), _numpy_binary(kind))
+            return _propagate_encoding(out, a, b)
+        if isinstance(other, RASPExpr):
+            raise TypeError(f"cannot combine an S-op with a {type(other).__name__}")
+        c = other
+        if kind in ("add", "sub", "mul", "div") and _is_number(c):
+            # affine forms x*a + b keep their coefficients for the compiler
+            if kind == "add":
+                a_, b_ = 1, c
+            elif kind == "sub":
+                a_, b_ = (-1, c) if reverse else (1, -c)
+            elif kind == "mul":
+                a_, b_ = c, 0
+            elif not reverse:
+                if c == 0:
+                    raise ZeroDivisionError("division of an S-op by the constant 0")
+                a_, b_ = 1 / c, 0
+            else:
+                out = Map(lambda x, c=c: c / x, self, simplify=False)
+                out._op = ElementwiseOp("scaled_reciprocal", (c,), lambda x, c=c: c / x)
+                return _propagate_encoding(out, self)
+            out = Map(_affine_fn(a_, b_), self, simplify=False)
+            out._op = ElementwiseOp("affine", (a_, b_), _affine_fn(a_, b_))
+            return _propagate_encoding(out, self)
+        if reverse:
+            fn = lambda x, c=c: py(c, x)
+        else:
+            fn = lambda x, c=c: py(x, c)
+        out = Map(fn, self, simplify=False)
+        out._op = ElementwiseOp(kind, (c, reverse), _numpy_const(kind, c, reverse))
+        return _propagate_encoding(out, self)
+
+    def __add__(self, other):
+        return self._binary(other, "add", operator.add)
+
+    def __radd__(self, other):
+        return self._binary(other, "add", operator.add, reverse=True)
+
+    def __sub__(self, other):
+        return self._binary(other, "sub", operator.sub)
+
+    def __rsub__(self, other):
+        return self._binary(other, "sub", operator.sub, reverse=True)
+
+    def __mul__(self, other):
+        return self._binary(other, "mul", operator.mul)
+
+    def __rmul__(self, other):
+        return self._binary(other, "mul", operator.mul, reverse=True)
+
+    def __truediv__(self, other):
+        return self._binary(other, "div", operator.truediv)
+
+    def __rtruediv__(self, other):
+        return self._binary(other, "div", operator.truediv, reverse=True)
+
+    def __floordiv__(self, other):
+        return self._binary(other, "floordiv", operator.floordiv)
+
+    def __rfloordiv__(self, other):
+        return self._binary(other, "floordiv", operator.floordiv, reverse=True)
+
+    def __mod__(self, other):
+        return self._binary(other, "mod", operator.mod)
+
+    def __rmod__(self, other):
+        return self._binary(other, "mod", operator.mod, reverse=True)
+
+    def __pow__(self, other):
+        return self._binary(other, "pow", operator.pow)
+
+    def __rpow__(self, other):
+        return self._binary(other, "pow", operator.pow, reverse=True)
+
+    def __neg__(self):
+        return self * -1
+
+    def __abs__(self):
+        out = Map(abs, self, simplify=False)
+        out._op = ElementwiseOp("abs", (), np.abs)
+        return _propagate_encoding(out, self)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return self._binary(other, "eq", operator.eq)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return self._binary(other, "ne", operator.ne)
+
+    def __lt__(self, other):
+        return self._binary(other, "lt", operator.lt)
+
+    def __le__(self, other):
+        return self._binary(other, "le", operator.le)
+
+    def __gt__(self, other):
+        return self._binary(other, "gt", operator.gt)
+
+    def __ge__(self, other):
+        return self._binary(other, "ge", operator.ge)
+
+    def __and__(self, other):
+        return self._binary(other, "and", lambda x, y: bool(x) and bool(y))
+
+    def __rand__(self, other):
+        return self._binary(other, "and", lambda x, y: bool(x) and bool(y), reverse=True)
+
+    def __or__(self, other):
+        return self._binary(other, "or", lambda x, y: bool(x) or bool(y))
+
+    def __ror__(self, other):
+        return self._binary(other, "or", lambda x, y: bool(x) or bool(y), reverse=True)
+
+    def __invert__(self):
+        out = Map(lambda x: not x, self, simplify=False)
+        out._op = ElementwiseOp("not", (), np.logical_not)
+        return out
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "an S-op has no truth value; use & | ~ for logic on S-ops, or compare with "
+            "`a is b` for identity"
+        )
+
+    __hash__ = object.__hash__
+
+
+def _is_number(c: Any) -> bool:
+    return isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool)
+
+
+def _affine_fn(a: float, b: float) -> Callable:
+    def fn(x):
+        return x * a + b
+
+    return fn
+
+
+def _numpy_binary(kind: str) -> Callable | None:
+    return {
+        "mul": np.multiply,
+        "div": np.divide,
+        "floordiv": np.floor_divide,
+        "mod": np.mod,
+        "pow": np.power,
+        "eq": np.equal,
+        "ne": np.not_equal,
+        "lt": np.less,
+        "le": np.less_equal,
+        "gt": np.greater,
+        "ge": np.greater_equal,
+        "and": np.logical_and,
+        "or": np.logical_or,
+    }.get(kind)
+
+
+def _numpy_const(kind: str, c: Any, reverse: bool) -> Callable | None:
+    f = _numpy_binary(kind)
+    if f is None or not _is_number(c):
+        return None
+    return (lambda x: f(c, x)) if reverse else (lambda x: f(x, c))
+
+
+def _propagate_encoding(out: SOp, *parents: SOp) -> SOp:
+    if any(is_numerical(p) for p in parents):
+        out._annotations["encoding"] = Encoding.NUMERICAL
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Primitive S-ops
+# --------------------------------------------------------------------------------------
+
+
+class TokensType(SOp):
+    """The input tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._annotations["name"] = "tokens"
+
+
+class IndicesType(SOp):
+    """The positions 0, 1, ..., n-1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._annotations["name"] = "indices"
+
+
+class LengthType(SOp):
+    """The sequence length n at every position (in causal mode: the prefix length i+1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._annotations["name"] = "length"
+
+
+tokens = TokensType()
+indices = IndicesType()
+length = LengthType()
+
+
+class Map(SOp):
+    """Applies ``f`` to every element of ``inner``.
+
+    Args:
+        f: a function of one value.
+        inner: the S-op to map.
+        simplify: when ``inner`` is an unnamed Map, fuse the two functions (as tracr does).
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(rasp.Map(lambda x: x + 1, rasp.indices), [7, 7, 7])
+    [1, 2, 3]
+    """
+
+    _default_prefix = "map"
+
+    def __init__(self, f: Callable[[Any], Any], inner: SOp, simplify: bool = True) -> None:
+        super().__init__()
+        _check_expr(inner, "Map", SOp)
+        if not callable(f):
+            raise TypeError(f"Map expects a callable, got {type(f).__name__} {f!r}")
+        if (
+            simplify
+            and isinstance(inner, Map)
+            and "name" not in inner._annotations
+            and inner._op is None
+        ):
+            g = inner.f
+            self.f = lambda x, f=f, g=g: f(g(x))
+            self.inner = inner.inner
+        else:
+            self.f = f
+            self.inner = inner
+        self._op: ElementwiseOp | None = None
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.inner,)
+
+
+class SequenceMap(SOp):
+    """Applies ``f`` position by position to two (or more) S-ops.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(rasp.SequenceMap(lambda x, i: x * i, rasp.tokens, rasp.indices), [5, 5, 5])
+    [0, 5, 10]
+    """
+
+    _default_prefix = "sequence_map"
+
+    def __init__(self, f: Callable[..., Any], *sops: SOp) -> None:
+        super().__init__()
+        if len(sops) < 2:
+            raise TypeError(f"SequenceMap expects at least two S-ops, got {len(sops)}")
+        for s in sops:
+            _check_expr(s, "SequenceMap", SOp)
+        if not callable(f):
+            raise TypeError(f"SequenceMap expects a callable, got {type(f).__name__} {f!r}")
+        self.f = f
+        self.sops = tuple(sops)
+        self._op: ElementwiseOp | None = None
+
+    @property
+    def fst(self) -> SOp:
+        return self.sops[0]
+
+    @property
+    def snd(self) -> SOp:
+        return self.sops[1]
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return self.sops
+
+
+class LinearSequenceMap(SequenceMap):
+    """``fst * fst_fac + snd * snd_fac``, position by position."""
+
+    _default_prefix = "linear_sequence_map"
+
+    def __init__(self, fst: SOp, snd: SOp, fst_fac: float, snd_fac: float) -> None:
+        super().__init__(lambda x, y: fst_fac * x + snd_fac * y, fst, snd)
+        self.fst_fac = fst_fac
+        self.snd_fac = snd_fac
+        self._op = ElementwiseOp(
+            "linear", (fst_fac, snd_fac), lambda x, y: fst_fac * x + snd_fac * y
+        )
+
+
+class Full(SOp):
+    """The same value ``fill`` at every position."""
+
+    _default_prefix = "full"
+
+    def __init__(self, fill: Any) -> None:
+        super().__init__()
+        if isinstance(fill, RASPExpr):
+            raise TypeError("Full expects a constant value, got a RASP expression")
+        self.fill = fill
+
+
+class ConstantSOp(SOp):
+    """A fixed sequence of values; its length must match the input's when ``check_length``."""
+
+    _default_prefix = "constant_sop"
+
+    def __init__(self, value: Sequence[Any], check_length: bool = True) -> None:
+        super().__init__()
+        if isinstance(value, RASPExpr) or isinstance(value, (str, bytes)):
+            raise TypeError(f"ConstantSOp expects a list of values, got {value!r}")
+        self.value = list(value)
+        self.check_length = check_length
+
+
+# --------------------------------------------------------------------------------------
+# Selectors
+# --------------------------------------------------------------------------------------
+
+
+class Comparison(enum.Enum):
+    """The predicates of ``Select``, applied as ``predicate(key, query)``."""
+
+    EQ = "EQ"
+    LT = "LT"
+    LEQ = "LEQ"
+    GT = "GT"
+    GEQ = "GEQ"
+    NEQ = "NEQ"
+    TRUE = "TRUE"
+    FALSE = "FALSE"
+
+    def __call__(self, key: Any, query: Any) -> bool:
+        if self is Comparison.TRUE:
+            return True
+        if self is Comparison.FALSE:
+            return False
+        if key is None or query is None:
+            # None (an empty categorical aggregate) equals only None and orders with nothing
+            if self is Comparison.EQ:
+                return key is query
+            if self is Comparison.NEQ:
+                return key is not query
+            return False
+        return bool(_COMPARISON_FN[self](key, query))
+
+    @property
+    def numpy_fn(self) -> Callable:
+        """The vectorised form ``fn(keys, queries) -> bool array``."""
+        return _COMPARISON_NP[self]
+
+
+_COMPARISON_FN = {
+    Comparison.EQ: operator.eq,
+    Comparison.LT: operator.lt,
+    Comparison.LEQ: operator.le,
+    Comparison.GT: operator.gt,
+    Comparison.GEQ: operator.ge,
+    Comparison.NEQ: operator.ne,
+}
+_COMPARISON_NP = {
+    Comparison.EQ: np.equal,
+    Comparison.LT: np.less,
+    Comparison.LEQ: np.less_equal,
+    Comparison.GT: np.greater,
+    Comparison.GEQ: np.greater_equal,
+    Comparison.NEQ: np.not_equal,
+    Comparison.TRUE: lambda k, q: np.ones(np.broadcast(k, q).shape, bool),
+    Comparison.FALSE: lambda k, q: np.zeros(np.broadcast(k, q).shape, bool),
+}
+
+
+class Selector(RASPExpr):
+    """A boolean attention pattern ``[query, key]``; combine with & | ~."""
+
+    _default_prefix = "selector"
+
+    def __and__(self, other: Selector) -> Selector:
+        return SelectorAnd(self, other)
+
+    def __or__(self, other: Selector) -> Selector:
+        return SelectorOr(self, other)
+
+    def __invert__(self) -> Selector:
+        return SelectorNot(self)
+
+    __hash__ = object.__hash__
+
+
+class Select(Selector):
+    """Selects, for each query position, the keys with ``predicate(key, query)`` true.
+
+    Args:
+        keys: the S-op read at key positions.
+        queries: the S-op read at query positions.
+        predicate: a ``Comparison`` or any function ``(key, query) -> bool``.
+
+    >>> from attnsim import rasp
+    >>> prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    >>> rasp.evaluate(rasp.SelectorWidth(prevs), ["a", "b", "c"])
+    [1, 2, 3]
+    """
+
+    _default_prefix = "select"
+
+    def __init__(self, keys: SOp, queries: SOp, predicate: Comparison | Callable) -> None:
+        super().__init__()
+        _check_expr(keys, "Select (keys)", SOp)
+        _check_expr(queries, "Select (queries)", SOp)
+        if not (isinstance(predicate, Comparison) or callable(predicate)):
+            raise TypeError(
+                f"Select expects a Comparison or a function (key, query) -> bool, got {predicate!r}"
+            )
+        self.keys = keys
+        self.queries = queries
+        self.predicate = predicate
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.keys, self.queries)
+
+
+class ConstantSelector(Selector):
+    """A fixed boolean matrix ``value[query][key]``."""
+
+    _default_prefix = "constant_selector"
+
+    def __init__(self, value: Sequence[Sequence[bool]], check_length: bool = True) -> None:
+        super().__init__()
+        self.value = np.asarray(value, dtype=bool)
+        self.check_length = check_length
+
+
+class SelectorAnd(Selector):
+    """Both selectors hold."""
+
+    _default_prefix = "selector_and"
+
+    def __init__(self, fst: Selector, snd: Selector) -> None:
+        super().__init__()
+        _check_expr(fst, "SelectorAnd", Selector)
+        _check_expr(snd, "SelectorAnd", Selector)
+        self.fst, self.snd = fst, snd
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.fst, self.snd)
+
+
+class SelectorOr(Selector):
+    """Either selector holds."""
+
+    _default_prefix = "selector_or"
+
+    def __init__(self, fst: Selector, snd: Selector) -> None:
+        super().__init__()
+        _check_expr(fst, "SelectorOr", Selector)
+        _check_expr(snd, "SelectorOr", Selector)
+        self.fst, self.snd = fst, snd
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.fst, self.snd)
+
+
+class SelectorNot(Selector):
+    """The selector does not hold."""
+
+    _default_prefix = "selector_not"
+
+    def __init__(self, inner: Selector) -> None:
+        super().__init__()
+        _check_expr(inner, "SelectorNot", Selector)
+        self.inner = inner
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.inner,)
+
+
+# --------------------------------------------------------------------------------------
+# Aggregation
+# --------------------------------------------------------------------------------------
+
+
+class Aggregate(SOp):
+    """For each query, the mean (or sum) of ``sop`` over the selected keys.
+
+    An empty selection gives ``default``: for a numerical aggregate 0 unless given, for a
+    categorical one None unless given. A categorical aggregate must select a single value.
+
+    Args:
+        selector: which keys each query reads.
+        sop: the values to aggregate.
+        default: the value of a query that selects nothing.
+        reduction: "mean" (RASP's aggregate) or "sum".
+
+    >>> from attnsim import rasp
+    >>> prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    >>> rasp.evaluate(rasp.numerical(rasp.Aggregate(prevs, rasp.numerical(rasp.tokens))), [2, 4, 6])
+    [2.0, 3.0, 4.0]
+    """
+
+    _default_prefix = "aggregate"
+
+    def __init__(
+        self, selector: Selector, sop: SOp, default: Any = None, reduction: str = "mean"
+    ) -> None:
+        super().__init__()
+        _check_expr(selector, "Aggregate (selector)", Selector)
+        _check_expr(sop, "Aggregate (values)", SOp)
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"Aggregate reduction must be 'mean' or 'sum', got {reduction!r}")
+        self.selector = selector
+        self.sop = sop
+        self.default = default
+        self.reduction = reduction
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.selector, self.sop)
+
+
+def SumAggregate(selector: Selector, sop: SOp, default: Any = 0) -> Aggregate:  # noqa: N802
+    """A numerical aggregate that sums the selected values (0, or ``default``, if none).
+
+    >>> from attnsim import rasp
+    >>> everything = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.TRUE)
+    >>> rasp.evaluate(rasp.SumAggregate(everything, rasp.numerical(rasp.tokens)), [1.5, 2, 3])
+    [6.5, 6.5, 6.5]
+    """
+    return numerical(Aggregate(selector, sop, default=default, reduction="sum"))
+
+
+class SelectorWidth(SOp):
+    """For each query, the number of selected keys."""
+
+    _default_prefix = "selector_width"
+
+    def __init__(self, selector: Selector) -> None:
+        super().__init__()
+        _check_expr(selector, "SelectorWidth", Selector)
+        self.selector = selector
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.selector,)
+
+
+# --------------------------------------------------------------------------------------
+# Annotations
+# --------------------------------------------------------------------------------------
+
+
+def annotate(expr: RASPExpr, **kwargs: Any) -> RASPExpr:
+    """Returns a copy of ``expr`` with the given annotations added (children are shared)."""
+    _check_expr(expr, "annotate", RASPExpr)
+    new = copy.copy(expr)
+    new._uid = next(_ids)
+    new._annotations = {**expr._annotations, **kwargs}
+    return new
+
+
+def numerical(sop: SOp, value_range: tuple[float, float] | None = None) -> SOp:
+    """Marks ``sop`` as numerically encoded (one direction holding its value).
+
+    Args:
+        sop: the S-op.
+        value_range: optional declared range ``(lo, hi)`` of its values; the compiler uses it
+            for maps it cannot realise without one and checks it at run time.
+    """
+    _check_expr(sop, "numerical", SOp)
+    kw: dict[str, Any] = {"encoding": Encoding.NUMERICAL}
+    if value_range is not None:
+        lo, hi = value_range
+        if not (lo <= hi):
+            raise ValueError(f"value_range must have lo <= hi, got {value_range!r}")
+        kw["value_range"] = (float(lo), float(hi))
+    return annotate(sop, **kw)  # type: ignore[return-value]
+
+
+def categorical(sop: SOp) -> SOp:
+    """Marks ``sop`` as categorically encoded (one direction per value)."""
+    _check_expr(sop, "categorical", SOp)
+    return annotate(sop, encoding=Encoding.CATEGORICAL)  # type: ignore[return-value]
+
+
+def get_encoding(sop: SOp) -> Encoding:
+    """The encoding of ``sop`` (categorical unless annotated otherwise)."""
+    return sop._annotations.get("encoding", Encoding.CATEGORICAL)
+
+
+def is_numerical(sop: RASPExpr) -> bool:
+    return isinstance(sop, SOp) and get_encoding(sop) is Encoding.NUMERICAL
+
+
+def is_categorical(sop: RASPExpr) -> bool:
+    return isinstance(sop, SOp) and get_encoding(sop) is Encoding.CATEGORICAL
+
+
+def value_range(sop: SOp) -> tuple[float, float] | None:
+    """The declared value range of a numerical S-op, or None."""
+    return sop._annotations.get("value_range")
+
+
+# --------------------------------------------------------------------------------------
+# Named elementwise maps (the compiler knows how to realise them)
+# --------------------------------------------------------------------------------------
+
+
+def _named_map(sop: SOp, kind: str, py: Callable, np_fn: Callable) -> SOp:
+    _check_expr(sop, kind, SOp)
+    out = Map(py, sop, simplify=False)
+    out._op = ElementwiseOp(kind, (), np_fn)
+    return numerical(out)
+
+
+def exp(sop: SOp) -> SOp:
+    """e**x, elementwise (numerical)."""
+    return _named_map(sop, "exp", math.exp, np.exp)
+
+
+def log(sop: SOp) -> SOp:
+    """The natural logarithm, elementwise (numerical)."""
+    return _named_map(sop, "log", math.log, np.log)
+
+
+def sqrt(sop: SOp) -> SOp:
+    """The square root, elementwise (numerical)."""
+    return _named_map(sop, "sqrt", math.sqrt, np.sqrt)
+
+
+def reciprocal(sop: SOp) -> SOp:
+    """1/x, elementwise (numerical)."""
+    return _named_map(sop, "reciprocal", lambda x: 1.0 / x, lambda x: 1.0 / x)
+
+
+def relu(sop: SOp) -> SOp:
+    """max(x, 0), elementwise (numerical)."""
+    return _named_map(sop, "relu", lambda x: x if x > 0 else 0.0, lambda x: np.maximum(x, 0.0))

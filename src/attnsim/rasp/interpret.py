@@ -1,0 +1,458 @@
+"""The reference interpreter: exact, vectorised RASP semantics (the project's oracle).
+
+Values inside the interpreter (glossary: batch, n = sequence length):
+
+- a numerical S-op is a float64 array ``[batch, n]``;
+- a categorical S-op is a :class:`Cat`: integer codes ``[batch, n]`` into a table of distinct
+  Python values, so every user function runs once per distinct value (or pair of values),
+  never once per position;
+- a selector is a boolean array ``[batch, n_query, n_key]``.
+
+Semantics (the same in the compiled models):
+
+- ``Select(keys, queries, p)`` selects key k for query q when ``p(keys[k], queries[q])``;
+- ``Aggregate`` is the mean (or sum) over the selected keys; an empty selection gives the
+  default (numerical: 0 unless given; categorical: None unless given); a categorical
+  aggregate over several distinct values is an error;
+- ``SelectorWidth`` counts the selected keys;
+- causal mode: each query sees only keys at positions <= its own, and ``length`` is then the
+  prefix length i+1 (what a causal model can know).
+
+>>> from attnsim import rasp
+>>> hist = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ))
+>>> rasp.evaluate(hist, ["a", "b", "a"])
+[2, 1, 2]
+>>> rasp.evaluate(hist, [["a", "b", "a"], ["c", "c", "c"]])
+[[2, 1, 2], [3, 3, 3]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from attnsim.rasp import expr as E
+
+__all__ = ["evaluate", "evaluate_batch", "Cat", "RASPEvaluationError"]
+
+
+class RASPEvaluationError(ValueError):
+    """A program cannot be evaluated on the given input (the message says why)."""
+
+
+class Cat:
+    """A categorical value: ``codes [batch, n]`` indexing into ``table`` (distinct values)."""
+
+    __slots__ = ("codes", "table")
+
+    def __init__(self, codes: np.ndarray, table: list) -> None:
+        self.codes = codes
+        self.table = table
+
+    def to_objects(self) -> np.ndarray:
+        tab = np.empty(len(self.table), dtype=object)
+        tab[:] = self.table
+        return tab[self.codes]
+
+
+def _key(v: Any) -> tuple:
+    # keep True and 1 (and 1.0) apart: they hash alike but are different RASP values
+    return (type(v), v)
+
+
+def _factorize(values: Iterable[Any]) -> tuple[list, np.ndarray]:
+    """Distinct values (first-seen order) and the code of each value."""
+    index: dict[tuple, int] = {}
+    table: list = []
+    codes = []
+    for v in values:
+        k = _key(v)
+        c = index.get(k)
+        if c is None:
+            c = index[k] = len(table)
+            table.append(v)
+        codes.append(c)
+    return table, np.asarray(codes, dtype=np.int64)
+
+
+def _cat_from_table_values(codes: np.ndarray, raw_table: list) -> Cat:
+    """Builds a Cat whose table may contain duplicates: dedupes and remaps the codes."""
+    table, remap = _factorize(raw_table)
+    if len(table) == len(raw_table):
+        return Cat(codes, table)
+    return Cat(remap[codes] if codes.size else codes, table)
+
+
+def _cat_from_array(arr: np.ndarray) -> Cat:
+    """Categorical view of a numerical array (distinct float values)."""
+    uniq, inv = np.unique(arr, return_inverse=True)
+    table = [_as_python_number(u) for u in uniq]
+    return Cat(inv.reshape(arr.shape).astype(np.int64), table)
+
+
+def _as_python_number(u: Any) -> Any:
+    f = float(u)
+    return int(f) if f.is_integer() and abs(f) < 2**53 else f
+
+
+def _to_float(v: Any, what: str) -> np.ndarray:
+    if isinstance(v, np.ndarray):
+        return v
+    try:
+        tab = np.array([_number(x, what) for x in v.table], dtype=np.float64)
+    except RASPEvaluationError:
+        raise
+    return tab[v.codes] if len(tab) else np.zeros(v.codes.shape)
+
+
+def _number(x: Any, what: str) -> float:
+    if x is None or isinstance(x, str):
+        raise RASPEvaluationError(
+            f"{what} is numerical but holds the value {x!r}; numerical S-ops need numbers "
+            "(annotate it categorical, or map the value to a number first)"
+        )
+    return float(x)
+
+
+def _to_cat(v: Any) -> Cat:
+    return v if isinstance(v, Cat) else _cat_from_array(v)
+
+
+class _Evaluator:
+    def __init__(self, toks: list[list[Any]] | np.ndarray, causal: bool) -> None:
+        self.causal = causal
+        if isinstance(toks, np.ndarray) and toks.dtype != object:
+            self.batch, self.n = toks.shape
+            if toks.dtype.kind in "fiub":
+                self.token_array = toks.astype(np.float64)
+                self.token_cat = None  # made on first categorical use
+            else:
+                table, codes = _factorize(toks.ravel().tolist())
+                self.token_cat = Cat(codes.reshape(toks.shape), table)
+        else:
+            self.batch = len(toks)
+            self.n = len(toks[0]) if self.batch else 0
+            flat = [t for row in toks for t in row]
+            table, codes = _factorize(flat)
+            self.token_cat = Cat(codes.reshape(self.batch, self.n), table)
+        self.memo: dict[int, Any] = {}
+        self._int_tokens = isinstance(toks, np.ndarray) and toks.dtype.kind in "iub"
+        self._causal_mask = np.tril(np.ones((self.n, self.n), dtype=bool))
+
+    # -- dispatch ------------------------------------------------------------------------
+    def eval(self, e: E.RASPExpr) -> Any:
+        got = self.memo.get(e.uid)
+        if got is not None:
+            return got
+        # iterative post-order walk so that deep programs do not hit the recursion limit
+        stack = [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node.uid in self.memo:
+                continue
+            if not ready:
+                stack.append((node, True))
+                for c in node.children:
+                    if c.uid not in self.memo:
+                        stack.append((c, False))
+                continue
+            self.memo[node.uid] = self._eval_node(node)
+        return self.memo[e.uid]
+
+    def _eval_node(self, e: E.RASPExpr) -> Any:
+        val = self._compute(e)
+        if isinstance(e, E.SOp):
+            if E.is_numerical(e):
+                val = _to_float(val, f"S-op {e.label!r}")
+            elif isinstance(val, np.ndarray):
+                val = _cat_from_array(val)
+        return val
+
+    def _compute(self, e: E.RASPExpr) -> Any:
+        m = self.memo
+        b, n = self.batch, self.n
+        if isinstance(e, E.TokensType):
+            if self.token_cat is None and (E.is_numerical(e) or not self._int_tokens):
+                return self.token_array
+            if self.token_cat is None:
+                self.token_cat = _cat_from_array(self.token_array)
+            return self.token_cat
+        if isinstance(e, E.IndicesType):
+            return Cat(np.broadcast_to(np.arange(n), (b, n)).copy(), list(range(n)))
+        if isinstance(e, E.LengthType):
+            if self.causal:
+                return Cat(np.broadcast_to(np.arange(n), (b, n)).copy(), list(range(1, n + 1)))
+            return Cat(np.zeros((b, n), dtype=np.int64), [n])
+        if isinstance(e, E.Full):
+            return Cat(np.zeros((b, n), dtype=np.int64), [e.fill])
+        if isinstance(e, E.ConstantSOp):
+            vals = e.value
+            if len(vals) != n:
+                if e.check_length or len(vals) < n:
+                    raise RASPEvaluationError(
+                        f"ConstantSOp {e.label!r} has {len(vals)} values but the input has "
+                        f"length {n}; give one value per position"
+                    )
+                vals = vals[:n]
+            table, codes = _factorize(vals)
+            return Cat(np.broadcast_to(codes, (b, n)).copy(), table)
+        if isinstance(e, E.Map):
+            return self._map(e, m[e.inner.uid])
+        if isinstance(e, E.SequenceMap):
+            return self._sequence_map(e, [m[s.uid] for s in e.sops])
+        if isinstance(e, E.Select):
+            return self._select(e, m[e.keys.uid], m[e.queries.uid])
+        if isinstance(e, E.ConstantSelector):
+            v = e.value
+            if v.shape != (n, n):
+                raise RASPEvaluationError(
+                    f"ConstantSelector {e.label!r} is {v.shape[0]}x{v.shape[1]} but the input "
+                    f"has length {n}"
+                )
+            return self._causal(np.broadcast_to(v, (b, n, n)).copy())
+        if isinstance(e, E.SelectorAnd):
+            return m[e.fst.uid] & m[e.snd.uid]
+        if isinstance(e, E.SelectorOr):
+            return m[e.fst.uid] | m[e.snd.uid]
+        if isinstance(e, E.SelectorNot):
+            return self._causal(~m[e.inner.uid])
+        if isinstance(e, E.Aggregate):
+            return self._aggregate(e, m[e.selector.uid], m[e.sop.uid])
+        if isinstance(e, E.SelectorWidth):
+            width = m[e.selector.uid].sum(axis=-1)
+            return Cat(width.astype(np.int64), list(range(n + 1)))
+        raise TypeError(f"the interpreter does not know {type(e).__name__} ({e.label!r})")
+
+    def _causal(self, sel: np.ndarray) -> np.ndarray:
+        if self.causal:
+            sel &= self._causal_mask
+        return sel
+
+    # -- maps ------------------------------------------------------------------------------
+    def _map(self, e: E.Map, x: Any) -> Any:
+        op = e._op
+        if isinstance(x, np.ndarray):
+            if op is not None and op.numpy_fn is not None:
+                with np.errstate(all="ignore"):
+                    out = op.numpy_fn(x)
+                return np.asarray(out, dtype=np.float64) if out.dtype != object else out
+            x = _cat_from_array(x)
+        raw = [_call(e, e.f, v) for v in x.table]
+        return _cat_from_table_values(x.codes, raw)
+
+    def _sequence_map(self, e: E.SequenceMap, args: list[Any]) -> Any:
+        op = e._op
+        if all(isinstance(a, np.ndarray) for a in args) and op is not None and op.numpy_fn:
+            with np.errstate(all="ignore"):
+                return np.asarray(op.numpy_fn(*args), dtype=np.float64)
+        cats = [_to_cat(a) for a in args]
+        # joint code of the tuple of argument values, then f once per distinct tuple
+        joint = np.zeros(cats[0].codes.shape, dtype=np.int64)
+        for c in cats:
+            joint = joint * max(len(c.table), 1) + c.codes
+        uniq, inv = np.unique(joint, return_inverse=True)
+        inv = inv.reshape(joint.shape)
+        raw = []
+        for u in uniq.tolist():
+            vals = []
+            for c in reversed(cats):
+                size = max(len(c.table), 1)
+                vals.append(c.table[u % size])
+                u //= size
+            raw.append(_call(e, e.f, *reversed(vals)))
+        return _cat_from_table_values(inv.astype(np.int64), raw)
+
+    # -- selectors -------------------------------------------------------------------------
+    def _select(self, e: E.Select, keys: Any, queries: Any) -> np.ndarray:
+        pred = e.predicate
+        if (
+            isinstance(pred, E.Comparison)
+            and isinstance(keys, np.ndarray)
+            and isinstance(queries, np.ndarray)
+        ):
+            sel = pred.numpy_fn(keys[:, None, :], queries[:, :, None])
+            return self._causal(np.asarray(sel, dtype=bool))
+        kc, qc = _to_cat(keys), _to_cat(queries)
+        # predicate table [query value, key value], evaluated once per pair of values
+        table = None
+        if isinstance(pred, E.Comparison):
+            table = _comparison_table(pred, kc.table, qc.table)
+        if table is None:
+            table = np.zeros((len(qc.table), len(kc.table)), dtype=bool)
+            for qi, qv in enumerate(qc.table):
+                for ki, kv in enumerate(kc.table):
+                    table[qi, ki] = bool(_call(e, pred, kv, qv))
+        sel = table[qc.codes[:, :, None], kc.codes[:, None, :]]
+        return self._causal(sel)
+
+    # -- aggregation -------------------------------------------------------------------------
+    def _aggregate(self, e: E.Aggregate, sel: np.ndarray, vals: Any) -> Any:
+        count = sel.sum(axis=-1)
+        if E.is_numerical(e) or e.reduction == "sum":
+            v = _to_float(vals, f"the values aggregated by {e.label!r}")
+            total = np.einsum("bqk,bk->bq", sel.astype(np.float64), v)
+            if e.reduction == "mean":
+                with np.errstate(all="ignore"):
+                    total = total / np.maximum(count, 1)
+            default = 0.0 if e.default is None else _number(e.default, f"{e.label!r} default")
+            return np.where(count > 0, total, default)
+        c = _to_cat(vals)
+        big = np.iinfo(np.int64).max
+        codes = np.broadcast_to(c.codes[:, None, :], sel.shape)
+        lo = np.where(sel, codes, big).min(axis=-1)
+        hi = np.where(sel, codes, -1).max(axis=-1)
+        bad = (count > 0) & (lo != hi)
+        if bad.any():
+            bi, qi = np.argwhere(bad)[0]
+            seen = sorted({repr(c.table[k]) for k in codes[bi, qi][sel[bi, qi]]})
+            raise RASPEvaluationError(
+                f"categorical Aggregate {e.label!r} would average several distinct values "
+                f"({', '.join(seen)}) at query position {qi}; a categorical aggregate must "
+                "select one value (make the selector select one key, or annotate the "
+                "aggregate numerical to take the mean)"
+            )
+        table = list(c.table) + [e.default]
+        out = np.where(count > 0, lo, len(c.table))
+        return _cat_from_table_values(out.astype(np.int64), table)
+
+
+def _comparison_table(pred: E.Comparison, keys: list, queries: list) -> np.ndarray | None:
+    """The predicate on every (query value, key value) pair, vectorised when the values allow."""
+    if any(v is None for v in keys) or any(v is None for v in queries):
+        return None
+    kt = np.empty(len(keys), dtype=object)
+    kt[:] = keys
+    qt = np.empty(len(queries), dtype=object)
+    qt[:] = queries
+    try:
+        out = pred.numpy_fn(kt[None, :], qt[:, None])
+    except TypeError:
+        return None
+    return np.asarray(out, dtype=bool).reshape(len(queries), len(keys))
+
+
+def _call(e: E.RASPExpr, f: Any, *args: Any) -> Any:
+    try:
+        return f(*args)
+    except Exception as exc:  # a user's function failed: say where
+        shown = ", ".join(repr(a) for a in args)
+        raise RASPEvaluationError(
+            f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on ({shown})"
+        ) from exc
+
+
+def _is_batch(xs: Any) -> bool:
+    if isinstance(xs, np.ndarray):
+        return xs.ndim == 2
+    return len(xs) > 0 and isinstance(xs[0], (list, tuple, np.ndarray))
+
+
+def _check_inputs(
+    rows: Sequence[Sequence[Any]], vocab: Iterable[Any] | None, max_seq_len: int | None
+) -> None:
+    n = len(rows[0]) if len(rows) else 0
+    for r, row in enumerate(rows):
+        if len(row) != n:
+            raise ValueError(
+                f"a batch needs sequences of equal length: row 0 has {n}, row {r} has "
+                f"{len(row)}; evaluate them separately or pad them"
+            )
+    if max_seq_len is not None and n > max_seq_len:
+        raise ValueError(f"input length {n} exceeds max_seq_len={max_seq_len}")
+    if vocab is not None:
+        allowed = {_key(v) for v in vocab}
+        for r, row in enumerate(rows):
+            for i, t in enumerate(row):
+                if _key(t) not in allowed and not (
+                    _key(_as_python_number(t)) in allowed if _is_num(t) else False
+                ):
+                    raise ValueError(
+                        f"token {t!r} at position {i} (row {r}) is not in the vocabulary "
+                        f"{sorted(vocab, key=repr)}; use only declared tokens"
+                    )
+
+
+def _is_num(t: Any) -> bool:
+    return isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool)
+
+
+def _output(e: E.RASPExpr, val: Any) -> list:
+    if isinstance(val, np.ndarray) and val.dtype == bool:
+        return val.tolist()
+    if isinstance(val, np.ndarray):
+        return val.tolist()
+    return val.to_objects().tolist()
+
+
+def evaluate_batch(
+    program: E.RASPExpr,
+    xs: Sequence[Sequence[Any]] | np.ndarray,
+    *,
+    causal: bool = False,
+    vocab: Iterable[Any] | None = None,
+    max_seq_len: int | None = None,
+) -> list[list[Any]]:
+    """Evaluates ``program`` on a batch of equal-length sequences.
+
+    Args:
+        program: an S-op (or a selector: then each row is a query-by-key boolean matrix).
+        xs: a list of token lists, or a 2-D numpy array.
+        causal: each query sees only keys at positions <= its own.
+        vocab: if given, every token must belong to it.
+        max_seq_len: if given, sequences may not be longer.
+
+    Returns:
+        One list of output values per input sequence.
+
+    Raises:
+        TypeError: ``program`` is not a RASP expression.
+        ValueError: bad input (unequal lengths, unknown token); RASPEvaluationError for a
+            program that cannot run on this input.
+
+    >>> from attnsim import rasp
+    >>> evaluate_batch(rasp.indices + 1, [[0, 0], [5, 5]])
+    [[1, 2], [1, 2]]
+    """
+    if not isinstance(program, E.RASPExpr):
+        raise TypeError(
+            f"evaluate expects a RASP expression, got {type(program).__name__}; build one "
+            "with attnsim.rasp (tokens, Map, Select, Aggregate, ...)"
+        )
+    if not isinstance(xs, np.ndarray):
+        xs = [list(r) for r in xs]
+    if vocab is not None or max_seq_len is not None or not isinstance(xs, np.ndarray):
+        _check_inputs(xs, vocab, max_seq_len)
+    if len(xs) == 0:
+        return []
+    ev = _Evaluator(xs, causal)
+    val = ev.eval(program)
+    if isinstance(program, E.Selector):
+        return val.tolist()
+    return _output(program, val)
+
+
+def evaluate(
+    program: E.RASPExpr,
+    xs: Sequence[Any] | np.ndarray,
+    *,
+    causal: bool = False,
+    vocab: Iterable[Any] | None = None,
+    max_seq_len: int | None = None,
+) -> list:
+    """Evaluates ``program`` on one sequence, or on a batch (a list of lists or a 2-D array).
+
+    Returns a list of values (one per position), or a list of such lists for a batch.
+    See :func:`evaluate_batch` for the arguments.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(rasp.Map(lambda t: t.upper(), rasp.tokens), ["a", "b"])
+    ['A', 'B']
+    """
+    if isinstance(xs, (str, bytes)):
+        xs = list(xs)
+    if _is_batch(xs):
+        return evaluate_batch(program, xs, causal=causal, vocab=vocab, max_seq_len=max_seq_len)
+    out = evaluate_batch(program, [list(xs)], causal=causal, vocab=vocab, max_seq_len=max_seq_len)
+    return out[0] if out else []
