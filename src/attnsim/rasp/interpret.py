@@ -6,7 +6,9 @@ Values inside the interpreter (glossary: batch, n = sequence length):
 - a categorical S-op is a :class:`Cat`: integer codes ``[batch, n]`` into a table of distinct
   Python values, so every user function runs once per distinct value (or pair of values),
   never once per position;
-- a selector is a boolean array ``[batch, n_query, n_key]``.
+- a selector is a boolean array ``[batch, n_query, n_key]``, or ``[1, n_query, n_key]`` when
+  it is the same for every sequence of the batch (a selector on indices, say); consumers
+  broadcast it.
 
 Semantics (the same in the compiled models):
 
@@ -67,13 +69,19 @@ def _factorize(values: Iterable[Any]) -> tuple[list, np.ndarray]:
     index: dict[tuple, int] = {}
     table: list = []
     codes = []
-    for v in values:
-        k = _key(v)
-        c = index.get(k)
-        if c is None:
-            c = index[k] = len(table)
-            table.append(v)
-        codes.append(c)
+    try:
+        for v in values:
+            k = _key(v)
+            c = index.get(k)
+            if c is None:
+                c = index[k] = len(table)
+                table.append(v)
+            codes.append(c)
+    except TypeError:  # an unhashable value (a list, a dict, an array)
+        raise RASPEvaluationError(
+            f"RASP values must be hashable, got {type(v).__name__} {v!r}; return a tuple "
+            "instead of a list (or another hashable value)"
+        ) from None
     return table, np.asarray(codes, dtype=np.int64)
 
 
@@ -90,6 +98,11 @@ def _cat_from_array(arr: np.ndarray) -> Cat:
     uniq, inv = np.unique(arr, return_inverse=True)
     table = [_as_python_number(u) for u in uniq]
     return Cat(inv.reshape(arr.shape).astype(np.int64), table)
+
+
+def _cat_from_bools(arr: np.ndarray) -> Cat:
+    """Categorical view of a boolean array (values False and True, not 0 and 1)."""
+    return Cat(arr.astype(np.int64), [False, True])
 
 
 def _as_python_number(u: Any) -> Any:
@@ -211,7 +224,7 @@ class _Evaluator:
                     f"ConstantSelector {e.label!r} is {v.shape[0]}x{v.shape[1]} but the input "
                     f"has length {n}"
                 )
-            return self._causal(np.broadcast_to(v, (b, n, n)).copy())
+            return self._causal(v[None].copy())  # [1, n, n]: the same for every row
         if isinstance(e, E.SelectorAnd):
             return m[e.fst.uid] & m[e.snd.uid]
         if isinstance(e, E.SelectorOr):
@@ -221,7 +234,7 @@ class _Evaluator:
         if isinstance(e, E.Aggregate):
             return self._aggregate(e, m[e.selector.uid], m[e.sop.uid])
         if isinstance(e, E.SelectorWidth):
-            width = m[e.selector.uid].sum(axis=-1)
+            width = np.broadcast_to(m[e.selector.uid].sum(axis=-1), (b, n))
             return Cat(width.astype(np.int64), list(range(n + 1)))
         raise TypeError(f"the interpreter does not know {type(e).__name__} ({e.label!r})")
 
@@ -237,6 +250,8 @@ class _Evaluator:
             if op is not None and op.numpy_fn is not None:
                 with np.errstate(all="ignore"):
                     out = op.numpy_fn(x)
+                if out.dtype == bool and not E.is_numerical(e):
+                    return _cat_from_bools(out)  # a categorical test keeps True/False values
                 return np.asarray(out, dtype=np.float64) if out.dtype != object else out
             x = _cat_from_array(x)
         raw = [_call(e, e.f, v) for v in x.table]
@@ -246,7 +261,10 @@ class _Evaluator:
         op = e._op
         if all(isinstance(a, np.ndarray) for a in args) and op is not None and op.numpy_fn:
             with np.errstate(all="ignore"):
-                return np.asarray(op.numpy_fn(*args), dtype=np.float64)
+                out = np.asarray(op.numpy_fn(*args))
+            if out.dtype == bool and not E.is_numerical(e):
+                return _cat_from_bools(out)
+            return out.astype(np.float64)
         cats = [_to_cat(a) for a in args]
         # joint code of the tuple of argument values, then f once per distinct tuple
         joint = np.zeros(cats[0].codes.shape, dtype=np.int64)
@@ -267,14 +285,26 @@ class _Evaluator:
     # -- selectors -------------------------------------------------------------------------
     def _select(self, e: E.Select, keys: Any, queries: Any) -> np.ndarray:
         pred = e.predicate
-        if (
-            isinstance(pred, E.Comparison)
-            and isinstance(keys, np.ndarray)
-            and isinstance(queries, np.ndarray)
-        ):
+        if pred is E.Comparison.TRUE or pred is E.Comparison.FALSE:
+            sel = np.full((1, self.n, self.n), pred is E.Comparison.TRUE)
+            return self._causal(sel)
+        numeric = isinstance(keys, np.ndarray) and isinstance(queries, np.ndarray)
+        if isinstance(pred, E.Comparison) and numeric:
+            if _same_rows(keys) and _same_rows(queries):  # one [1, n, n] pattern for all rows
+                keys, queries = keys[:1], queries[:1]
             sel = pred.numpy_fn(keys[:, None, :], queries[:, :, None])
             return self._causal(np.asarray(sel, dtype=bool))
         kc, qc = _to_cat(keys), _to_cat(queries)
+        kcodes, qcodes = kc.codes, qc.codes
+        if _same_rows(kcodes) and _same_rows(qcodes):
+            kcodes, qcodes = kcodes[:1], qcodes[:1]
+        if isinstance(pred, E.Comparison):
+            ranks = _order_ranks(kc.table, qc.table)
+            if ranks is not None:
+                # compare ranks in a common order: the same answers, no table lookup
+                rk, rq = ranks
+                sel = pred.numpy_fn(rk[kcodes][:, None, :], rq[qcodes][:, :, None])
+                return self._causal(np.asarray(sel, dtype=bool))
         # predicate table [query value, key value], evaluated once per pair of values
         table = None
         if isinstance(pred, E.Comparison):
@@ -284,29 +314,34 @@ class _Evaluator:
             for qi, qv in enumerate(qc.table):
                 for ki, kv in enumerate(kc.table):
                     table[qi, ki] = bool(_call(e, pred, kv, qv))
-        sel = table[qc.codes[:, :, None], kc.codes[:, None, :]]
+        sel = table[qcodes[:, :, None], kcodes[:, None, :]]
         return self._causal(sel)
 
     # -- aggregation -------------------------------------------------------------------------
     def _aggregate(self, e: E.Aggregate, sel: np.ndarray, vals: Any) -> Any:
-        count = sel.sum(axis=-1)
+        b, n = self.batch, self.n
+        count = np.broadcast_to(sel.sum(axis=-1), (b, n))
         if E.is_numerical(e) or e.reduction == "sum":
             v = _to_float(vals, f"the values aggregated by {e.label!r}")
-            total = np.einsum("bqk,bk->bq", sel.astype(np.float64), v)
+            if sel.shape[0] == 1:  # one pattern for every row: a single matrix product
+                total = v @ sel[0].T.astype(np.float64)
+            else:
+                total = np.matmul(sel, v[:, :, None])[:, :, 0]
             if e.reduction == "mean":
                 with np.errstate(all="ignore"):
                     total = total / np.maximum(count, 1)
             default = 0.0 if e.default is None else _number(e.default, f"{e.label!r} default")
             return np.where(count > 0, total, default)
         c = _to_cat(vals)
-        big = np.iinfo(np.int64).max
-        codes = np.broadcast_to(c.codes[:, None, :], sel.shape)
-        lo = np.where(sel, codes, big).min(axis=-1)
-        hi = np.where(sel, codes, -1).max(axis=-1)
-        bad = (count > 0) & (lo != hi)
+        codes = c.codes.astype(_small_int(len(c.table)))  # narrow codes: faster comparisons
+        # the first selected key's code, then: does any selected key hold another one?
+        first = np.broadcast_to(np.argmax(sel, axis=-1), (b, n))
+        lo = np.take_along_axis(codes, first, axis=1)
+        bad = (sel & (codes[:, None, :] != lo[:, :, None])).any(axis=-1)
         if bad.any():
             bi, qi = np.argwhere(bad)[0]
-            seen = sorted({repr(c.table[k]) for k in codes[bi, qi][sel[bi, qi]]})
+            row = sel[bi if sel.shape[0] > 1 else 0, qi]
+            seen = sorted({repr(c.table[k]) for k in c.codes[bi][row]})
             raise RASPEvaluationError(
                 f"categorical Aggregate {e.label!r} would average several distinct values "
                 f"({', '.join(seen)}) at query position {qi}; a categorical aggregate must "
@@ -316,6 +351,47 @@ class _Evaluator:
         table = list(c.table) + [e.default]
         out = np.where(count > 0, lo, len(c.table))
         return _cat_from_table_values(out.astype(np.int64), table)
+
+
+def _same_rows(a: np.ndarray) -> bool:
+    """Whether every row of ``a [batch, n]`` equals the first (indices, constants, ...)."""
+    return a.shape[0] == 1 or bool((a == a[:1]).all())
+
+
+def _small_int(size: int) -> type:
+    """The narrowest integer type that holds codes 0..size."""
+    return np.int16 if size < 2**15 else (np.int32 if size < 2**31 else np.int64)
+
+
+def _orderable(v: Any) -> bool:
+    if isinstance(v, str):
+        return True
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return v == v  # not NaN
+    return False
+
+
+def _order_ranks(keys: list, queries: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """Ranks of the key and query values in one sorted order (equal values, equal ranks).
+
+    Comparing ranks answers every ``Comparison`` exactly as comparing the values would, when
+    the values are all numbers (no NaN) or all strings; otherwise None.
+    """
+    values = list(keys) + list(queries)
+    if not values:
+        return None
+    kinds = {isinstance(v, str) for v in values}
+    if len(kinds) != 1 or not all(_orderable(v) for v in values):
+        return None
+    order = sorted(range(len(values)), key=values.__getitem__)
+    rank = np.empty(len(values), dtype=np.int64)
+    r = 0
+    for j, i in enumerate(order):
+        if j and values[order[j - 1]] < values[i]:
+            r += 1
+        rank[i] = r
+    rank = rank.astype(_small_int(r + 1))
+    return rank[: len(keys)], rank[len(keys) :]
 
 
 def _comparison_table(pred: E.Comparison, keys: list, queries: list) -> np.ndarray | None:
@@ -352,6 +428,8 @@ def _is_batch(xs: Any) -> bool:
 def _check_inputs(
     rows: Sequence[Sequence[Any]], vocab: Iterable[Any] | None, max_seq_len: int | None
 ) -> None:
+    if isinstance(rows, np.ndarray):
+        rows = rows.tolist()  # numpy scalars (np.str_, np.int64) -> the Python values of a vocab
     n = len(rows[0]) if len(rows) else 0
     for r, row in enumerate(rows):
         if len(row) != n:
@@ -360,7 +438,10 @@ def _check_inputs(
                 f"{len(row)}; evaluate them separately or pad them"
             )
     if max_seq_len is not None and n > max_seq_len:
-        raise ValueError(f"input length {n} exceeds max_seq_len={max_seq_len}")
+        raise ValueError(
+            f"input length {n} exceeds max_seq_len={max_seq_len}; shorten the input or "
+            "raise max_seq_len"
+        )
     if vocab is not None:
         allowed = {_key(v) for v in vocab}
         for r, row in enumerate(rows):
@@ -429,7 +510,7 @@ def evaluate_batch(
     ev = _Evaluator(xs, causal)
     val = ev.eval(program)
     if isinstance(program, E.Selector):
-        return val.tolist()
+        return np.broadcast_to(val, (ev.batch, ev.n, ev.n)).tolist()
     return _output(program, val)
 
 
@@ -454,5 +535,8 @@ def evaluate(
         xs = list(xs)
     if _is_batch(xs):
         return evaluate_batch(program, xs, causal=causal, vocab=vocab, max_seq_len=max_seq_len)
-    out = evaluate_batch(program, [list(xs)], causal=causal, vocab=vocab, max_seq_len=max_seq_len)
+    # one sequence is a batch of one; a 1-D array stays an array (its values come back as
+    # Python values, not numpy scalars)
+    row = xs[None, :] if isinstance(xs, np.ndarray) else [list(xs)]
+    out = evaluate_batch(program, row, causal=causal, vocab=vocab, max_seq_len=max_seq_len)
     return out[0] if out else []

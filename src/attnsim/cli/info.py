@@ -1,0 +1,129 @@
+"""``attnsim info PROGRAM``: a library program's layers, heads, MLPs and a sample evaluation.
+
+>>> from attnsim.cli import main
+>>> main(["info", "make_hist", "--input", "a b a"])  # doctest: +ELLIPSIS
+make_hist: How often each position's token occurs in the whole input.
+program hist: 1 attention layer(s), 1 head(s) (at most 1 per layer), 0 MLP(s)
+...
+input:  ['a', 'b', 'a']
+output: [2, 1, 2]
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+from typing import Any
+
+from attnsim.cli import UserError
+from attnsim.rasp import analysis, interpret
+from attnsim.rasp import library as lib
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds the ``info`` command."""
+    parser = subparsers.add_parser(
+        "info",
+        help="show a library program's layers, heads, MLPs and a sample evaluation",
+        description="Analyse a RASP library program (attention layers, heads per layer, MLPs, "
+        "scheduled as early as possible) and evaluate it on an example input.",
+    )
+    parser.add_argument("program", nargs="?", help="a program name (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the library programs")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--input",
+        metavar="TOKENS",
+        help="tokens separated by spaces (default: the program's example input)",
+    )
+    parser.add_argument("--causal", action="store_true", help="evaluate in causal mode")
+    parser.set_defaults(func=run)
+
+
+def summary(name: str) -> str:
+    """The first line of the library function's docstring."""
+    doc = (getattr(lib, name).__doc__ or "").strip()
+    first = doc.splitlines()[0] if doc else ""
+    # plain text: ``code`` -> code, :func:`name` -> name
+    return re.sub(r":\w+:`([^`]*)`", r"\1", first).replace("``", "")
+
+
+def lookup(name: str) -> lib.LibraryProgram:
+    """The registry entry ``name``, or a UserError that suggests close names."""
+    try:
+        return lib.PROGRAMS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, lib.PROGRAMS, n=3)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UserError(
+            f"unknown program {name!r}; {hint}run `attnsim info --list` to see the "
+            f"{len(lib.PROGRAMS)} library programs"
+        ) from None
+
+
+def parse_tokens(text: str, vocab: tuple) -> list[Any]:
+    """Space-separated tokens, each matched to the vocabulary element with that spelling."""
+    by_text = {str(v): v for v in vocab}
+    tokens = []
+    for word in text.split():
+        if word not in by_text:
+            raise UserError(
+                f"token {word!r} is not in this program's vocabulary "
+                f"{' '.join(by_text)}; use only those tokens, separated by spaces"
+            )
+        tokens.append(by_text[word])
+    if not tokens:
+        raise UserError("--input is empty; give tokens separated by spaces, e.g. --input 'a b a'")
+    return tokens
+
+
+def describe(name: str, xs: list | None = None, causal: bool = False) -> dict[str, Any]:
+    """Analysis and a sample evaluation of the library program ``name`` as a dictionary."""
+    entry = lookup(name)
+    program = entry.factory()
+    xs = list(entry.example) if xs is None else xs
+    try:
+        out = interpret.evaluate(
+            program, xs, causal=causal, vocab=entry.vocab, max_seq_len=entry.max_seq_len
+        )
+    except ValueError as exc:  # includes RASPEvaluationError
+        raise UserError(str(exc)) from None
+    return {
+        "program": name,
+        "summary": summary(name),
+        "analysis": analysis.analyze(program).to_dict(),
+        "vocab": list(entry.vocab),
+        "max_seq_len": entry.max_seq_len,
+        "causal": causal,
+        "input": xs,
+        "output": out,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        rows = [{"program": name, "summary": summary(name)} for name in lib.PROGRAMS]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            width = max(len(r["program"]) for r in rows)
+            for r in rows:
+                print(f"{r['program']:<{width}}  {r['summary']}")
+        return 0
+    if args.program is None:
+        raise UserError("give a program name, or --list to see the library programs")
+    entry = lookup(args.program)
+    xs = parse_tokens(args.input, entry.vocab) if args.input is not None else None
+    info = describe(args.program, xs, causal=args.causal)
+    if args.json:
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{info['program']}: {info['summary']}")
+    print(analysis.analyze(entry.factory()))
+    print(f"vocab:  {' '.join(str(v) for v in info['vocab'])}   max_seq_len: {entry.max_seq_len}")
+    print(f"input:  {info['input']!r}")
+    print(f"output: {info['output']!r}")
+    return 0

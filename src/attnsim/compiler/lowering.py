@@ -1,0 +1,864 @@
+"""Stage 3, lowering: every S-op becomes named residual directions written by IR blocks.
+
+Each S-op gets a representation in the residual stream:
+
+- categorical: one direction per value, ``"label:value"`` (one-hot; the zero vector is None);
+- numerical: a linear form over residual directions. Linear maps (affine maps, sums,
+  numerical readouts of categorical S-ops) stay *virtual*: they cost no block and no layer.
+
+Each block is placed at the earliest *stage* its inputs allow: stage 0 is the embedding,
+layer l (1-based) has its attention sublayer at stage 2l-1 and its MLP at stage 2l.
+
+Realisations (the report lists one line per map):
+
+- lookup tables on finite value sets (ReLU units; exact);
+- step functions on finite numerical value sets (ReLU units; exact at the values);
+- products of two real numbers (bilinear units; exact);
+- exp, log, sqrt, 1/x (declared elementwise units, gated by ``notbos``; native = exact);
+- relu and abs (ReLU units; exact).
+
+Selectors become bilinear scores where a selected key scores ``max_score``, any other key at
+most ``max_score - 1`` and BOS ``max_score - 0.5`` (so BOS wins only when nothing is selected):
+tables over one-hot values, ``1 - (f - g)^2`` for equality of integer-valued numbers, sums of
+those for conjunctions, and tables over joint values for disjunctions and negations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from attnsim.compiler.value_inference import ValueInference, dedupe, sort_values
+from attnsim.ir.basis import Basis
+from attnsim.ir.blocks import BilinearUnit, Head, NativeUnit, ReluUnit, linear_form
+from attnsim.rasp import expr as E
+
+BOS, NOTBOS = "bos", "notbos"
+BIG = 1.0e3  # extra score of BOS for the BOS query (it then reads only itself)
+NATIVE_OPS = {"exp", "log", "sqrt", "reciprocal"}
+MAX_LOOKUP = 50_000  # hidden units one lookup table may use
+
+
+class UnsupportedError(NotImplementedError):
+    """Valid RASP this compiler cannot realise (collected, then raised once)."""
+
+
+def attn_stage(ready: int) -> int:
+    """The first attention stage (odd) after ``ready``."""
+    return ready + 1 if ready % 2 == 0 else ready + 2
+
+
+def mlp_stage(ready: int) -> int:
+    """The first MLP stage (even) after ``ready``."""
+    return ready + 1 if ready % 2 == 1 else ready + 2
+
+
+def value_key(v: Any) -> tuple:
+    return (type(v).__name__, v)
+
+
+def value_text(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+@dataclass
+class Rep:
+    """Where an S-op lives in the residual stream.
+
+    Attributes:
+        kind: "cat" or "num".
+        ready: the stage after which it can be read.
+        values: categorical values (in the order of ``dims``).
+        dims: categorical direction labels, one per value.
+        form: numerical linear form (direction -> coefficient).
+    """
+
+    kind: str
+    ready: int
+    values: tuple = ()
+    dims: tuple = ()
+    form: dict[str, float] = field(default_factory=dict)
+
+    def dim_of(self) -> dict[tuple, str]:
+        return {value_key(v): d for v, d in zip(self.values, self.dims)}
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A run-time check: the linear form's value must be one of ``allowed`` (or in range)."""
+
+    label: str
+    form: tuple[tuple[str, float], ...]
+    stage: int
+    allowed: tuple[float, ...] | None = None
+    value_range: tuple[float, float] | None = None
+    integer: bool = False
+
+
+@dataclass
+class Realisation:
+    label: str
+    how: str
+    level: str  # exact | native | bounded
+    units: int
+    note: str = ""
+
+
+class Lowerer:
+    """Lowers expressions on demand (memoised) into IR blocks placed at stages."""
+
+    def __init__(
+        self,
+        vi: ValueInference,
+        labels: dict[int, str],
+        *,
+        maps: str = "native",
+    ) -> None:
+        self.vi = vi
+        self.L = vi.L
+        self.labels = dict(labels)
+        self.used_labels = set(labels.values())
+        self.maps = maps
+        self.basis = Basis([BOS, NOTBOS])
+        self.static_embed: dict[str, np.ndarray] = {}  # direction -> value per position
+        self.token_dims: dict[str, Any] = {}  # direction -> vocabulary value (one-hot tokens)
+        self.token_num_dir: str | None = None
+        self.heads: list[tuple[int, Head]] = []
+        self.units: list[tuple[int, Any]] = []
+        self.reps: dict[int, Rep] = {}
+        self.scores: dict[int, tuple[tuple, float, int]] = {}
+        self.guards: list[Guard] = []
+        self.realisations: list[Realisation] = []
+        self.errors: list[str] = []
+        self._n_units = 0
+        self._squares: dict[tuple, tuple[str, int]] = {}
+        self.reps_extra: dict[tuple, Rep] = {}
+
+    # -- naming ------------------------------------------------------------------------------
+    def label(self, e: E.RASPExpr) -> str:
+        got = self.labels.get(e.uid)
+        if got is None:
+            base = e.label
+            got = base if base not in self.used_labels else f"{base}#{e.uid}"
+            self.used_labels.add(got)
+            self.labels[e.uid] = got
+        return got
+
+    def fresh(self, base: str) -> str:
+        i = 1
+        name = base
+        while name in self.used_labels:
+            i += 1
+            name = f"{base}_{i}"
+        self.used_labels.add(name)
+        return name
+
+    def unit_name(self, base: str) -> str:
+        self._n_units += 1
+        return f"{base}/{self._n_units}"
+
+    def new_dir(self, label: str) -> str:
+        self.basis.add(label)
+        return label
+
+    # -- representations ---------------------------------------------------------------------
+    def rep(self, e: E.SOp) -> Rep:
+        got = self.reps.get(e.uid)
+        if got is None:
+            got = self.reps[e.uid] = self._lower(e)
+        return got
+
+    def _lower(self, e: E.SOp) -> Rep:
+        if self.vi.is_static(e):
+            return self._static(e)
+        if isinstance(e, E.TokensType):
+            return self._tokens(e)
+        if isinstance(e, E.LengthType):
+            width = E.SelectorWidth(E.Select(E.tokens, E.tokens, E.Comparison.TRUE))
+            width = E.numerical(width) if E.is_numerical(e) else width
+            self.labels[width.uid] = self.label(e)
+            return self.rep(width)
+        if isinstance(e, E.Map):
+            return self._map(e)
+        if isinstance(e, E.SequenceMap):
+            return self._sequence_map(e)
+        if isinstance(e, E.Aggregate):
+            return self._aggregate(e)
+        if isinstance(e, E.SelectorWidth):
+            return self._selector_width(e)
+        raise UnsupportedError(f"{self.label(e)}: cannot compile {type(e).__name__}")
+
+    def _static(self, e: E.SOp) -> Rep:
+        label = self.label(e)
+        vals = self.vi.static_values(e)
+        if E.is_numerical(e):
+            arr = np.asarray(vals, dtype=np.float64)
+            d = self.new_dir(label)
+            self.static_embed[d] = arr
+            return Rep("num", 0, form={d: 1.0})
+        distinct = sort_values(dedupe(v for v in vals if v is not None))
+        dims = []
+        for v in distinct:
+            d = self.new_dir(f"{label}:{value_text(v)}")
+            self.static_embed[d] = np.array([1.0 if _same(x, v) else 0.0 for x in vals])
+            dims.append(d)
+        return Rep("cat", 0, values=distinct, dims=tuple(dims))
+
+    def _tokens(self, e: E.SOp) -> Rep:
+        vocab = self.vi.vocab
+        if E.is_numerical(e):
+            self.token_num_dir = self.new_dir("tokens")
+            return Rep("num", 0, form={"tokens": 1.0})
+        if vocab is None:
+            raise UnsupportedError(
+                "tokens are used categorically but no vocab was given; pass vocab=[...] or "
+                "annotate the tokens rasp.numerical(rasp.tokens) for real-valued input"
+            )
+        dims = []
+        for v in sort_values(vocab):
+            d = self.new_dir(f"tokens:{value_text(v)}")
+            self.token_dims[d] = v
+            dims.append(d)
+        return Rep("cat", 0, values=sort_values(vocab), dims=tuple(dims))
+
+    # -- helpers on representations ------------------------------------------------------------
+    def numeric_form(self, e: E.SOp, r: Rep | None = None) -> dict[str, float]:
+        """The S-op's value as a linear form (categorical values must be numbers)."""
+        r = r or self.rep(e)
+        if r.kind == "num":
+            return dict(r.form)
+        form = {}
+        for v, d in zip(r.values, r.dims):
+            if isinstance(v, str) or v is None:
+                raise UnsupportedError(
+                    f"{self.label(e)}: used as a number but takes the value {v!r}"
+                )
+            if float(v) != 0.0:
+                form[d] = float(v)
+        return form
+
+    def categorical_rep(self, e: E.SOp) -> Rep:
+        """A one-hot representation of ``e`` (converting a numerical one if needed)."""
+        r = self.rep(e)
+        if r.kind == "cat":
+            return r
+        if self.vi.is_static(e):
+            key = ("cat", e.uid)
+            if key not in self.reps_extra:
+                self.reps_extra[key] = self._static(E.categorical(e))
+            return self.reps_extra[key]
+        vals = self.vi.values(e)
+        if vals is None:
+            raise UnsupportedError(
+                f"{self.label(e)}: needs a one-hot encoding (for a table) but its values are "
+                "not a known finite set; declare them with a categorical S-op or use EQ on "
+                "integer values"
+            )
+        key = ("cat", e.uid)
+        if key in self.reps_extra:
+            return self.reps_extra[key]
+        out = self._discretise(self.label(e) + "@cat", r.form, r.ready, vals, None, vals)
+        self.reps_extra[key] = out
+        return out
+
+    def _material_form(self, form: dict[str, float], ready: int, label: str) -> tuple[str, int]:
+        """A direction holding the form's value (the form itself if it is one direction)."""
+        if len(form) == 1 and next(iter(form.values())) == 1.0:
+            return next(iter(form)), ready
+        stage = mlp_stage(ready)
+        d = self.new_dir(label)
+        lf = linear_form(form)
+        self.units.append((stage, ReluUnit(self.unit_name(label), lf, ((d, 1.0),))))
+        neg = tuple((k, -v) for k, v in lf)
+        self.units.append((stage, ReluUnit(self.unit_name(label), neg, ((d, -1.0),))))
+        return d, stage
+
+    def square(self, form: dict[str, float], ready: int, label: str) -> tuple[str, int]:
+        """A direction holding the square of a linear form (one bilinear unit)."""
+        key = linear_form(form)
+        got = self._squares.get(key)
+        if got is not None:
+            return got
+        stage = mlp_stage(ready)
+        d = self.new_dir(self.fresh(f"{label}^2"))
+        self.units.append((stage, BilinearUnit(self.unit_name(d), key, key, ((d, 1.0),))))
+        self._squares[key] = (d, stage)
+        return d, stage
+
+    # -- maps ----------------------------------------------------------------------------------
+    def _map(self, e: E.Map) -> Rep:
+        label = self.label(e)
+        inner = self.rep(e.inner)
+        op = e._op
+        num_out = E.is_numerical(e)
+        if inner.kind == "cat":
+            return self._lookup(label, e, [e.inner], num_out)
+        form = inner.form
+        kind = op.kind if op is not None else None
+        if num_out and kind == "affine":
+            a, b = op.params
+            out = {k: a * v for k, v in form.items()}
+            if b:
+                out[NOTBOS] = out.get(NOTBOS, 0.0) + b
+            self.realisations.append(Realisation(label, "affine (virtual)", "exact", 0))
+            return Rep("num", inner.ready, form={k: v for k, v in out.items() if v != 0})
+        if num_out and kind in ("relu", "abs"):
+            stage = mlp_stage(inner.ready)
+            d = self.new_dir(label)
+            lf = linear_form(form)
+            self.units.append((stage, ReluUnit(self.unit_name(label), lf, ((d, 1.0),))))
+            if kind == "abs":
+                neg = tuple((k, -v) for k, v in lf)
+                self.units.append((stage, ReluUnit(self.unit_name(label), neg, ((d, 1.0),))))
+            self.realisations.append(Realisation(label, kind, "exact", 1 + (kind == "abs")))
+            return Rep("num", stage, form={d: 1.0})
+        if num_out and kind == "pow" and op.params[0] == 2 and not op.params[1]:
+            d, stage = self.square(form, inner.ready, label)
+            self.realisations.append(Realisation(label, "square (bilinear)", "exact", 1))
+            return Rep("num", stage, form={d: 1.0})
+        if num_out and (kind in NATIVE_OPS or kind == "scaled_reciprocal"):
+            return self._native(label, e, kind, form, inner.ready)
+        vals = self.vi.values(e.inner)
+        if vals is not None:
+            out_vals = self.vi.values(e)
+            table = {value_key(v): _apply(e.f, v) for v in vals}
+            r = self._discretise(label, form, inner.ready, vals, table, out_vals, num_out)
+            return r
+        raise UnsupportedError(
+            f"{label}: a map of the real-valued S-op {self.label(e.inner)!r} with no finite "
+            "value set; use a named map (rasp.exp, rasp.reciprocal, rasp.relu, ...), an affine "
+            "map (x * a + b), or declare the input's values"
+        )
+
+    def _native(self, label: str, e: E.Map, kind: str, form: dict, ready: int) -> Rep:
+        stage = mlp_stage(ready)
+        d = self.new_dir(label)
+        scale = 1.0
+        if kind == "scaled_reciprocal":
+            scale, kind = float(e._op.params[0]), "reciprocal"
+        unit = NativeUnit(
+            self.unit_name(label), kind, linear_form(form), ((NOTBOS, 1.0),), ((d, scale),)
+        )
+        self.units.append((stage, unit))
+        self.realisations.append(Realisation(label, f"{kind} unit", "native", 1))
+        return Rep("num", stage, form={d: 1.0})
+
+    def _lookup(self, label: str, e: E.SOp, args: Sequence[E.SOp], num_out: bool) -> Rep:
+        """A table over the joint values of categorical arguments (ReLU units)."""
+        reps = [self.categorical_rep(a) for a in args]
+        ready = max(r.ready for r in reps)
+        size = int(np.prod([max(len(r.values), 1) for r in reps]))
+        if size > MAX_LOOKUP:
+            raise UnsupportedError(
+                f"{label}: a lookup table over {size} value combinations is too large "
+                f"(limit {MAX_LOOKUP}); reduce the value sets or split the map"
+            )
+        stage = mlp_stage(ready)
+        f = e.f
+        combos = _product([list(zip(r.values, r.dims)) for r in reps])
+        outputs = []
+        for combo in combos:
+            vals = [v for v, _ in combo]
+            outputs.append((combo, _apply(f, *vals)))
+        if num_out:
+            d = self.new_dir(label)
+            rep = Rep("num", stage, form={d: 1.0})
+            out_dim = lambda v: ((d, float(v)),) if v is not None and float(v) != 0 else ()
+        else:
+            out_vals = sort_values(dedupe(v for _, v in outputs if v is not None))
+            dims = tuple(self.new_dir(f"{label}:{value_text(v)}") for v in out_vals)
+            rep = Rep("cat", stage, values=out_vals, dims=dims)
+            index = rep.dim_of()
+            out_dim = lambda v: ((index[value_key(v)], 1.0),) if v is not None else ()
+        n_units = 0
+        for combo, out in outputs:
+            if out is _FAILED:
+                continue
+            w = out_dim(out)
+            if not w:
+                continue
+            inputs: dict[str, float] = {}
+            for _, arg_dim in combo:
+                inputs[arg_dim] = inputs.get(arg_dim, 0.0) + 1.0
+            if len(combo) > 1:
+                inputs[NOTBOS] = -(len(combo) - 1.0)
+            self.units.append((stage, ReluUnit(self.unit_name(label), linear_form(inputs), w)))
+            n_units += 1
+        self.realisations.append(Realisation(label, "lookup table", "exact", n_units))
+        return rep
+
+    def _discretise(
+        self,
+        label: str,
+        form: dict[str, float],
+        ready: int,
+        in_vals: Sequence[float],
+        table: dict | None,
+        out_vals: Sequence[Any] | None,
+        num_out: bool = False,
+        bos_guard: float = 0.0,
+    ) -> Rep:
+        """A function of a number with finite value set, by ReLU steps between the values.
+
+        ``table`` maps value keys of the inputs to outputs (None: the identity, as a one-hot).
+        """
+        xs = sorted({float(v) for v in in_vals})
+        outs = []
+        for x in xs:
+            if table is None:
+                outs.append(_as_number(x))
+            else:
+                outs.append(table.get(value_key(_as_number(x)), table.get(value_key(x))))
+        stage = mlp_stage(ready)
+        if num_out:
+            d = self.new_dir(label)
+            rep = Rep("num", stage, form={d: 1.0})
+
+            def vec(v):
+                return {} if v is None or v is _FAILED else {d: float(v)}
+        else:
+            cats = sort_values(dedupe(v for v in outs if v is not None and v is not _FAILED))
+            dims = tuple(self.new_dir(f"{label}:{value_text(v)}") for v in cats)
+            rep = Rep("cat", stage, values=cats, dims=dims)
+            index = rep.dim_of()
+
+            def vec(v):
+                return {} if v is None or v is _FAILED else {index[value_key(v)]: 1.0}
+
+        lf = dict(form)
+        guard = {BOS: -bos_guard} if bos_guard else {}
+        first = vec(outs[0])
+        n_units = 0
+        if first:
+            inputs = {NOTBOS: 1.0}
+            self.units.append(
+                (stage, ReluUnit(self.unit_name(label), linear_form(inputs), _lf(first)))
+            )
+            n_units += 1
+        for i in range(len(xs) - 1):
+            lo, hi = xs[i], xs[i + 1]
+            delta = vec_sub(vec(outs[i + 1]), vec(outs[i]))
+            if not delta:
+                continue
+            t = (lo + hi) / 2
+            a = 2.0 / (hi - lo)
+            base = {k: a * v for k, v in lf.items()}
+            up = dict(base)
+            up[NOTBOS] = up.get(NOTBOS, 0.0) - a * t + 0.5
+            down = dict(base)
+            down[NOTBOS] = down.get(NOTBOS, 0.0) - a * t - 0.5
+            for g, w in guard.items():
+                up[g] = up.get(g, 0.0) + w * a
+                down[g] = down.get(g, 0.0) + w * a
+            self.units.append((stage, ReluUnit(self.unit_name(label), linear_form(up), _lf(delta))))
+            neg = {k: -v for k, v in delta.items()}
+            self.units.append((stage, ReluUnit(self.unit_name(label), linear_form(down), _lf(neg))))
+            n_units += 2
+        self.guards.append(Guard(label, linear_form(form), ready, allowed=tuple(xs)))
+        self.realisations.append(Realisation(label, "steps on finite values", "exact", n_units))
+        return rep
+
+    # -- sequence maps -------------------------------------------------------------------------
+    def _sequence_map(self, e: E.SequenceMap) -> Rep:
+        label = self.label(e)
+        op = e._op
+        kind = op.kind if op is not None else None
+        num_out = E.is_numerical(e)
+        if num_out and kind == "linear":
+            a, b = op.params
+            f1, f2 = self.numeric_form(e.sops[0]), self.numeric_form(e.sops[1])
+            out = {k: a * v for k, v in f1.items()}
+            for k, v in f2.items():
+                out[k] = out.get(k, 0.0) + b * v
+            ready = max(self.rep(s).ready for s in e.sops)
+            self.realisations.append(Realisation(label, "linear (virtual)", "exact", 0))
+            return Rep("num", ready, form={k: v for k, v in out.items() if v != 0})
+        reps = [self.rep(s) for s in e.sops]
+        if num_out and kind == "mul" and len(e.sops) == 2:
+            f1, f2 = self.numeric_form(e.sops[0]), self.numeric_form(e.sops[1])
+            return self._product(label, f1, f2, max(r.ready for r in reps))
+        if num_out and kind == "div" and len(e.sops) == 2:
+            f1 = self.numeric_form(e.sops[0])
+            den = e.sops[1]
+            if reps[1].kind == "cat":
+                inv = {}
+                for v, d in zip(reps[1].values, reps[1].dims):
+                    if v is None or isinstance(v, str):
+                        raise UnsupportedError(f"{label}: divides by the value {v!r}")
+                    if float(v) != 0.0:
+                        inv[d] = 1.0 / float(v)
+                return self._product(label, f1, inv, max(r.ready for r in reps))
+            recip = self._native(
+                self.fresh(f"1/{self.label(den)}"), e, "reciprocal", reps[1].form, reps[1].ready
+            )
+            return self._product(label, f1, recip.form, max(reps[0].ready, recip.ready))
+        finite = all(self.vi.values(s) is not None for s in e.sops)
+        if finite:
+            return self._lookup(label, e, e.sops, num_out)
+        raise UnsupportedError(
+            f"{label}: a sequence map of real-valued S-ops other than +, -, * and /; "
+            "give its inputs finite value sets or build it from those operations"
+        )
+
+    def _product(self, label: str, f1: dict, f2: dict, ready: int) -> Rep:
+        stage = mlp_stage(ready)
+        d = self.new_dir(label)
+        unit = BilinearUnit(self.unit_name(label), linear_form(f1), linear_form(f2), ((d, 1.0),))
+        self.units.append((stage, unit))
+        self.realisations.append(Realisation(label, "product (bilinear)", "exact", 1))
+        return Rep("num", stage, form={d: 1.0})
+
+    # -- selectors -----------------------------------------------------------------------------
+    def score(self, sel: E.Selector) -> tuple[tuple, float, int]:
+        """``(qk terms, max_score, ready stage)`` of a selector (memoised)."""
+        got = self.scores.get(sel.uid)
+        if got is None:
+            got = self.scores[sel.uid] = self._score(sel)
+        return got
+
+    def _score(self, sel: E.Selector) -> tuple[tuple, float, int]:
+        if self.vi.is_static(sel):
+            return self._static_score(sel)
+        if isinstance(sel, E.SelectorAnd):
+            t1, m1, r1 = self.score(sel.fst)
+            t2, m2, r2 = self.score(sel.snd)
+            return t1 + t2, m1 + m2, max(r1, r2)
+        if isinstance(sel, E.Select):
+            return self._select_score(sel)
+        if isinstance(sel, (E.SelectorOr, E.SelectorNot)):
+            return self._joint_score(sel)
+        raise UnsupportedError(f"{self.label(sel)}: cannot compile {type(sel).__name__}")
+
+    def _static_score(self, sel: E.Selector) -> tuple[tuple, float, int]:
+        if (
+            isinstance(sel, E.Select)
+            and sel.predicate is E.Comparison.EQ
+            and _integer_valued(self.vi.static_values(sel.keys))
+            and _integer_valued(self.vi.static_values(sel.queries))
+        ):
+            fq = self.numeric_static(sel.queries)
+            fk = self.numeric_static(sel.keys)
+            sq = self.static_square(sel.queries)
+            sk = self.static_square(sel.keys)
+            return self._quadratic(fq, sq, fk, sk, 1.0), 1.0, 0
+        m = self.vi.static_matrix(sel)
+        for i in range(self.L):
+            self.position_dir(i)
+        terms = tuple((f"pos:{q}", f"pos:{k}", 1.0) for q, k in zip(*np.nonzero(m)))
+        return terms, 1.0, 0
+
+    def position_dir(self, i: int) -> str:
+        d = f"pos:{i}"
+        if d not in self.static_embed:
+            self.new_dir(d)
+            arr = np.zeros(self.L)
+            arr[i] = 1.0
+            self.static_embed[d] = arr
+        return d
+
+    def numeric_static(self, e: E.SOp) -> dict[str, float]:
+        key = f"{self.label(e)}@num"
+        if key not in self.static_embed:
+            self.new_dir(key)
+            self.static_embed[key] = np.asarray(
+                [float(v) for v in self.vi.static_values(e)], dtype=np.float64
+            )
+        return {key: 1.0}
+
+    def static_square(self, e: E.SOp) -> str:
+        key = f"{self.label(e)}@num^2"
+        if key not in self.static_embed:
+            self.new_dir(key)
+            vals = np.asarray([float(v) for v in self.vi.static_values(e)], dtype=np.float64)
+            self.static_embed[key] = vals * vals
+        return key
+
+    def _quadratic(self, fq: dict, sq: str, fk: dict, sk: str, scale: float) -> tuple:
+        """Scores ``1 - scale * (q - k)^2`` (0 when the key or the query is BOS)."""
+        terms = []
+        for qd, qa in fq.items():
+            for kd, kb in fk.items():
+                terms.append((qd, kd, 2.0 * scale * qa * kb))
+        terms.append((sq, NOTBOS, -scale))
+        terms.append((NOTBOS, sk, -scale))
+        terms.append((NOTBOS, NOTBOS, 1.0))
+        return tuple(terms)
+
+    def _select_score(self, sel: E.Select) -> tuple[tuple, float, int]:
+        pred = sel.predicate
+        kr, qr = self.rep(sel.keys), self.rep(sel.queries)
+        if pred is E.Comparison.TRUE:
+            return ((NOTBOS, NOTBOS, 1.0),), 1.0, 0
+        if pred is E.Comparison.FALSE:
+            return (), 1.0, 0
+        if kr.kind == "cat" and qr.kind == "cat":
+            return self._table_score(sel.keys, sel.queries, pred)
+        kvals, qvals = self.vi.values(sel.keys), self.vi.values(sel.queries)
+        if pred is E.Comparison.EQ:
+            fk, fq = self.numeric_form(sel.keys), self.numeric_form(sel.queries)
+            both = [v for v in (kvals or ()) + (qvals or ()) if v is not None]
+            gap = _min_gap(both) if kvals is not None and qvals is not None else 1.0
+            if kvals is None or qvals is None:
+                for s, f, r in ((sel.keys, fk, kr), (sel.queries, fq, qr)):
+                    if self.vi.values(s) is None:
+                        self.guards.append(
+                            Guard(self.label(s), linear_form(f), r.ready, integer=True)
+                        )
+            sk, rk = self._square_of(sel.keys, fk, kr.ready)
+            sq, rq = self._square_of(sel.queries, fq, qr.ready)
+            terms = self._quadratic(fq, sq, fk, sk, 1.0 / (gap * gap))
+            return terms, 1.0, max(rk, rq)
+        if kvals is not None and qvals is not None:
+            return self._table_score(sel.keys, sel.queries, pred)
+        raise UnsupportedError(
+            f"{self.label(sel)}: compares real-valued S-ops with {_pred_name(pred)}; only "
+            "EQ (on integer values) is supported for S-ops without a finite value set"
+        )
+
+    def _square_of(self, e: E.SOp, form: dict, ready: int) -> tuple[str, int]:
+        if self.vi.is_static(e):
+            return self.static_square(e), 0
+        return self.square(form, ready, self.label(e))
+
+    def _table_score(self, keys: E.SOp, queries: E.SOp, pred: Any) -> tuple[tuple, float, int]:
+        kr, qr = self.categorical_rep(keys), self.categorical_rep(queries)
+        if len(kr.values) * len(qr.values) > MAX_LOOKUP * 20:
+            raise UnsupportedError(
+                f"a selector table over {len(qr.values)} x {len(kr.values)} values is too "
+                "large; reduce the value sets of its keys and queries"
+            )
+        terms = []
+        for qv, qd in zip(qr.values, qr.dims):
+            for kv, kd in zip(kr.values, kr.dims):
+                r = _apply(pred, kv, qv)
+                if r is not _FAILED and r is not None and bool(r):
+                    terms.append((qd, kd, 1.0))
+        return tuple(terms), 1.0, max(kr.ready, qr.ready)
+
+    def _joint_score(self, sel: E.Selector) -> tuple[tuple, float, int]:
+        leaves: list[E.Select] = []
+        _collect_leaves(sel, leaves)
+        keys = _unique([s.keys for s in leaves])
+        queries = _unique([s.queries for s in leaves])
+        kj = keys[0] if len(keys) == 1 else E.SequenceMap(lambda *a: tuple(a), *keys)
+        qj = queries[0] if len(queries) == 1 else E.SequenceMap(lambda *a: tuple(a), *queries)
+        kpos = {s.uid: i for i, s in enumerate(keys)}
+        qpos = {s.uid: i for i, s in enumerate(queries)}
+
+        def pred(k, q):
+            kt = k if len(keys) > 1 else (k,)
+            qt = q if len(queries) > 1 else (q,)
+            return _eval_selector(sel, kt, qt, kpos, qpos)
+
+        return self._table_score(kj, qj, pred)
+
+    # -- aggregation ---------------------------------------------------------------------------
+    def _aggregate(self, e: E.Aggregate) -> Rep:
+        label = self.label(e)
+        terms, max_score, sel_ready = self.score(e.selector)
+        numeric = E.is_numerical(e) or e.reduction == "sum"
+        if numeric:
+            vform = self.numeric_form(e.sop)
+            vready = self.rep(e.sop).ready
+        else:
+            vrep = self.categorical_rep(e.sop)
+            vready = vrep.ready
+        stage = attn_stage(max(sel_ready, vready))
+        default = e.default
+        if numeric:
+            d = self.new_dir(label if e.reduction == "mean" else f"{label}@mean")
+            ov = tuple((k, d, v) for k, v in vform.items())
+            rep = Rep("num", stage, form={d: 1.0})
+        else:
+            dims = tuple(self.new_dir(f"{label}:{value_text(v)}") for v in vrep.values)
+            ov = tuple((src, dst, 1.0) for src, dst in zip(vrep.dims, dims))
+            rep = Rep("cat", stage, values=vrep.values, dims=dims)
+        flag = None
+        has_default = (numeric and default not in (None, 0, 0.0)) or (
+            not numeric and default is not None
+        )
+        if has_default:
+            flag = self.new_dir(self.fresh(f"{label}@empty"))
+            ov = ov + ((BOS, flag, 1.0),)
+        self.heads.append((stage, self._head(label, terms, ov, "mean", max_score)))
+        if e.reduction == "sum":
+            rep = self._sum_from_mean(e, label, rep)
+        if has_default:
+            rep = self._apply_default(label, rep, flag, stage, default, numeric)
+        return rep
+
+    def _head(self, label: str, terms: tuple, ov: tuple, mode: str, max_score: float) -> Head:
+        bos = max_score - 0.5 if mode == "mean" else max_score
+        qk = terms + ((NOTBOS, BOS, bos), (BOS, BOS, BIG))
+        return Head(label, qk, ov, mode, max_score)
+
+    def _apply_default(
+        self, label: str, rep: Rep, flag: str, stage: int, default: Any, numeric: bool
+    ) -> Rep:
+        """Adds the default where nothing was selected: ``flag * notbos`` (bilinear)."""
+        mstage = mlp_stage(stage)
+        if numeric:
+            d = self.new_dir(self.fresh(f"{label}@default"))
+            out = ((d, float(default)),)
+            unit = BilinearUnit(self.unit_name(label), ((flag, 1.0),), ((NOTBOS, 1.0),), out)
+            self.units.append((mstage, unit))
+            form = dict(rep.form)
+            form[d] = 1.0
+            return Rep("num", mstage, form=form)
+        values = rep.values
+        dims = rep.dims
+        if not any(_same(v, default) for v in values):
+            values = values + (default,)
+            dims = dims + (self.new_dir(f"{label}:{value_text(default)}"),)
+        index = {value_key(v): d for v, d in zip(values, dims)}
+        out = ((index[value_key(default)], 1.0),)
+        unit = BilinearUnit(self.unit_name(label), ((flag, 1.0),), ((NOTBOS, 1.0),), out)
+        self.units.append((mstage, unit))
+        return Rep("cat", mstage, values=values, dims=dims)
+
+    def _sum_from_mean(self, e: E.Aggregate, label: str, mean: Rep) -> Rep:
+        sel = e.selector
+        if self.vi.is_static(sel) and (self.vi.fixed_length or self.vi.causal):
+            m = self.vi.static_matrix(sel)
+            counts = m.sum(axis=1).astype(np.float64)
+            if np.all(counts == counts[0]):
+                c = float(counts[0])
+                form = {k: v * c for k, v in mean.form.items()}
+                self.realisations.append(Realisation(label, "sum (static count)", "exact", 0))
+                return Rep("num", mean.ready, form=form)
+            cd = self.new_dir(self.fresh(f"{label}@count"))
+            self.static_embed[cd] = counts
+            self.realisations.append(Realisation(label, "sum (mean x count)", "exact", 1))
+            return self._product(self.fresh(label), mean.form, {cd: 1.0}, mean.ready)
+        width = E.numerical(E.SelectorWidth(sel))
+        wrep = self.rep(width)
+        self.realisations.append(Realisation(label, "sum (mean x width)", "exact", 1))
+        return self._product(self.fresh(label), mean.form, wrep.form, max(mean.ready, wrep.ready))
+
+    def _selector_width(self, e: E.SelectorWidth) -> Rep:
+        label = self.label(e)
+        terms, max_score, ready = self.score(e.selector)
+        stage = attn_stage(ready)
+        r = self.new_dir(self.fresh(f"{label}@inv"))
+        self.heads.append((stage, self._head(label, terms, ((BOS, r, 1.0),), "width", max_score)))
+        # the head reads 1/(w+1); steps between those values give w (gated off at BOS)
+        ws = list(range(self.L + 1))
+        in_vals = [1.0 / (w + 1) for w in ws]
+        table = {value_key(1.0 / (w + 1)): w for w in ws}
+        return self._discretise(
+            label,
+            {r: 1.0},
+            stage,
+            in_vals,
+            table,
+            None,
+            num_out=E.is_numerical(e),
+            bos_guard=2.0,  # the head reads 1 at BOS; this keeps every step off there
+        )
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+_FAILED = object()
+
+
+def _apply(f: Any, *args: Any) -> Any:
+    if any(a is None for a in args):
+        return None
+    try:
+        return f(*args)
+    except Exception:
+        return _FAILED
+
+
+def _same(a: Any, b: Any) -> bool:
+    return value_key(a) == value_key(b) or (_is_num(a) and _is_num(b) and float(a) == float(b))
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _as_number(x: float) -> Any:
+    return int(x) if float(x).is_integer() else x
+
+
+def _lf(d: dict) -> tuple:
+    return linear_form(d)
+
+
+def vec_sub(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0.0) - v
+    return {k: v for k, v in out.items() if v != 0}
+
+
+def _product(lists: list[list]) -> list[tuple]:
+    out: list[tuple] = [()]
+    for items in lists:
+        out = [o + (it,) for o in out for it in items]
+    return out
+
+
+def _integer_valued(vals: Sequence[Any]) -> bool:
+    try:
+        return all(v is not None and float(v).is_integer() for v in vals)
+    except (TypeError, ValueError):
+        return False
+
+
+def _min_gap(vals: Sequence[Any]) -> float:
+    xs = sorted({float(v) for v in vals})
+    gaps = [b - a for a, b in zip(xs, xs[1:])]
+    return min(gaps) if gaps else 1.0
+
+
+def _pred_name(pred: Any) -> str:
+    return pred.name if isinstance(pred, E.Comparison) else getattr(pred, "__name__", "a function")
+
+
+def _collect_leaves(sel: E.Selector, out: list) -> None:
+    if isinstance(sel, E.Select):
+        out.append(sel)
+        return
+    if isinstance(sel, E.ConstantSelector):
+        raise UnsupportedError("a ConstantSelector inside a dynamic Or/Not is not supported")
+    for c in sel.children:
+        _collect_leaves(c, out)
+
+
+def _unique(sops: list[E.SOp]) -> list[E.SOp]:
+    seen: set[int] = set()
+    out = []
+    for s in sops:
+        if s.uid not in seen:
+            seen.add(s.uid)
+            out.append(s)
+    return out
+
+
+def _eval_selector(sel: E.Selector, kt: tuple, qt: tuple, kpos: dict, qpos: dict) -> bool:
+    if isinstance(sel, E.Select):
+        k = kt[kpos[sel.keys.uid]]
+        q = qt[qpos[sel.queries.uid]]
+        r = _apply(sel.predicate, k, q)
+        return bool(r) if r is not _FAILED and r is not None else False
+    if isinstance(sel, E.SelectorAnd):
+        return _eval_selector(sel.fst, kt, qt, kpos, qpos) and _eval_selector(
+            sel.snd, kt, qt, kpos, qpos
+        )
+    if isinstance(sel, E.SelectorOr):
+        return _eval_selector(sel.fst, kt, qt, kpos, qpos) or _eval_selector(
+            sel.snd, kt, qt, kpos, qpos
+        )
+    if isinstance(sel, E.SelectorNot):
+        return not _eval_selector(sel.inner, kt, qt, kpos, qpos)
+    raise UnsupportedError(f"cannot compile {type(sel).__name__} inside Or/Not")
+
+
+__all__ = ["Lowerer", "Rep", "Guard", "Realisation", "UnsupportedError", "math"]

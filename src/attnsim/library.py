@@ -1,0 +1,81 @@
+"""The classic RASP programs: tracr's library and the original RASP paper's library.
+
+This module re-exports :mod:`attnsim.rasp.library`, so that ``from attnsim import library``
+works the way ``from tracr.compiler import lib`` does.
+
+>>> from attnsim import library, rasp
+>>> rasp.evaluate(library.make_reverse(rasp.tokens), list("abc"))
+['c', 'b', 'a']
+"""
+
+from attnsim.rasp.library import (
+    PROGRAMS,
+    LibraryProgram,
+    contains,
+    count,
+    detect_pattern,
+    load_from_location,
+    make_count,
+    make_count_less_freq,
+    make_dyck1_ptf,
+    make_dyck2_ptf,
+    make_dyck3_ptf,
+    make_dyck_ptf,
+    make_frac_prevs,
+    make_hist,
+    make_length,
+    make_nary_sequencemap,
+    make_pair_balance,
+    make_reverse,
+    make_shuffle_dyck,
+    make_shuffle_dyck2,
+    make_sort,
+    make_sort_freq,
+    make_sort_unique,
+    mark_first_instance,
+    mark_last_instance,
+    maximum,
+    minimum,
+    select_from_first,
+    select_from_last,
+    shift,
+    shift_by,
+    sort,
+    sort_by_most_freq,
+)
+
+__all__ = [
+    "PROGRAMS",
+    "LibraryProgram",
+    "contains",
+    "count",
+    "detect_pattern",
+    "load_from_location",
+    "make_count",
+    "make_count_less_freq",
+    "make_dyck1_ptf",
+    "make_dyck2_ptf",
+    "make_dyck3_ptf",
+    "make_dyck_ptf",
+    "make_frac_prevs",
+    "make_hist",
+    "make_length",
+    "make_nary_sequencemap",
+    "make_pair_balance",
+    "make_reverse",
+    "make_shuffle_dyck",
+    "make_shuffle_dyck2",
+    "make_sort",
+    "make_sort_freq",
+    "make_sort_unique",
+    "mark_first_instance",
+    "mark_last_instance",
+    "maximum",
+    "minimum",
+    "select_from_first",
+    "select_from_last",
+    "shift",
+    "shift_by",
+    "sort",
+    "sort_by_most_freq",
+]

@@ -1,0 +1,268 @@
+"""Run the matrix programs on numpy arrays: lay operands out, interpret, read results back.
+
+These wrappers evaluate the RASP programs of :mod:`attnsim.matrix.programs` with the exact
+reference interpreter. Each takes one matrix or a batch (a leading batch axis) and returns
+numpy arrays of the same kind. Programs are built once per shape and cached.
+
+>>> import numpy as np
+>>> matmul(np.array([[1.0, 2.0]]), np.array([[3.0], [4.0]])).tolist()
+[[11.0]]
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from attnsim import rasp
+from attnsim.matrix import layout, programs
+
+__all__ = [
+    "SingularMatrixError",
+    "run",
+    "transpose",
+    "matmul",
+    "softmax",
+    "relu",
+    "maxmin",
+    "bias_add",
+    "det",
+    "inverse",
+]
+
+
+class SingularMatrixError(ValueError):
+    """The matrix is singular, or too ill-conditioned for a certified inverse."""
+
+
+_build = functools.lru_cache(maxsize=None)
+
+
+@_build
+def _program(name: str, *args: object) -> rasp.SOp:
+    return getattr(programs, name)(*args)
+
+
+def run(program: rasp.SOp, seqs: np.ndarray) -> np.ndarray:
+    """Evaluates a numerical program on a batch of sequences.
+
+    Args:
+        program: a RASP S-op.
+        seqs: a float array ``[batch, n]``, or one sequence ``[n]``.
+
+    Returns:
+        A float64 array of the same shape.
+
+    Raises:
+        ValueError: ``seqs`` is not 1-D or 2-D.
+
+    >>> run(programs.scale(2.0), np.array([1.0, 2.0])).tolist()
+    [2.0, 4.0]
+    """
+    arr = np.asarray(seqs, dtype=np.float64)
+    if arr.ndim not in (1, 2):
+        raise ValueError(f"expected a sequence [n] or a batch [batch, n], got shape {arr.shape}")
+    batch = arr[None] if arr.ndim == 1 else arr
+    if batch.shape[0] == 0:
+        return np.zeros_like(arr)
+    out = np.asarray(rasp.evaluate_batch(program, batch), dtype=np.float64)
+    return out[0] if arr.ndim == 1 else out
+
+
+def _batched(m: np.ndarray | list, ndim: int, what: str) -> tuple[np.ndarray, bool]:
+    arr = np.asarray(m, dtype=np.float64)
+    if arr.ndim == ndim:
+        return arr[None], False
+    if arr.ndim == ndim + 1:
+        return arr, True
+    raise ValueError(
+        f"{what} must have {ndim} axes (or {ndim + 1} with a batch axis), got {arr.shape}"
+    )
+
+
+def _single(out: np.ndarray, batched: bool) -> np.ndarray:
+    return out if batched else out[0]
+
+
+def transpose(m: np.ndarray | list) -> np.ndarray:
+    """``m.T`` computed by :func:`attnsim.matrix.programs.transpose`.
+
+    Args:
+        m: a matrix ``[r, c]`` or a batch ``[batch, r, c]``.
+
+    Returns:
+        ``[c, r]`` (or ``[batch, c, r]``).
+
+    Raises:
+        ValueError: wrong number of axes.
+
+    >>> transpose([[1.0, 2.0]]).tolist()
+    [[1.0], [2.0]]
+    """
+    arr, batched = _batched(m, 2, "m")
+    _, r, c = arr.shape
+    out = run(_program("transpose", r, c), layout.pack_batch(arr))
+    return _single(layout.unflatten(out, (c, r)), batched)
+
+
+def matmul(a: np.ndarray | list, b: np.ndarray | list) -> np.ndarray:
+    """``a @ b`` computed by :func:`attnsim.matrix.programs.matmul`.
+
+    Args:
+        a: ``[r, k]`` (or ``[batch, r, k]``).
+        b: ``[k, c]`` (or ``[batch, k, c]``).
+
+    Returns:
+        ``[r, c]`` (or ``[batch, r, c]``).
+
+    Raises:
+        ValueError: the shapes do not match.
+
+    >>> matmul([[1.0, 0.0], [0.0, 2.0]], [[3.0], [4.0]]).tolist()
+    [[3.0], [8.0]]
+    """
+    aa, batched = _batched(a, 2, "a")
+    bb, batched_b = _batched(b, 2, "b")
+    if batched != batched_b or aa.shape[0] != bb.shape[0] or aa.shape[2] != bb.shape[1]:
+        raise ValueError(f"cannot multiply shapes {np.shape(a)} and {np.shape(b)}")
+    _, r, k = aa.shape
+    c = bb.shape[2]
+    length = programs.matmul_input_length(r, k, c)
+    out = run(_program("matmul", r, k, c), layout.pack_batch(aa, bb, length=length))
+    return _single(layout.unflatten(out, (r, c)), batched)
+
+
+def softmax(s: np.ndarray | list) -> np.ndarray:
+    """Row-wise softmax computed by :func:`attnsim.matrix.programs.softmax`.
+
+    Args:
+        s: ``[r, c]`` (or ``[batch, r, c]``).
+
+    Returns:
+        The same shape.
+
+    Raises:
+        ValueError: wrong number of axes.
+
+    >>> softmax([[0.0, 0.0]]).tolist()
+    [[0.5, 0.5]]
+    """
+    arr, batched = _batched(s, 2, "s")
+    _, r, c = arr.shape
+    out = run(_program("softmax", r, c), layout.pack_batch(arr))
+    return _single(layout.unflatten(out, (r, c)), batched)
+
+
+def relu(x: np.ndarray | list) -> np.ndarray:
+    """``max(x, 0)`` computed by :func:`attnsim.matrix.programs.relu` (a sequence or a batch).
+
+    >>> relu([-1.0, 1.0]).tolist()
+    [0.0, 1.0]
+    """
+    return run(_program("relu"), np.asarray(x, dtype=np.float64))
+
+
+def maxmin(x: np.ndarray | list) -> np.ndarray:
+    """GroupSort-2 computed by :func:`attnsim.matrix.programs.maxmin` (a sequence or a batch).
+
+    >>> maxmin([1.0, 2.0, 3.0]).tolist()
+    [2.0, 1.0, 3.0]
+    """
+    return run(_program("maxmin"), np.asarray(x, dtype=np.float64))
+
+
+def bias_add(m: np.ndarray | list, bias: np.ndarray | list) -> np.ndarray:
+    """``m + bias`` (bias broadcast over rows) computed by :func:`programs.bias_add`.
+
+    Args:
+        m: ``[r, c]`` (or ``[batch, r, c]``).
+        bias: ``[c]`` (or ``[batch, c]``).
+
+    Returns:
+        ``[r, c]`` (or ``[batch, r, c]``).
+
+    Raises:
+        ValueError: the shapes do not match.
+
+    >>> bias_add([[1.0, 2.0]], [10.0, 20.0]).tolist()
+    [[11.0, 22.0]]
+    """
+    mm, batched = _batched(m, 2, "m")
+    bb, batched_b = _batched(bias, 1, "bias")
+    if batched != batched_b or mm.shape[0] != bb.shape[0] or mm.shape[2] != bb.shape[1]:
+        raise ValueError(f"cannot add a bias of shape {np.shape(bias)} to {np.shape(m)}")
+    _, r, c = mm.shape
+    out = run(_program("bias_add", r, c), layout.pack_batch(mm, bb))
+    return _single(layout.unflatten(out, (r, c)), batched)
+
+
+def _square(m: np.ndarray | list) -> tuple[np.ndarray, bool, int]:
+    arr, batched = _batched(m, 2, "m")
+    if arr.shape[1] != arr.shape[2]:
+        raise ValueError(f"expected a square matrix, got shape {np.shape(m)}")
+    return arr, batched, arr.shape[1]
+
+
+def det(m: np.ndarray | list, method: str | None = None) -> np.ndarray | float:
+    """The determinant computed by :func:`attnsim.matrix.programs.det`.
+
+    Args:
+        m: ``[n, n]`` (or ``[batch, n, n]``).
+        method: see :func:`attnsim.matrix.programs.det`.
+
+    Returns:
+        A float (or an array ``[batch]``).
+
+    Raises:
+        ValueError: the matrix is not square.
+
+    >>> det([[2.0, 1.0], [1.0, 3.0]])
+    5.0
+    """
+    arr, batched, n = _square(m)
+    out = run(_program("det", n, method), layout.pack_batch(arr))[:, 0]
+    return out if batched else float(out[0])
+
+
+def inverse(
+    m: np.ndarray | list, method: str | None = None, check: bool = True, rtol: float = 1e-8
+) -> np.ndarray:
+    """The inverse computed by :func:`attnsim.matrix.programs.inverse`, certified on request.
+
+    Args:
+        m: ``[n, n]`` (or ``[batch, n, n]``).
+        method: see :func:`attnsim.matrix.programs.inverse`.
+        check: evaluate :func:`attnsim.matrix.programs.singular_flag` too and raise when any
+            matrix of the batch is flagged.
+        rtol: the largest accepted residual ``|A X - I|_F``.
+
+    Returns:
+        ``[n, n]`` (or ``[batch, n, n]``).
+
+    Raises:
+        ValueError: the matrix is not square. SingularMatrixError: ``check`` and a matrix is
+            singular or too ill-conditioned for ``rtol``.
+
+    >>> inverse([[0.0, 1.0], [2.0, 0.0]]).tolist()
+    [[0.0, 0.5], [1.0, 0.0]]
+    """
+    arr, batched, n = _square(m)
+    seqs = layout.pack_batch(arr)
+    out = layout.unflatten(run(_program("inverse", n, method), seqs), (n, n))
+    if check:
+        flag = run(_checker(n, method, float(rtol)), seqs)[:, 0]
+        if not np.all(flag == 0):  # nonzero or nan
+            bad = np.flatnonzero(~(flag == 0)).tolist()
+            where = f" (batch entries {bad[:10]})" if batched else ""
+            raise SingularMatrixError(
+                f"the {n}x{n} matrix is singular or too ill-conditioned: the inverse's "
+                f"residual |AX - I|_F exceeds rtol={rtol}{where}; pass check=False to get "
+                "the raw output"
+            )
+    return _single(out, batched)
+
+
+@_build
+def _checker(n: int, method: str | None, rtol: float) -> rasp.SOp:
+    return programs.singular_flag(n, rtol, _program("inverse", n, method))

@@ -1,0 +1,83 @@
+"""The compiled model's configuration: one frozen dataclass, every field explained."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class AttentionMode(str, enum.Enum):
+    """How a head turns scores into weights."""
+
+    HARD = "hard"  # average-hard attention: mean over the keys with the maximal score
+    SOFTMAX = "softmax"  # softmax(beta * scores)
+
+
+NATIVE_KINDS = ("exp", "log", "sqrt", "reciprocal")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and modes of a compiled transformer.
+
+    Attributes:
+        n_layers: number of blocks (attention sublayer, then MLP sublayer).
+        d_model: residual stream width.
+        n_heads: heads per layer (unused heads have zero weights).
+        d_head: width of each head's query/key and value spaces.
+        d_mlp: ReLU units per layer.
+        d_bilinear: bilinear (product) units per layer.
+        d_native: units per layer for each declared elementwise function (kind -> count).
+        n_ctx: positions, BOS included (max_seq_len + 1).
+        d_vocab: rows of the token embedding (categorical tokens and BOS).
+        numerical_tokens: tokens also enter as a real value times a learned direction.
+        attention: hard or softmax.
+        beta: inverse temperature of softmax mode (scores are multiplied by it).
+        hard_tolerance: in hard mode, keys within this of the best score count as best
+            (the compiler keeps score gaps >= 0.5).
+        causal: each query sees only keys at positions <= its own.
+        dtype: "float64" or "float32".
+    """
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+    d_mlp: int
+    d_bilinear: int
+    n_ctx: int
+    d_vocab: int
+    d_native: dict[str, int] = field(default_factory=dict)
+    numerical_tokens: bool = False
+    attention: AttentionMode = AttentionMode.HARD
+    beta: float = 100.0
+    hard_tolerance: float = 0.25
+    causal: bool = False
+    dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ModelConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.n_ctx < 1 or self.d_vocab < 1:
+            raise ValueError(
+                f"ModelConfig needs n_ctx >= 1 and d_vocab >= 1, got {self.n_ctx}, {self.d_vocab}"
+            )
+        unknown = set(self.d_native) - set(NATIVE_KINDS)
+        if unknown:
+            raise ValueError(
+                f"unknown native units {sorted(unknown)}; expected some of {NATIVE_KINDS}"
+            )
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        object.__setattr__(self, "attention", AttentionMode(self.attention))
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["attention"] = self.attention.value
+        d["d_native"] = dict(self.d_native)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> ModelConfig:
+        return cls(**d)

@@ -1,0 +1,962 @@
+"""The simulated layer T as validated, immutable data, and adapters from torch modules.
+
+A target is one of:
+
+- :class:`AttentionSpec`: multi-head self-attention given by its factors
+  (``W_Q, W_K, W_V, W_O`` and biases), as a torch module stores it;
+- :class:`MergedAttention`: the same layer in the merged form a simulator reads, per head a
+  bilinear score form ``A_h = scale * W_Q,h W_K,h^T`` with its bias terms and an output map
+  ``W_OV,h = W_V,h W_O,h`` (the paper's ``T(X) = softmax(X A X^T) X V`` is one such head);
+- :class:`EncoderLayerSpec`: a whole encoder layer, attention plus a feed-forward block
+  (:class:`FeedForwardSpec`) with residual connections and optional LayerNorms
+  (:class:`LayerNormSpec`) before (``norm_first``) or after each sublayer.
+
+Every array is stored as a detached float64 ``torch.Tensor`` (a private copy of what was
+passed in); treat it as read-only. Shapes follow TransformerLens (rows are inputs, so a
+layer computes ``x @ W``). Glossary: ``n`` positions, ``d_model`` model width ``d``,
+``n_heads`` heads ``h``, ``d_head`` width of one head, ``d_mlp`` hidden width of the FFN.
+
+Biases in the scores. With query and key biases the score of query ``i`` and key ``j`` is
+``scale * (x_i W_Q + b_Q)(x_j W_K + b_K)^T``, which expands to
+
+``x_i A x_j^T + x_i . a_query + x_j . a_key + a_const``, with ``A = scale W_Q W_K^T``,
+``a_query = scale W_Q b_K^T``, ``a_key = scale W_K b_Q^T``, ``a_const = scale b_Q . b_K``.
+
+:class:`AttentionSpec` keeps the factors and biases exactly as given; :class:`MergedAttention`
+keeps the four score terms separately, and :meth:`MergedAttention.augmented` folds them into
+one ``(d+1) x (d+1)`` form over ``[x, 1]`` (a constant-1 feature appended to every position),
+so that ``S_h = X~ A~_h X~^T`` with no separate bias. ``a_query`` and ``a_const`` are constant
+along a query's row and so do not change the softmax; they are kept anyway so that the scores
+themselves are reproduced. Likewise the value bias gives ``softmax(S) 1 b_OV = 1 b_OV`` (rows
+sum to one), so it could be folded into ``b_O``; it is kept per head
+(:meth:`MergedAttention.output_bias` gives the folded constant).
+
+>>> spec = random_attention(2, 4, seed=0)
+>>> spec.n_heads, spec.d_model, spec.d_head
+(2, 4, 2)
+>>> merged = spec.merged()
+>>> tuple(merged.A.shape), tuple(merged.W_OV.shape)
+((2, 4, 4), (2, 4, 4))
+"""
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = [
+    "Activation",
+    "AttentionSpec",
+    "MergedAttention",
+    "LayerNormSpec",
+    "FeedForwardSpec",
+    "EncoderLayerSpec",
+    "from_torch",
+    "random_attention",
+    "random_encoder_layer",
+    "with_logit_scale",
+]
+
+Tensor = torch.Tensor
+DTYPE = torch.float64  # every stored array has this dtype
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def _tensor(value: Any, where: str) -> Tensor:
+    """Return a private float64 copy of ``value``; reject non-numeric and non-finite input."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(
+                f"{where} must be a real array (torch.Tensor, numpy array or nested lists of "
+                f"numbers), got {type(value).__name__}; pass the weights as numbers"
+            ) from err
+    if t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(
+            f"{where} must hold real numbers, got dtype {t.dtype}; convert it to a float dtype"
+        )
+    t = t.to(device="cpu", dtype=DTYPE).clone()
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        count = int(bad.sum())
+        entries = "entry" if count == 1 else "entries"
+        raise ValueError(
+            f"{where} has {count} non-finite {entries} (first: {t[first].item()} at index "
+            f"{first}); expected finite numbers; replace NaN/Inf before building the spec"
+        )
+    return t
+
+
+def _shaped(value: Any, where: str, shape: tuple[int, ...], names: str) -> Tensor:
+    """Convert ``value`` with :func:`_tensor` and check that it has exactly ``shape``."""
+    t = _tensor(value, where)
+    if tuple(t.shape) != shape:
+        raise ValueError(
+            f"{where} must have shape {names} = {shape}, got {tuple(t.shape)}; "
+            f"check its orientation (rows are inputs: a layer computes x @ W) and its sizes"
+        )
+    return t
+
+
+def _optional(value: Any, where: str, shape: tuple[int, ...], names: str) -> Tensor:
+    """Like :func:`_shaped`, but ``None`` becomes zeros of ``shape``."""
+    if value is None:
+        return torch.zeros(shape, dtype=DTYPE)
+    return _shaped(value, where, shape, names)
+
+
+def _sizes(value: Any, where: str, ndim: int, names: str) -> tuple[int, ...]:
+    """Convert ``value``, check its rank and that no size is zero; return its shape."""
+    t = _tensor(value, where)
+    if t.ndim != ndim:
+        raise ValueError(
+            f"{where} must have {ndim} dimensions {names}, got shape {tuple(t.shape)}; "
+            f"for a single head add a leading head axis (W[None])"
+        )
+    if min(t.shape) < 1:
+        raise ValueError(
+            f"{where} has shape {tuple(t.shape)}, but every size in {names} must be positive; "
+            f"a layer needs at least one head, one feature and one hidden unit"
+        )
+    return tuple(t.shape)
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # frozen dataclass: only __post_init__ writes
+
+
+def _check_bool(value: Any, where: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{where} must be a bool, got {value!r}; pass True or False")
+
+
+def _check_real(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{where} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must be finite, got {value}; pass a finite number")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+
+
+@dataclass(frozen=True, eq=False)
+class MergedAttention:
+    """Multi-head self-attention in merged form: score terms and output maps per head.
+
+    ``S_h[i, j] = x_i A_h x_j^T + x_i . a_query_h + x_j . a_key_h + a_const_h`` (keys ``j`` with
+    ``j > i`` removed when ``causal``) and
+    ``T(X) = sum_h softmax_rows(S_h) (X W_OV_h + 1 b_OV_h) + 1 b_O``.
+    Any scale is already folded into the score terms.
+
+    Args:
+        A: ``[n_heads, d_model, d_model]`` bilinear score forms.
+        W_OV: ``[n_heads, d_model, d_model]`` value-then-output maps ``W_V,h W_O,h``.
+        a_query: ``[n_heads, d_model]`` query-side linear score term; ``None`` means zeros.
+        a_key: ``[n_heads, d_model]`` key-side linear score term; ``None`` means zeros.
+        a_const: ``[n_heads]`` constant score term; ``None`` means zeros.
+        b_OV: ``[n_heads, d_model]`` value bias after the output map; ``None`` means zeros.
+        b_O: ``[d_model]`` output bias; ``None`` means zeros.
+        causal: whether query ``i`` only sees keys ``j <= i``.
+
+    Raises:
+        TypeError: an array is not numeric, or ``causal`` is not a bool.
+        ValueError: shapes disagree, a size is zero, or a value is NaN/Inf.
+
+    Example (the paper's single head ``softmax(X A X^T) X V``):
+
+    >>> import torch
+    >>> A, V = torch.eye(3), 2 * torch.eye(3)
+    >>> head = MergedAttention(A=A[None], W_OV=V[None])
+    >>> head.n_heads, head.d_model, head.causal
+    (1, 3, False)
+    """
+
+    A: Tensor
+    W_OV: Tensor
+    a_query: Tensor | None = None
+    a_key: Tensor | None = None
+    a_const: Tensor | None = None
+    b_OV: Tensor | None = None
+    b_O: Tensor | None = None
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        h, d, d2 = _sizes(self.A, "MergedAttention.A", 3, "[n_heads, d_model, d_model]")
+        if d2 != d:
+            raise ValueError(
+                f"MergedAttention.A must be square per head, [n_heads, d_model, d_model], got "
+                f"shape {(h, d, d2)}; A_h = scale * W_Q,h W_K,h^T is d_model x d_model"
+            )
+        hd, hdd = "[n_heads, d_model]", "[n_heads, d_model, d_model]"
+        _set(self, "A", _shaped(self.A, "MergedAttention.A", (h, d, d), hdd))
+        _set(self, "W_OV", _shaped(self.W_OV, "MergedAttention.W_OV", (h, d, d), hdd))
+        _set(self, "a_query", _optional(self.a_query, "MergedAttention.a_query", (h, d), hd))
+        _set(self, "a_key", _optional(self.a_key, "MergedAttention.a_key", (h, d), hd))
+        _set(self, "a_const", _optional(self.a_const, "MergedAttention.a_const", (h,), "[n_heads]"))
+        _set(self, "b_OV", _optional(self.b_OV, "MergedAttention.b_OV", (h, d), hd))
+        _set(self, "b_O", _optional(self.b_O, "MergedAttention.b_O", (d,), "[d_model]"))
+        _check_bool(self.causal, "MergedAttention.causal")
+
+    @property
+    def n_heads(self) -> int:
+        """Number of heads ``h``."""
+        return self.A.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        """Model width ``d``."""
+        return self.A.shape[1]
+
+    def merged(self) -> "MergedAttention":
+        """Return ``self`` (already merged); lets callers merge any attention spec.
+
+        Returns:
+            This spec.
+
+        >>> head = MergedAttention(A=[[[1.0]]], W_OV=[[[1.0]]])
+        >>> head.merged() is head
+        True
+        """
+        return self
+
+    def augmented(self) -> tuple[Tensor, Tensor]:
+        """Fold all bias terms into forms over the augmented input ``X~ = [X, 1]``.
+
+        With ``X~`` of shape ``[n, d_model + 1]`` (a constant-1 feature appended),
+        ``S_h = X~ A~_h X~^T`` and ``T(X) = sum_h softmax_rows(S_h) X~ W~_OV_h + 1 b_O``.
+
+        Returns:
+            ``(A_aug, W_OV_aug)`` of shapes ``[n_heads, d+1, d+1]`` and ``[n_heads, d+1, d]``:
+            ``A_aug = [[A, a_query], [a_key^T, a_const]]``, ``W_OV_aug = [[W_OV], [b_OV]]``.
+
+        >>> head = MergedAttention(A=[[[2.0]]], W_OV=[[[1.0]]], a_key=[[3.0]], b_OV=[[5.0]])
+        >>> A_aug, W_aug = head.augmented()
+        >>> A_aug[0].tolist(), W_aug[0].tolist()
+        ([[2.0, 0.0], [3.0, 0.0]], [[1.0], [5.0]])
+        """
+        h, d = self.n_heads, self.d_model
+        A_aug = torch.zeros(h, d + 1, d + 1, dtype=DTYPE)
+        A_aug[:, :d, :d] = self.A
+        A_aug[:, :d, d] = self.a_query  # x_i . a_query: multiplies the key's constant 1
+        A_aug[:, d, :d] = self.a_key  # x_j . a_key: multiplies the query's constant 1
+        A_aug[:, d, d] = self.a_const
+        W_aug = torch.cat([self.W_OV, self.b_OV[:, None, :]], dim=1)  # [h, d+1, d]
+        return A_aug, W_aug
+
+    def output_bias(self) -> Tensor:
+        """The constant added to every output row: ``b_O + sum_h b_OV_h``.
+
+        Valid because each softmax row sums to one.
+
+        Returns:
+            ``[d_model]`` tensor.
+
+        >>> head = MergedAttention(A=[[[0.0]]], W_OV=[[[1.0]]], b_OV=[[2.0]], b_O=[1.0])
+        >>> head.output_bias().tolist()
+        [3.0]
+        """
+        return self.b_O + self.b_OV.sum(0)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionSpec:
+    """Multi-head self-attention given by its factors, as a torch module stores it.
+
+    Per head ``h``: ``Q_h = X W_Q,h + b_Q,h``, ``K_h = X W_K,h + b_K,h``,
+    ``S_h = scale * Q_h K_h^T`` (causal: keys after the query removed), and
+    ``T(X) = sum_h softmax_rows(S_h) (X W_V,h + b_V,h) W_O,h + b_O``.
+
+    Args:
+        W_Q: ``[n_heads, d_model, d_head]`` query weights.
+        W_K: ``[n_heads, d_model, d_head]`` key weights.
+        W_V: ``[n_heads, d_model, d_head]`` value weights.
+        W_O: ``[n_heads, d_head, d_model]`` (or the concatenated ``[n_heads * d_head,
+            d_model]``) output projection; ``None`` means the identity, allowed only when
+            ``n_heads == 1`` and ``d_head == d_model``.
+        b_Q: ``[n_heads, d_head]`` query bias; ``None`` means zeros (likewise ``b_K``, ``b_V``).
+        b_K: ``[n_heads, d_head]`` key bias.
+        b_V: ``[n_heads, d_head]`` value bias.
+        b_O: ``[d_model]`` output bias; ``None`` means zeros.
+        causal: whether query ``i`` only sees keys ``j <= i``.
+        scale: score scale; ``None`` means ``1 / sqrt(d_head)`` (stored resolved).
+
+    Raises:
+        TypeError: an array is not numeric, ``causal`` is not a bool or ``scale`` not a number.
+        ValueError: shapes disagree, a size is zero, a value is NaN/Inf, or ``W_O`` is
+            missing where it cannot be the identity.
+
+    >>> import torch
+    >>> spec = AttentionSpec(W_Q=torch.ones(1, 4, 4), W_K=torch.ones(1, 4, 4),
+    ...                      W_V=torch.eye(4)[None])
+    >>> spec.scale, tuple(spec.W_O.shape)
+    (0.5, (1, 4, 4))
+    """
+
+    W_Q: Tensor
+    W_K: Tensor
+    W_V: Tensor
+    W_O: Tensor | None = None
+    b_Q: Tensor | None = None
+    b_K: Tensor | None = None
+    b_V: Tensor | None = None
+    b_O: Tensor | None = None
+    causal: bool = False
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        names = "[n_heads, d_model, d_head]"
+        h, d, dh = _sizes(self.W_Q, "AttentionSpec.W_Q", 3, names)
+        shape = (h, d, dh)
+        _set(self, "W_Q", _shaped(self.W_Q, "AttentionSpec.W_Q", shape, names))
+        _set(self, "W_K", _shaped(self.W_K, "AttentionSpec.W_K", shape, names))
+        _set(self, "W_V", _shaped(self.W_V, "AttentionSpec.W_V", shape, names))
+        if self.W_O is None:
+            if h != 1 or dh != d:
+                raise ValueError(
+                    f"AttentionSpec.W_O is None, which means the identity, but that needs "
+                    f"n_heads == 1 and d_head == d_model; got n_heads={h}, d_head={dh}, "
+                    f"d_model={d}; pass W_O of shape [n_heads, d_head, d_model] = {(h, dh, d)}"
+                )
+            W_O = torch.eye(d, dtype=DTYPE)[None]
+        else:
+            W_O = _tensor(self.W_O, "AttentionSpec.W_O")
+            if tuple(W_O.shape) == (h * dh, d):  # concatenated heads, as torch stores it
+                W_O = W_O.reshape(h, dh, d)
+            W_O = _shaped(W_O, "AttentionSpec.W_O", (h, dh, d), "[n_heads, d_head, d_model]")
+        _set(self, "W_O", W_O)
+        hb = "[n_heads, d_head]"
+        _set(self, "b_Q", _optional(self.b_Q, "AttentionSpec.b_Q", (h, dh), hb))
+        _set(self, "b_K", _optional(self.b_K, "AttentionSpec.b_K", (h, dh), hb))
+        _set(self, "b_V", _optional(self.b_V, "AttentionSpec.b_V", (h, dh), hb))
+        _set(self, "b_O", _optional(self.b_O, "AttentionSpec.b_O", (d,), "[d_model]"))
+        _check_bool(self.causal, "AttentionSpec.causal")
+        if self.scale is None:
+            _set(self, "scale", 1.0 / math.sqrt(dh))
+        else:
+            _set(self, "scale", _check_real(self.scale, "AttentionSpec.scale"))
+
+    @property
+    def n_heads(self) -> int:
+        """Number of heads ``h``."""
+        return self.W_Q.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        """Model width ``d``."""
+        return self.W_Q.shape[1]
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head's queries, keys and values."""
+        return self.W_Q.shape[2]
+
+    def merged(self) -> MergedAttention:
+        """Merge the factors into per-head score terms and output maps.
+
+        ``A = scale W_Q W_K^T``, ``a_query = scale W_Q b_K``, ``a_key = scale W_K b_Q``,
+        ``a_const = scale b_Q . b_K``, ``W_OV = W_V W_O``, ``b_OV = b_V W_O``.
+
+        Returns:
+            The equivalent :class:`MergedAttention` (same scores, same outputs).
+
+        >>> spec = random_attention(3, 6, seed=1)
+        >>> m = spec.merged()
+        >>> m.n_heads, tuple(m.A.shape), m.causal == spec.causal
+        (3, (3, 6, 6), True)
+        """
+        s = self.scale
+        return MergedAttention(
+            A=s * self.W_Q @ self.W_K.transpose(1, 2),  # [h, d, dh] @ [h, dh, d] -> [h, d, d]
+            a_query=s * (self.W_Q @ self.b_K[:, :, None])[:, :, 0],  # [h, d]
+            a_key=s * (self.W_K @ self.b_Q[:, :, None])[:, :, 0],  # [h, d]
+            a_const=s * (self.b_Q * self.b_K).sum(-1),  # [h]
+            W_OV=self.W_V @ self.W_O,  # [h, d, dh] @ [h, dh, d] -> [h, d, d]
+            b_OV=(self.b_V[:, None, :] @ self.W_O)[:, 0, :],  # [h, d]
+            b_O=self.b_O,
+            causal=self.causal,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# encoder layer
+
+
+class Activation(str, enum.Enum):
+    """The FFN's elementwise (or pairwise) activation."""
+
+    RELU = "relu"  # max(0, x)
+    GELU = "gelu"  # x * Phi(x), exact (erf), torch's approximate="none"
+    GELU_TANH = "gelu_tanh"  # torch's approximate="tanh"
+    MAXMIN = "maxmin"  # GroupSort-2: hidden pairs (2k, 2k+1) -> (max, min)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerNormSpec:
+    """LayerNorm over the model width: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    ``var`` is the biased variance (divide by ``d_model``), as in ``torch.nn.LayerNorm``.
+
+    Args:
+        weight: ``[d_model]`` gain.
+        bias: ``[d_model]`` shift; ``None`` means zeros.
+        eps: positive constant added to the variance (default ``1e-5``, torch's default).
+
+    Raises:
+        TypeError: an array is not numeric or ``eps`` not a number.
+        ValueError: bad shapes, NaN/Inf, or ``eps <= 0``.
+
+    >>> norm = LayerNormSpec(weight=[1.0, 1.0])
+    >>> norm.d_model, norm.bias.tolist(), norm.eps
+    (2, [0.0, 0.0], 1e-05)
+    """
+
+    weight: Tensor
+    bias: Tensor | None = None
+    eps: float = 1e-5  # torch.nn.LayerNorm's default
+
+    def __post_init__(self) -> None:
+        (d,) = _sizes(self.weight, "LayerNormSpec.weight", 1, "[d_model]")
+        _set(self, "weight", _shaped(self.weight, "LayerNormSpec.weight", (d,), "[d_model]"))
+        _set(self, "bias", _optional(self.bias, "LayerNormSpec.bias", (d,), "[d_model]"))
+        eps = _check_real(self.eps, "LayerNormSpec.eps")
+        if eps <= 0:
+            raise ValueError(
+                f"LayerNormSpec.eps must be positive, got {eps}; use a small positive number "
+                f"such as 1e-5"
+            )
+        _set(self, "eps", eps)
+
+    @property
+    def d_model(self) -> int:
+        """Model width ``d``."""
+        return self.weight.shape[0]
+
+
+@dataclass(frozen=True, eq=False)
+class FeedForwardSpec:
+    """The position-wise FFN: ``act(x W1 + b1) W2 + b2``.
+
+    Args:
+        W1: ``[d_model, d_mlp]`` first layer.
+        W2: ``[d_mlp, d_model]`` second layer.
+        b1: ``[d_mlp]``; ``None`` means zeros.
+        b2: ``[d_model]``; ``None`` means zeros.
+        activation: an :class:`Activation` or its value (``"relu"``, ``"gelu"``,
+            ``"gelu_tanh"``, ``"maxmin"``); ``"maxmin"`` needs an even ``d_mlp``.
+
+    Raises:
+        TypeError: an array is not numeric.
+        ValueError: bad shapes, NaN/Inf, an unknown activation, or an odd ``d_mlp`` with
+            ``"maxmin"``.
+
+    >>> import torch
+    >>> ffn = FeedForwardSpec(W1=torch.ones(2, 4), W2=torch.ones(4, 2), activation="maxmin")
+    >>> ffn.d_model, ffn.d_mlp, ffn.activation.value
+    (2, 4, 'maxmin')
+    """
+
+    W1: Tensor
+    W2: Tensor
+    b1: Tensor | None = None
+    b2: Tensor | None = None
+    activation: Activation = Activation.RELU
+
+    def __post_init__(self) -> None:
+        d, dm = _sizes(self.W1, "FeedForwardSpec.W1", 2, "[d_model, d_mlp]")
+        _set(self, "W1", _shaped(self.W1, "FeedForwardSpec.W1", (d, dm), "[d_model, d_mlp]"))
+        _set(self, "W2", _shaped(self.W2, "FeedForwardSpec.W2", (dm, d), "[d_mlp, d_model]"))
+        _set(self, "b1", _optional(self.b1, "FeedForwardSpec.b1", (dm,), "[d_mlp]"))
+        _set(self, "b2", _optional(self.b2, "FeedForwardSpec.b2", (d,), "[d_model]"))
+        try:
+            activation = Activation(self.activation)
+        except ValueError:
+            choices = ", ".join(repr(a.value) for a in Activation)
+            raise ValueError(
+                f"FeedForwardSpec.activation must be one of {choices}, got "
+                f"{self.activation!r}; pick one of these"
+            ) from None
+        if activation is Activation.MAXMIN and dm % 2:
+            raise ValueError(
+                f"FeedForwardSpec with activation 'maxmin' sorts hidden units in pairs, so "
+                f"d_mlp must be even, got d_mlp={dm}; add or drop one hidden unit"
+            )
+        _set(self, "activation", activation)
+
+    @property
+    def d_model(self) -> int:
+        """Model width ``d``."""
+        return self.W1.shape[0]
+
+    @property
+    def d_mlp(self) -> int:
+        """Hidden width of the FFN."""
+        return self.W1.shape[1]
+
+
+@dataclass(frozen=True, eq=False)
+class EncoderLayerSpec:
+    """A transformer encoder layer: attention and FFN with residuals and LayerNorms.
+
+    ``norm_first=False`` (post-norm, torch's default)::
+
+        Y = norm1(X + attn(X));  T(X) = norm2(Y + ffn(Y))
+
+    ``norm_first=True`` (pre-norm)::
+
+        Y = X + attn(norm1(X));  T(X) = Y + ffn(norm2(Y))
+
+    A norm given as ``None`` is left out (the identity).
+
+    Args:
+        attention: an :class:`AttentionSpec` or :class:`MergedAttention`.
+        ffn: the :class:`FeedForwardSpec`.
+        norm1: LayerNorm around the attention sublayer, or ``None``.
+        norm2: LayerNorm around the FFN sublayer, or ``None``.
+        norm_first: pre-norm (True) or post-norm (False).
+
+    Raises:
+        TypeError: a part has the wrong type, or ``norm_first`` is not a bool.
+        ValueError: the parts disagree on ``d_model``.
+
+    >>> layer = random_encoder_layer(2, 4, 8, seed=0, norm_first=True)
+    >>> layer.d_model, layer.ffn.d_mlp, layer.norm_first
+    (4, 8, True)
+    """
+
+    attention: AttentionSpec | MergedAttention
+    ffn: FeedForwardSpec
+    norm1: LayerNormSpec | None = None
+    norm2: LayerNormSpec | None = None
+    norm_first: bool = False
+
+    def __post_init__(self) -> None:
+        parts = [
+            ("attention", self.attention, (AttentionSpec, MergedAttention)),
+            ("ffn", self.ffn, (FeedForwardSpec,)),
+            ("norm1", self.norm1, (LayerNormSpec, type(None))),
+            ("norm2", self.norm2, (LayerNormSpec, type(None))),
+        ]
+        for name, part, kinds in parts:
+            if not isinstance(part, kinds):
+                expected = " or ".join(k.__name__ for k in kinds)
+                raise TypeError(
+                    f"EncoderLayerSpec.{name} must be {expected}, got {type(part).__name__}; "
+                    f"build it with the matching spec class"
+                )
+        _check_bool(self.norm_first, "EncoderLayerSpec.norm_first")
+        d = self.attention.d_model
+        for name, part, _ in parts[1:]:
+            if part is not None and part.d_model != d:
+                raise ValueError(
+                    f"EncoderLayerSpec.{name} has d_model={part.d_model}, but the attention "
+                    f"has d_model={d}; all parts of a layer must share the model width"
+                )
+
+    @property
+    def d_model(self) -> int:
+        """Model width ``d``."""
+        return self.attention.d_model
+
+    def merged(self) -> "EncoderLayerSpec":
+        """Return a copy whose attention is in merged form (:class:`MergedAttention`).
+
+        Returns:
+            A new :class:`EncoderLayerSpec`; the other parts are shared.
+
+        >>> layer = random_encoder_layer(1, 2, 4, seed=0)
+        >>> type(layer.merged().attention).__name__
+        'MergedAttention'
+        """
+        return dataclasses.replace(self, attention=self.attention.merged())
+
+
+# --------------------------------------------------------------------------------------------
+# adapters from torch modules
+
+
+def from_torch(module: nn.Module, *, causal: bool = False) -> AttentionSpec | EncoderLayerSpec:
+    """Read a torch module's weights into a spec (float64 copies).
+
+    Supported: ``nn.MultiheadAttention`` (self-attention, ``kdim == vdim == embed_dim``,
+    with or without bias, ``batch_first`` either way) and ``nn.TransformerEncoderLayer``
+    (``norm_first`` either way, activation ``"relu"``/``"gelu"`` or ``F.relu``/``F.gelu`` or
+    ``nn.ReLU()``/``nn.GELU(approximate=...)``). Modules with dropout > 0 must be in eval mode.
+    A mask is a call argument in torch, not part of the module: pass ``causal=True`` for a
+    layer that is called with a causal mask.
+
+    Args:
+        module: the torch module.
+        causal: whether the layer is used with a causal mask.
+
+    Returns:
+        :class:`AttentionSpec` for ``nn.MultiheadAttention``, :class:`EncoderLayerSpec` for
+        ``nn.TransformerEncoderLayer``.
+
+    Raises:
+        TypeError: ``module`` is of another type.
+        ValueError: an option is unsupported (named in the message).
+
+    >>> from torch import nn
+    >>> spec = from_torch(nn.MultiheadAttention(4, 2))
+    >>> spec.n_heads, spec.d_head
+    (2, 2)
+    """
+    _check_bool(causal, "from_torch causal")
+    if isinstance(module, nn.MultiheadAttention):
+        return _from_multihead_attention(module, causal)
+    if isinstance(module, nn.TransformerEncoderLayer):
+        return _from_encoder_layer(module, causal)
+    raise TypeError(
+        f"from_torch supports nn.MultiheadAttention and nn.TransformerEncoderLayer, got "
+        f"{type(module).__name__}; build the spec directly (AttentionSpec, EncoderLayerSpec)"
+    )
+
+
+def _reject_training_dropout(module: nn.Module, p: float, kind: str) -> None:
+    if module.training and p > 0:
+        raise ValueError(
+            f"{kind} has dropout={p} and is in training mode, so its output is random; "
+            f"call module.eval() (or build it with dropout=0.0) before from_torch"
+        )
+
+
+def _w(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.detach().to(DTYPE)
+
+
+def _from_multihead_attention(m: nn.MultiheadAttention, causal: bool) -> AttentionSpec:
+    kind = "nn.MultiheadAttention"
+    if not m._qkv_same_embed_dim or m.kdim != m.embed_dim or m.vdim != m.embed_dim:
+        raise ValueError(
+            f"{kind} with kdim={m.kdim}, vdim={m.vdim} different from embed_dim={m.embed_dim} "
+            f"is not supported: the simulated layer is self-attention over one input X; "
+            f"build it with kdim=vdim=embed_dim (or leave them None)"
+        )
+    if m.bias_k is not None or m.bias_v is not None:
+        raise ValueError(
+            f"{kind} with add_bias_kv=True is not supported: it appends a learned key/value "
+            f"position that is not part of X; build it with add_bias_kv=False"
+        )
+    if m.add_zero_attn:
+        raise ValueError(
+            f"{kind} with add_zero_attn=True is not supported: it appends an all-zero "
+            f"key/value position that is not part of X; build it with add_zero_attn=False"
+        )
+    _reject_training_dropout(m, m.dropout, kind)
+    d, h, dh = m.embed_dim, m.num_heads, m.head_dim
+
+    def heads(w: Tensor) -> Tensor:  # torch [h*dh, d] (out x in) -> [h, d, dh]
+        return w.T.reshape(d, h, dh).permute(1, 0, 2)
+
+    W_Q, W_K, W_V = (heads(w) for w in _w(m.in_proj_weight).chunk(3))
+    b_Q = b_K = b_V = None
+    if m.in_proj_bias is not None:
+        b_Q, b_K, b_V = (b.reshape(h, dh) for b in _w(m.in_proj_bias).chunk(3))
+    return AttentionSpec(
+        W_Q=W_Q,
+        W_K=W_K,
+        W_V=W_V,
+        W_O=_w(m.out_proj.weight).T.reshape(h, dh, d),  # [d, h*dh] (out x in) -> [h, dh, d]
+        b_Q=b_Q,
+        b_K=b_K,
+        b_V=b_V,
+        b_O=_w(m.out_proj.bias),
+        causal=causal,
+    )
+
+
+def _activation_of(fn: Any) -> Activation:
+    if fn is F.relu or fn is torch.relu or isinstance(fn, nn.ReLU):
+        return Activation.RELU
+    if fn is F.gelu:
+        return Activation.GELU
+    if isinstance(fn, nn.GELU):
+        return Activation.GELU_TANH if fn.approximate == "tanh" else Activation.GELU
+    raise ValueError(
+        f"nn.TransformerEncoderLayer option activation={fn!r} is not supported; expected "
+        f"'relu' or 'gelu' (as a string, F.relu/F.gelu, nn.ReLU() or nn.GELU()); for "
+        f"'maxmin' build a FeedForwardSpec directly"
+    )
+
+
+def _layer_norm_of(norm: Any, name: str, d: int) -> LayerNormSpec:
+    if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (d,):
+        raise ValueError(
+            f"nn.TransformerEncoderLayer option {name}={norm!r} is not supported; expected "
+            f"nn.LayerNorm({d}) over the model width"
+        )
+    weight = _w(norm.weight) if norm.weight is not None else torch.ones(d, dtype=DTYPE)
+    return LayerNormSpec(weight=weight, bias=_w(norm.bias), eps=norm.eps)
+
+
+def _from_encoder_layer(layer: nn.TransformerEncoderLayer, causal: bool) -> EncoderLayerSpec:
+    kind = "nn.TransformerEncoderLayer"
+    for name in ("dropout", "dropout1", "dropout2"):
+        _reject_training_dropout(layer, getattr(layer, name).p, f"{kind} ({name})")
+    attention = _from_multihead_attention(layer.self_attn, causal)
+    d = attention.d_model
+    for name in ("linear1", "linear2"):
+        if not isinstance(getattr(layer, name), nn.Linear):
+            raise ValueError(f"{kind} option {name} must be an nn.Linear; got a replacement")
+    ffn = FeedForwardSpec(
+        W1=_w(layer.linear1.weight).T,  # torch [d_mlp, d] (out x in) -> [d, d_mlp]
+        b1=_w(layer.linear1.bias),
+        W2=_w(layer.linear2.weight).T,  # [d, d_mlp] -> [d_mlp, d]
+        b2=_w(layer.linear2.bias),
+        activation=_activation_of(layer.activation),
+    )
+    return EncoderLayerSpec(
+        attention=attention,
+        ffn=ffn,
+        norm1=_layer_norm_of(layer.norm1, "norm1", d),
+        norm2=_layer_norm_of(layer.norm2, "norm2", d),
+        norm_first=bool(layer.norm_first),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# random targets for tests
+
+
+def _randn(g: torch.Generator, *shape: int, std: float) -> Tensor:
+    return torch.randn(*shape, generator=g, dtype=DTYPE) * std
+
+
+def _check_size(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def random_attention(
+    n_heads: int,
+    d: int,
+    d_head: int | None = None,
+    *,
+    seed: int,
+    logit_scale: float | None = None,
+    X: Any = None,
+    bias: bool = True,
+    causal: bool = False,
+) -> AttentionSpec:
+    """Draw a random :class:`AttentionSpec` (Gaussian weights, entries of variance ``1/d``).
+
+    Args:
+        n_heads: number of heads.
+        d: model width.
+        d_head: width of one head; ``None`` means ``d // n_heads`` (``d`` must then be
+            divisible by ``n_heads``).
+        seed: seed of the private generator (the same seed gives the same spec).
+        logit_scale: if given with ``X``, rescale each head so that its largest pre-softmax
+            score on ``X`` has magnitude exactly ``logit_scale`` (see
+            :func:`with_logit_scale`); without ``X``, rescale each head so that the spectral
+            norm of its augmented score form (:meth:`MergedAttention.augmented`) is
+            ``logit_scale``, which bounds ``|S[i, j]| <= logit_scale * |[x_i, 1]| |[x_j, 1]|``.
+        X: ``[n, d]`` input the scores refer to (only used with ``logit_scale``).
+        bias: draw biases (True) or leave them zero.
+        causal: the spec's causal flag.
+
+    Returns:
+        The spec.
+
+    Raises:
+        ValueError: non-positive sizes, ``d`` not divisible by ``n_heads`` when ``d_head`` is
+            None, or a logit scale that cannot be reached (all scores zero).
+
+    >>> import torch
+    >>> from attnsim.simulator import reference
+    >>> X = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> spec = random_attention(2, 4, seed=0, logit_scale=50.0, X=X)
+    >>> peaks = reference.scores(spec, X).abs().amax(dim=(1, 2))  # per head
+    >>> [round(p, 9) for p in peaks.tolist()]
+    [50.0, 50.0]
+    """
+    n_heads, d = _check_size(n_heads, "n_heads"), _check_size(d, "d")
+    if d_head is None:
+        if d % n_heads:
+            raise ValueError(
+                f"d={d} is not divisible by n_heads={n_heads}; pass d_head explicitly or "
+                f"choose d as a multiple of n_heads"
+            )
+        d_head = d // n_heads
+    d_head = _check_size(d_head, "d_head")
+    g = torch.Generator().manual_seed(seed)
+    std = 1.0 / math.sqrt(d)
+    W_Q, W_K, W_V = (_randn(g, n_heads, d, d_head, std=std) for _ in range(3))
+    W_O = _randn(g, n_heads, d_head, d, std=1.0 / math.sqrt(n_heads * d_head))
+    biases = [_randn(g, n_heads, d_head, std=0.5) for _ in range(3)] + [_randn(g, d, std=0.5)]
+    if not bias:
+        biases = [None] * 4
+    spec = AttentionSpec(W_Q, W_K, W_V, W_O, *biases, causal=causal)
+    if logit_scale is None:
+        return spec
+    if X is not None:
+        return with_logit_scale(spec, X, logit_scale)
+    target = _check_real(logit_scale, "logit_scale")
+    norms = torch.linalg.matrix_norm(spec.merged().augmented()[0], ord=2)  # [h]
+    return _scale_queries(spec, target / norms)
+
+
+def _scale_queries(spec: AttentionSpec, factor: Tensor) -> AttentionSpec:
+    """Multiply each head's query weights and bias by ``factor[h]`` (scores scale likewise)."""
+    return dataclasses.replace(
+        spec, W_Q=spec.W_Q * factor[:, None, None], b_Q=spec.b_Q * factor[:, None]
+    )
+
+
+def with_logit_scale(
+    spec: AttentionSpec | MergedAttention | EncoderLayerSpec, X: Any, magnitude: float
+) -> AttentionSpec | MergedAttention | EncoderLayerSpec:
+    """Rescale each head so that its largest pre-softmax score on ``X`` is ``magnitude``.
+
+    Scores are linear in the query side (``W_Q`` and ``b_Q``; for a merged spec, all four
+    score terms), so multiplying it by ``magnitude / max_ij |S_h[i, j]|`` makes
+    ``max |S_h| == magnitude`` for every head (only the entries a query can see count when the
+    spec is causal). For an encoder layer, ``X`` is the layer's input and the scores are
+    those of the attention's input (``norm1(X)`` when ``norm_first``).
+
+    Args:
+        spec: the target.
+        X: ``[n, d_model]`` input.
+        magnitude: the wanted largest ``|score|`` per head (positive).
+
+    Returns:
+        A new spec of the same type.
+
+    Raises:
+        ValueError: ``magnitude <= 0``, a bad ``X``, or a head whose scores on ``X`` are all
+            zero (it cannot be rescaled).
+
+    >>> import torch
+    >>> spec = random_attention(1, 3, seed=2)
+    >>> X = torch.eye(3, dtype=torch.float64)
+    >>> from attnsim.simulator import reference
+    >>> round(reference.scores(with_logit_scale(spec, X, 20.0), X).abs().max().item(), 9)
+    20.0
+    """
+    from attnsim.simulator import reference  # the oracle computes the scores; no import cycle
+
+    target = _check_real(magnitude, "magnitude")
+    if target <= 0:
+        raise ValueError(f"magnitude must be positive, got {target}; pass e.g. 50.0")
+    if isinstance(spec, EncoderLayerSpec):
+        X = reference.check_input(spec, X)
+        if spec.norm_first:
+            X = reference.layer_norm(spec.norm1, X)
+        return dataclasses.replace(spec, attention=with_logit_scale(spec.attention, X, target))
+    if not isinstance(spec, (AttentionSpec, MergedAttention)):
+        raise TypeError(
+            f"with_logit_scale needs an AttentionSpec, MergedAttention or EncoderLayerSpec, "
+            f"got {type(spec).__name__}"
+        )
+    X = reference.check_input(spec, X)
+    S = reference.scores(spec, X)  # [h, n, n]
+    if spec.causal:
+        S = S.tril()  # entries above the diagonal are never seen
+    peak = S.abs().amax(dim=(1, 2))  # [h]
+    if bool((peak == 0).any()):
+        head = int((peak == 0).nonzero()[0])
+        raise ValueError(
+            f"head {head} has all scores zero on X, so no rescaling reaches |score| = "
+            f"{target}; use an X with nonzero rows or draw the spec with another seed"
+        )
+    factor = target / peak
+    if isinstance(spec, AttentionSpec):
+        return _scale_queries(spec, factor)
+    return dataclasses.replace(
+        spec,
+        A=spec.A * factor[:, None, None],
+        a_query=spec.a_query * factor[:, None],
+        a_key=spec.a_key * factor[:, None],
+        a_const=spec.a_const * factor,
+    )
+
+
+def random_encoder_layer(
+    n_heads: int,
+    d: int,
+    d_mlp: int | None = None,
+    *,
+    seed: int,
+    activation: Activation | str = Activation.RELU,
+    norm_first: bool = False,
+    layer_norm: bool = True,
+    bias: bool = True,
+    causal: bool = False,
+    logit_scale: float | None = None,
+    X: Any = None,
+) -> EncoderLayerSpec:
+    """Draw a random :class:`EncoderLayerSpec`.
+
+    Args:
+        n_heads: number of heads (``d`` must be divisible by it).
+        d: model width.
+        d_mlp: FFN hidden width; ``None`` means ``4 * d``.
+        seed: seed of the private generator.
+        activation: FFN activation (see :class:`Activation`).
+        norm_first: pre-norm (True) or post-norm (False).
+        layer_norm: include the two LayerNorms (random gains near 1 and small shifts).
+        bias: draw biases (True) or leave them zero.
+        causal: the attention's causal flag.
+        logit_scale: as in :func:`random_attention`; with ``X`` it refers to the scores of
+            this layer on input ``X`` (see :func:`with_logit_scale`).
+        X: ``[n, d]`` layer input for ``logit_scale``.
+
+    Returns:
+        The spec.
+
+    Raises:
+        ValueError: bad sizes or activation (see the spec classes).
+
+    >>> layer = random_encoder_layer(2, 4, seed=0, activation="gelu")
+    >>> layer.ffn.d_mlp, layer.ffn.activation.value, layer.norm1 is not None
+    (16, 'gelu', True)
+    """
+    d = _check_size(d, "d")
+    d_mlp = 4 * d if d_mlp is None else _check_size(d_mlp, "d_mlp")
+    attention = random_attention(
+        n_heads,
+        d,
+        seed=seed,
+        bias=bias,
+        causal=causal,
+        logit_scale=None if X is not None else logit_scale,
+    )
+    g = torch.Generator().manual_seed(seed + 1_000_003)  # independent of the attention draw
+    ffn = FeedForwardSpec(
+        W1=_randn(g, d, d_mlp, std=1.0 / math.sqrt(d)),
+        b1=_randn(g, d_mlp, std=0.5) if bias else None,
+        W2=_randn(g, d_mlp, d, std=1.0 / math.sqrt(d_mlp)),
+        b2=_randn(g, d, std=0.5) if bias else None,
+        activation=activation,
+    )
+    norms: Sequence[LayerNormSpec | None] = [None, None]
+    if layer_norm:
+        norms = [
+            LayerNormSpec(
+                weight=1.0 + _randn(g, d, std=0.2), bias=_randn(g, d, std=0.2) if bias else None
+            )
+            for _ in range(2)
+        ]
+    layer = EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=norm_first)
+    if logit_scale is not None and X is not None:
+        return with_logit_scale(layer, X, logit_scale)
+    return layer

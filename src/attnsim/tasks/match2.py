@@ -1,0 +1,87 @@
+"""Match2 (Sanford, Hsu and Telgarsky, 2023) as a one-layer, one-head hard-attention program.
+
+For ``X`` in ``[M]^N``: ``Match2(X)_i = 1`` iff some position ``j`` has
+``x_i + x_j = 0 (mod M)``. Conventions (the paper's program leaves them open or gets them
+wrong, see the notes):
+
+- ``j = i`` counts: a token with ``2 x_i = 0 (mod M)`` (residue 0, or ``M/2`` for even M)
+  always matches itself;
+- residue 0 is matched by residue 0: the query's wanted residue is ``(M - x % M) % M``,
+  not ``M - x % M`` (which is M for residue 0 and never equals a residue);
+- the head averages a constant 1, not the tokens, so a match whose token value is 0 is seen;
+- tokens may be any integers; only their residues mod M matter.
+
+>>> from attnsim import rasp
+>>> rasp.evaluate(match2(19), [63, 70, 77, 94, 67, 39])
+[1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+>>> rasp.evaluate(match2(19), [19, 38, 5])
+[1.0, 1.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+from attnsim import rasp
+
+__all__ = ["match2", "match2_reference"]
+
+
+def _modulus(modulus: object) -> int:
+    if isinstance(modulus, bool) or not isinstance(modulus, numbers.Integral):
+        raise TypeError(f"modulus must be an int, got {type(modulus).__name__} {modulus!r}")
+    if modulus < 1:
+        raise ValueError(f"modulus must be >= 1, got {modulus}")
+    return int(modulus)
+
+
+def match2(modulus: int) -> rasp.SOp:
+    """The Match2 program for modulus M over integer (categorical) tokens.
+
+    ``Select(tokens % M, (M - tokens % M) % M, EQ)`` selects the keys whose residue
+    completes the query's to 0 mod M; averaging a constant 1 gives 1 when some key matches
+    and the default 0 otherwise. Cost: 1 attention layer, 1 head. The selector compares
+    integer-valued categorical S-ops of the tokens (an equality of one-hot codes).
+
+    Args:
+        modulus: M >= 1.
+
+    Returns:
+        A numerical S-op with values 1.0 (match) and 0.0.
+
+    Raises:
+        TypeError, ValueError: M is not a positive int.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(match2(4), [0, 1, 2, 3, 5])
+    [1.0, 1.0, 1.0, 1.0, 1.0]
+    >>> rasp.evaluate(match2(4), [1, 1, 2])
+    [0.0, 0.0, 1.0]
+    """
+    m = _modulus(modulus)
+    residue = rasp.categorical(rasp.tokens % m)
+    wanted = rasp.categorical((m - residue) % m)
+    partner = rasp.Select(residue, wanted, rasp.Comparison.EQ)
+    found = rasp.Aggregate(partner, rasp.numerical(rasp.Full(1.0)), default=0)
+    return rasp.numerical(found).named(f"match2_mod{m}")
+
+
+def match2_reference(xs: Sequence[int], modulus: int) -> list[int]:
+    """Plain-Python Match2: ``[1 if any((x_i + x_j) % M == 0 for j) else 0 for i]``.
+
+    Args:
+        xs: integer tokens.
+        modulus: M >= 1.
+
+    Returns:
+        One 0/1 int per position.
+
+    Raises:
+        TypeError, ValueError: M is not a positive int.
+
+    >>> match2_reference([1, 3, 2], 4)
+    [1, 1, 1]
+    """
+    m = _modulus(modulus)
+    return [int(any((a + b) % m == 0 for b in xs)) for a in xs]

@@ -1,0 +1,83 @@
+"""``attnsim info`` and ``attnsim demo``, run in-process."""
+
+import json
+import re
+
+import pytest
+import rich.console
+
+from attnsim import library
+from attnsim.cli import demo, main
+
+
+def test_info_text(capsys):
+    assert main(["info", "make_reverse"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "make_reverse: sop in reverse order."
+    assert out[1].startswith("program reverse: 2 attention layer(s), 2 head(s)")
+    assert out[3].split() == ["1", "1", "2", "length"]
+    assert out[4].split() == ["2", "1", "0", "reverse", "(Aggregate)"]
+    assert out[-2] == "input:  ['a', 'b', 'c', 'd']"
+    assert out[-1] == "output: ['d', 'c', 'b', 'a']"
+
+
+def test_info_json_with_input(capsys):
+    assert main(["info", "make_sort", "--input", "3 1 2 1", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["input"] == [3, 1, 2, 1]  # parsed to the vocabulary's integers
+    assert info["output"] == [1, 1, 2, 3]
+    assert info["analysis"]["n_layers"] == 2
+    assert info["analysis"]["heads_per_layer"] == [1, 1]
+    assert info["max_seq_len"] == library.PROGRAMS["make_sort"].max_seq_len
+
+
+def test_info_causal(capsys):
+    assert main(["info", "count", "--input", "a b a", "--causal", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == [1, 1, 2]
+
+
+def test_info_list(capsys):
+    assert main(["info", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(library.PROGRAMS)
+    hist = next(line for line in lines if line.startswith("make_hist "))
+    assert hist.split(None, 1)[1] == "How often each position's token occurs in the whole input."
+    assert main(["info", "--list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["program"] for r in rows} == set(library.PROGRAMS)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["info", "make_hst"], r"unknown program 'make_hst'; did you mean make_hist"),
+        (["info"], r"give a program name, or --list"),
+        (["info", "make_hist", "--input", "a z"], r"token 'z' is not in this program's vocab"),
+        (["info", "make_hist", "--input", "a " * 9], r"exceeds max_seq_len=8"),
+        (["info", "make_hist", "--input", " "], r"--input is empty"),
+    ],
+)
+def test_info_user_errors(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnsim info: error: ")
+    assert re.search(message, err), err
+
+
+def test_demo_lists_every_program(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert set(rows) >= set(library.PROGRAMS)
+    cells = [c.strip() for c in rows["sort_by_most_freq"].split("│")[1:-1]]
+    assert cells == ["sort_by_most_freq", "3", "2/1/1", "3", "a b b c c c", "c b a § § §"]
+    cells = [c.strip() for c in rows["make_dyck1_ptf"].split("│")[1:-1]]
+    assert cells[1:3] == ["2", "1/1"] and cells[5] == "P P P T P T F F"
+
+
+def test_library_demo_prints_brackets_verbatim():
+    console = rich.console.Console(width=200, record=True, color_system=None)
+    assert demo.library_demo(console) == 0
+    text = console.export_text()
+    assert "( [ { ) ] }" in text  # not swallowed as rich markup

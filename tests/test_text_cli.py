@@ -1,0 +1,136 @@
+"""``attnsim rasp`` and ``attnsim repl``, called in-process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnsim.cli import main
+from attnsim.rasp.text import Runtime, run_repl
+
+CORPUS = Path(__file__).parent / "rasp_files"
+
+
+def test_rasp_prints_each_sop_on_the_example(capsys):
+    assert main(["rasp", str(CORPUS / "sort.rasp")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "     s-op: ascending" in out
+    assert " \t Example: ascending([5, 2, 7, 2, 1]) = [1, 2, 2, 5, 7] (ints)" in out
+
+
+def test_eval_json_prints_one_list_on_the_last_line(capsys):
+    assert (
+        main(
+            [
+                "rasp",
+                str(CORPUS / "transpose_square.rasp"),
+                "--eval",
+                "Transpose()([1,2,3,4])",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1]) == [1, 3, 2, 4]
+    assert lines[0] == "Transpose()([1,2,3,4]) = [1, 3, 2, 4] (ints)"
+
+
+def test_eval_of_an_sop_uses_the_example_and_example_option(capsys):
+    assert main(["rasp", str(CORPUS / "reverse.rasp"), "--eval", "reverse", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == list("edcba")
+    assert (
+        main(
+            [
+                "rasp",
+                str(CORPUS / "reverse.rasp"),
+                "--example",
+                '"xyz"',
+                "--eval",
+                "reverse",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == list("zyx")
+
+
+def test_user_mistakes_exit_2_without_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.rasp"
+    bad.write_text("x = 1;\ny = select(indices, 0, =);\n")
+    assert main(["rasp", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2:24: unexpected '='" in err
+    assert "Traceback" not in err
+    assert main(["rasp", str(tmp_path / "missing.rasp")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["rasp", str(CORPUS / "sort.rasp"), "--eval", "sortt"]) == 2
+    assert "unknown name 'sortt'" in capsys.readouterr().err
+
+
+def test_compile_reports_a_missing_compiler_or_checks_the_model(capsys):
+    try:
+        import attnsim.compiler as compiler  # noqa: F401
+
+        has = hasattr(compiler, "compile_program")
+    except ImportError:
+        has = False
+    code = main(["rasp", str(CORPUS / "hist.rasp"), "--compile", "hist", "--max-seq-len", "5"])
+    captured = capsys.readouterr()
+    if not has:
+        assert code == 2
+        assert "--compile needs attnsim.compiler" in captured.err
+    else:
+        assert code == 0, captured.out + captured.err
+        assert "compiled == interpreted: yes" in captured.out
+
+
+def test_compile_against_the_compiler():
+    compiler = pytest.importorskip("attnsim.compiler")
+    if not hasattr(compiler, "compile_program"):
+        pytest.skip("attnsim.compiler.compile_program is not available yet")
+    assert (
+        main(["rasp", str(CORPUS / "reverse.rasp"), "--compile", "reverse", "--vocab", "a,b,c,d,e"])
+        == 0
+    )
+
+
+def test_repl_reads_multiline_statements_and_survives_errors():
+    lines = iter(
+        [
+            "def f(a) {",
+            "  return a + 1;",
+            "}",
+            "x = f(tokens_int);",
+            "set example [1, 2]",
+            "x;",
+            "nope;",
+            "quit",
+        ]
+    )
+    out: list[str] = []
+    assert (
+        run_repl(Runtime(echo=True, out=out.append), read=lambda p: next(lines), banner=False) == 0
+    )
+    assert "     console function: f(a)" in out
+    assert " \t Example: out([1, 2]) = [2, 3] (ints)" in out
+    assert any(line.startswith("<stdin>:1:1: unknown name 'nope'") for line in out)
+
+
+def test_repl_command_runs_files_first(monkeypatch, capsys, tmp_path):
+    feed = iter(["ascending;"])
+
+    def fake_input(prompt):
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    monkeypatch.setenv("ATTNSIM_RASP_HISTORY", str(tmp_path / "history"))
+    assert main(["repl", str(CORPUS / "sort.rasp")]) == 0
+    out = capsys.readouterr().out
+    assert " \t Example: out([5, 2, 7, 2, 1]) = [1, 2, 2, 5, 7] (ints)" in out
