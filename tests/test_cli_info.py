@@ -66,7 +66,7 @@ def test_info_user_errors(capsys, argv, message):
 
 def test_demo_lists_every_program(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    assert main(["demo"]) == 0
+    assert main(["demo", "--library"]) == 0
     out = capsys.readouterr().out
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
     assert set(rows) >= set(library.PROGRAMS)

@@ -1,4 +1,4 @@
-"""``attnsim demo``: the library programs, their layer and head counts, and a sample run each.
+"""``attnsim demo``: the universal simulator; ``--library``: the RASP library programs.
 
 >>> import io, rich.console
 >>> buffer = io.StringIO()
@@ -26,11 +26,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the ``demo`` command."""
     parser = subparsers.add_parser(
         "demo",
-        help="show the RASP library programs with their sizes and a sample run each",
-        description="Evaluate every RASP library program on an example input and show the "
-        "transformer it needs (attention layers, heads per layer, MLPs).",
+        help="the universal simulator U on an embedded default (or --library: RASP programs)",
+        description="Build the universal simulator U, simulate a torch.nn.MultiheadAttention "
+        "and random attention layers with it, and compare with plain torch. With --library: "
+        "evaluate every RASP library program and show the transformer it needs.",
     )
-    parser.set_defaults(func=lambda args: library_demo(rich.console.Console()))
+    parser.add_argument("--library", action="store_true", help="show the RASP library instead")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    console = rich.console.Console()
+    if args.library:
+        return library_demo(console)
+    from attnsim.simulator.verify import demo
+
+    return demo(console)
 
 
 def _show(values: list[Any]) -> str:

@@ -497,12 +497,43 @@ class Lowerer:
             )
             return self._product(label, f1, recip.form, max(reps[0].ready, recip.ready))
         finite = all(self.vi.values(s) is not None for s in e.sops)
+        if not num_out and kind == "linear" and finite:
+            got = self._linear_categorical(label, e)
+            if got is not None:
+                return got
         if finite:
             return self._lookup(label, e, e.sops, num_out)
         raise UnsupportedError(
             f"{label}: a sequence map of real-valued S-ops other than +, -, * and /; "
             "give its inputs finite value sets or build it from those operations"
         )
+
+    def _linear_categorical(self, label: str, e: E.SequenceMap) -> Rep | None:
+        """``a*x + b*y`` with a one-hot output: a virtual sum, then steps between its values.
+
+        Costs about two units per output value instead of one per argument combination;
+        None when a lookup table is smaller or the values are not plain numbers.
+        """
+        out_vals = self.vi.values(e)
+        parts = [self.vi.values(s) for s in e.sops]
+        if out_vals is None or not all(_is_num(v) for p in parts + [out_vals] for v in p):
+            return None
+        if len({float(v) for v in out_vals}) != len(out_vals):
+            return None  # 1 and 1.0 both occur: keep the exact types with a table
+        if 2 * len(out_vals) + 1 >= int(np.prod([len(p) for p in parts])):
+            return None
+        a, b = e._op.params
+        f1, f2 = self.numeric_form(e.sops[0]), self.numeric_form(e.sops[1])
+        form = {k: a * v for k, v in f1.items()}
+        for k, v in f2.items():
+            form[k] = form.get(k, 0.0) + b * v
+        form = {k: v for k, v in form.items() if v != 0}
+        ready = max(self.rep(s).ready for s in e.sops)
+        table = {}
+        for v in out_vals:
+            table[value_key(float(v))] = v
+            table[value_key(_as_number(float(v)))] = v
+        return self._discretise(label, form, ready, [float(v) for v in out_vals], table, out_vals)
 
     def _product(self, label: str, f1: dict, f2: dict, ready: int) -> Rep:
         stage = mlp_stage(ready)
@@ -631,13 +662,10 @@ class Lowerer:
                 f"a selector table over {len(qr.values)} x {len(kr.values)} values is too "
                 "large; reduce the value sets of its keys and queries"
             )
-        terms = []
-        for qv, qd in zip(qr.values, qr.dims):
-            for kv, kd in zip(kr.values, kr.dims):
-                r = _apply(pred, kv, qv)
-                if r is not _FAILED and r is not None and bool(r):
-                    terms.append((qd, kd, 1.0))
-        return tuple(terms), 1.0, max(kr.ready, qr.ready)
+        m = pred_matrix(pred, qr.values, kr.values)  # [query value, key value]
+        qi, ki = np.nonzero(m)
+        terms = tuple((qr.dims[i], kr.dims[j], 1.0) for i, j in zip(qi.tolist(), ki.tolist()))
+        return terms, 1.0, max(kr.ready, qr.ready)
 
     def _joint_score(self, sel: E.Selector) -> tuple[tuple, float, int]:
         leaves: list[E.Select] = []
@@ -648,13 +676,18 @@ class Lowerer:
         qj = queries[0] if len(queries) == 1 else E.SequenceMap(lambda *a: tuple(a), *queries)
         kpos = {s.uid: i for i, s in enumerate(keys)}
         qpos = {s.uid: i for i, s in enumerate(queries)}
-
-        def pred(k, q):
-            kt = k if len(keys) > 1 else (k,)
-            qt = q if len(queries) > 1 else (q,)
-            return _eval_selector(sel, kt, qt, kpos, qpos)
-
-        return self._table_score(kj, qj, pred)
+        kr, qr = self.categorical_rep(kj), self.categorical_rep(qj)
+        if len(kr.values) * len(qr.values) > MAX_LOOKUP * 20:
+            raise UnsupportedError(
+                f"a selector table over {len(qr.values)} x {len(kr.values)} values is too "
+                "large; reduce the value sets of its keys and queries"
+            )
+        kts = [k if len(keys) > 1 else (k,) for k in kr.values]
+        qts = [q if len(queries) > 1 else (q,) for q in qr.values]
+        m = _selector_matrix(sel, qts, kts, qpos, kpos)  # [query value, key value]
+        qi, ki = np.nonzero(m)
+        terms = tuple((qr.dims[i], kr.dims[j], 1.0) for i, j in zip(qi.tolist(), ki.tolist()))
+        return terms, 1.0, max(kr.ready, qr.ready)
 
     # -- aggregation ---------------------------------------------------------------------------
     def _aggregate(self, e: E.Aggregate) -> Rep:
@@ -725,8 +758,10 @@ class Lowerer:
         if self.vi.is_static(sel) and (self.vi.fixed_length or self.vi.causal):
             m = self.vi.static_matrix(sel)
             counts = m.sum(axis=1).astype(np.float64)
-            if np.all(counts == counts[0]):
-                c = float(counts[0])
+            nonzero = counts[counts > 0]
+            # a query that selects nothing has mean 0 (the default), so any one scale fits it
+            if len(nonzero) == 0 or np.all(nonzero == nonzero[0]):
+                c = float(nonzero[0]) if len(nonzero) else 0.0
                 form = {k: v * c for k, v in mean.form.items()}
                 self.realisations.append(Realisation(label, "sum (static count)", "exact", 0))
                 return Rep("num", mean.ready, form=form)
@@ -842,23 +877,64 @@ def _unique(sops: list[E.SOp]) -> list[E.SOp]:
     return out
 
 
-def _eval_selector(sel: E.Selector, kt: tuple, qt: tuple, kpos: dict, qpos: dict) -> bool:
+def pred_matrix(pred: Any, qvals: Sequence[Any], kvals: Sequence[Any]) -> np.ndarray:
+    """``m[i, j] = pred(kvals[j], qvals[i])`` as booleans (False where it fails or is None)."""
+    nq, nk = len(qvals), len(kvals)
+    if (
+        isinstance(pred, E.Comparison)
+        and nq
+        and nk
+        and all(_is_num(v) for v in qvals)
+        and all(_is_num(v) for v in kvals)
+    ):
+        q = np.asarray([float(v) for v in qvals])[:, None]
+        k = np.asarray([float(v) for v in kvals])[None, :]
+        return np.asarray(pred.numpy_fn(k, q), dtype=bool).reshape(nq, nk)
+    m = np.zeros((nq, nk), dtype=bool)
+    for i, qv in enumerate(qvals):
+        for j, kv in enumerate(kvals):
+            r = _apply(pred, kv, qv)
+            m[i, j] = r is not _FAILED and r is not None and bool(r)
+    return m
+
+
+def _selector_matrix(
+    sel: E.Selector, qts: list[tuple], kts: list[tuple], qpos: dict, kpos: dict
+) -> np.ndarray:
+    """The selector on joint values: ``m[i, j]`` for query tuple i and key tuple j."""
     if isinstance(sel, E.Select):
-        k = kt[kpos[sel.keys.uid]]
-        q = qt[qpos[sel.queries.uid]]
-        r = _apply(sel.predicate, k, q)
-        return bool(r) if r is not _FAILED and r is not None else False
+        qcol = [t[qpos[sel.queries.uid]] for t in qts]
+        kcol = [t[kpos[sel.keys.uid]] for t in kts]
+        # evaluate the predicate once per distinct pair of component values
+        qd, qidx = _codes(qcol)
+        kd, kidx = _codes(kcol)
+        return pred_matrix(sel.predicate, qd, kd)[np.ix_(qidx, kidx)]
     if isinstance(sel, E.SelectorAnd):
-        return _eval_selector(sel.fst, kt, qt, kpos, qpos) and _eval_selector(
-            sel.snd, kt, qt, kpos, qpos
+        return _selector_matrix(sel.fst, qts, kts, qpos, kpos) & _selector_matrix(
+            sel.snd, qts, kts, qpos, kpos
         )
     if isinstance(sel, E.SelectorOr):
-        return _eval_selector(sel.fst, kt, qt, kpos, qpos) or _eval_selector(
-            sel.snd, kt, qt, kpos, qpos
+        return _selector_matrix(sel.fst, qts, kts, qpos, kpos) | _selector_matrix(
+            sel.snd, qts, kts, qpos, kpos
         )
     if isinstance(sel, E.SelectorNot):
-        return not _eval_selector(sel.inner, kt, qt, kpos, qpos)
+        return ~_selector_matrix(sel.inner, qts, kts, qpos, kpos)
     raise UnsupportedError(f"cannot compile {type(sel).__name__} inside Or/Not")
+
+
+def _codes(values: list) -> tuple[list, np.ndarray]:
+    """Distinct values (first-seen order) and each value's index among them."""
+    index: dict[tuple, int] = {}
+    distinct: list = []
+    codes = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        key = value_key(v)
+        c = index.get(key)
+        if c is None:
+            c = index[key] = len(distinct)
+            distinct.append(v)
+        codes[i] = c
+    return distinct, codes
 
 
 __all__ = ["Lowerer", "Rep", "Guard", "Realisation", "UnsupportedError", "math"]

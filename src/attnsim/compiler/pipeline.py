@@ -133,8 +133,8 @@ def _lower_all(low: lowering.Lowerer, graph: tracing.Graph) -> list[str]:
     failed: set[int] = set()
     for uid in graph.order:
         node = graph.nodes[uid]
-        if not isinstance(node, E.SOp):
-            continue
+        if not isinstance(node, E.SOp) or (low.vi.is_static(node) and node is not graph.output):
+            continue  # static S-ops are embedded only where something reads them
         if any(c.uid in failed for c in _sop_inputs(node)):
             failed.add(uid)
             continue

@@ -28,6 +28,8 @@ from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
+MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
+MAX_MEAN_VALUES = 200_000  # the most candidate values of a numerical mean or sum
 
 
 def dedupe(values) -> tuple:
@@ -131,10 +133,21 @@ class ValueInference:
                 return None
             vals = dedupe(_safe_map(e.f, [(v,) for v in inner]))
         elif isinstance(e, E.SequenceMap):
+            linear = e._op is not None and e._op.kind == "linear"
+            if linear and num:
+                got = self._same_selector_means(e)
+                if got is not None:
+                    return got
             parts = [self.values(s) for s in e.sops]
             if any(p is None for p in parts):
                 return None
             size = int(np.prod([len(p) for p in parts]))
+            if linear and size <= MAX_LINEAR_TABLE and _all_numbers(parts):
+                # a*x + b*y over all pairs, vectorised (the values of sums of real S-ops)
+                a, b = e._op.params
+                xs = np.add.outer(a * np.asarray(parts[0], float), b * np.asarray(parts[1], float))
+                if num:
+                    return tuple(float(v) for v in np.unique(xs))
             if size > MAX_TABLE:
                 return None
             vals = dedupe(_safe_map(e.f, itertools.product(*parts)))
@@ -158,17 +171,85 @@ class ValueInference:
         numeric = E.is_numerical(e) or e.reduction == "sum"
         if not numeric:
             return dedupe(list(inner) + ([e.default] if e.default is not None else []))
-        default = 0.0 if e.default is None else float(e.default)
-        if not all(v in (0, 1) for v in inner if v is not None):
+        return self._mean_values(inner, e.reduction, e.default)
+
+    def _mean_values(self, inner: Sequence[Any], reduction: str, default: Any) -> tuple | None:
+        """Every mean (or sum) of 1..max_seq_len values drawn from the integers ``inner``.
+
+        None when the values are not all integers or there would be too many candidates.
+        """
+        default = 0.0 if default is None else float(default)
+        try:
+            ints = sorted({int(v) for v in inner if v is not None and float(v).is_integer()})
+            if len(ints) != len({float(v) for v in inner if v is not None}):
+                return None
+        except (TypeError, ValueError):
             return None
-        if e.reduction == "sum":
-            return dedupe([float(k) for k in range(self.L + 1)] + [default])
-        fracs = {0.0, default}
-        if 1 in inner or True in inner:
-            for w in range(1, self.L + 1):
-                for k in range(w + 1):
-                    fracs.add(k / w)
-        return tuple(sorted(fracs))
+        if not ints:
+            return (default,)
+        lo, hi = ints[0], ints[-1]
+        if reduction == "sum":
+            if hi - lo == 0:
+                sums = np.arange(1, self.L + 1, dtype=np.float64) * lo
+            elif (hi - lo) * self.L > MAX_MEAN_VALUES:
+                return None
+            else:
+                sums = np.arange(min(lo, lo * self.L), max(hi, hi * self.L) + 1, dtype=np.float64)
+            return tuple(float(v) for v in np.unique(np.append(sums, default)))
+        # a mean of w integers in [lo, hi] is s / w for an integer s in [w * lo, w * hi]
+        if (hi - lo) * self.L * self.L > 2 * MAX_MEAN_VALUES:
+            return None
+        fracs = [np.array([default])]
+        for w in range(1, self.L + 1):
+            fracs.append(np.arange(w * lo, w * hi + 1, dtype=np.float64) / w)
+        return tuple(float(v) for v in np.unique(np.concatenate(fracs)))
+
+    def _same_selector_means(self, e: E.SequenceMap) -> tuple | None:
+        """Values of ``a * mean_s(x) + b * mean_s(y)``: a mean of ``a*x + b*y`` over ``s``.
+
+        Two numerical means over the same selector (structurally equal) with default 0 read
+        the same keys, so their linear combination takes only the values of one mean.
+        """
+        fst, snd = e.sops
+        for agg in (fst, snd):
+            if not (
+                isinstance(agg, E.Aggregate)
+                and E.is_numerical(agg)
+                and agg.reduction == "mean"
+                and agg.default in (None, 0)
+            ):
+                return None
+        if selector_key(fst.selector) != selector_key(snd.selector):
+            return None
+        xs, ys = self.values(fst.sop), self.values(snd.sop)
+        if xs is None or ys is None or not _all_numbers([xs, ys]):
+            return None
+        if len(xs) * len(ys) > MAX_TABLE:
+            return None
+        a, b = e._op.params
+        combos = {a * float(x) + b * float(y) for x in xs for y in ys}
+        return self._mean_values(tuple(combos), "mean", 0)
+
+
+def selector_key(sel: E.Selector) -> tuple:
+    """A structural key: two selectors with equal keys select the same keys everywhere."""
+    if isinstance(sel, E.Select):
+        return ("select", _sop_key(sel.keys), _sop_key(sel.queries), sel.predicate)
+    if isinstance(sel, (E.SelectorAnd, E.SelectorOr)):
+        return (type(sel).__name__, selector_key(sel.fst), selector_key(sel.snd))
+    if isinstance(sel, E.SelectorNot):
+        return ("not", selector_key(sel.inner))
+    return ("uid", sel.uid)
+
+
+def _sop_key(sop: E.SOp) -> tuple:
+    if isinstance(sop, (E.TokensType, E.IndicesType, E.LengthType)):
+        return (type(sop).__name__,)
+    return ("uid", sop.uid)
+
+
+def _all_numbers(parts: Sequence[Sequence[Any]]) -> bool:
+    return all(isinstance(v, (int, float, np.integer, np.floating)) for p in parts for v in p)
 
 
 def _safe_map(f, arg_tuples) -> list:

@@ -531,29 +531,24 @@ def det(n: int, method: str | None = None) -> rasp.SOp:
 
 
 def _sweep(
-    k: int, n: int, size: int, row_of: Callable[[int], int], col_of: Callable[[int], int]
+    k: int, size: int, row_of: Callable[[int], int], col_of: Callable[[int], int]
 ) -> Callable[[rasp.SOp, rasp.SOp, rasp.SOp, rasp.SOp], rasp.SOp]:
     """One in-place Gauss-Jordan step on pivot k, for the entry (row_of(p), col_of(p)).
 
-    ``new[i,j] = a[i,j] - a[i,k] a[k,j] / a[k,k]`` off row and column k, ``a[k,j] / a[k,k]``
-    on row k, ``-a[i,k] / a[k,k]`` on column k, ``1 / a[k,k]`` at the pivot; the case is a
-    per-position constant, so each case is a product with an index-only 0/1 coefficient.
+    Every case of the step is one formula, ``new = alpha - beta * gamma / a[k,k]`` with
+    ``alpha = a[i,j] [i != k][j != k]``, ``beta = a[i,k] [i != k] - [i == k]`` and
+    ``gamma = a[k,j] [j != k] + [j == k]``: off row and column k this is
+    ``a[i,j] - a[i,k] a[k,j] / a[k,k]``, on row k ``a[k,j] / a[k,k]``, on column k
+    ``-a[i,k] / a[k,k]`` and at the pivot ``1 / a[k,k]``. The caller passes ``a[i,k]`` and
+    ``a[k,j]`` already masked (a gather that selects nothing reads 0) and ``alpha`` masked;
+    the 0/1 offsets are index-only constants, so ``beta * gamma`` and ``1 / a[k,k]`` are one
+    MLP stage and the result one more.
     """
+    on_row = _constant(lambda p: p < size and row_of(p) == k)
+    on_col = _constant(lambda p: p < size and col_of(p) == k)
 
-    def case(on_row: bool, on_col: bool) -> rasp.SOp:
-        return _constant(
-            lambda p: p < size and (row_of(p) == k) == on_row and (col_of(p) == k) == on_col
-        )
-
-    def step(a_ij: rasp.SOp, a_ik: rasp.SOp, a_kj: rasp.SOp, a_kk: rasp.SOp) -> rasp.SOp:
-        inv = rasp.reciprocal(a_kk)
-        row_k = a_kj * inv
-        return (
-            case(False, False) * (a_ij - a_ik * row_k)
-            + case(True, False) * row_k
-            - case(False, True) * (a_ik * inv)
-            + case(True, True) * inv
-        )
+    def step(alpha: rasp.SOp, a_ik: rasp.SOp, a_kj: rasp.SOp, a_kk: rasp.SOp) -> rasp.SOp:
+        return alpha - ((a_ik - on_row) * (a_kj + on_col)) * rasp.reciprocal(a_kk)
 
     return step
 
@@ -561,41 +556,48 @@ def _sweep(
 def _inverse_gram(n: int, x: rasp.SOp) -> rasp.SOp:
     size = n * n
 
-    def tok(fn: Callable[[int], int]) -> rasp.SOp:  # gather a token, masked past the matrix
-        return _gather(lambda p: fn(p) if p < size else -1, x)
+    def gather(values: rasp.SOp, fn: Callable[[int], int | None]) -> rasp.SOp:
+        """Position p reads ``values[fn(p)]``; nothing (0) past the matrix or where fn is None."""
 
-    # layer 1: columns i, j and 0 of A (for G and the first step) and row j of A (for G^-1 A^T)
-    col_i = [tok(lambda p, t=t: t * n + p // n) for t in range(n)]
-    col_j = [tok(lambda p, t=t: t * n + p % n) for t in range(n)]
-    col_0 = [_gather(lambda p, t=t: t * n, x) for t in range(n)]  # same for every position
-    row_j = [tok(lambda p, t=t: (p % n) * n + t) for t in range(n)]
+        def source(p: int) -> int:
+            got = fn(p) if p < size else None
+            return -1 if got is None else got
 
-    def dot(u: list[rasp.SOp], v: list[rasp.SOp]) -> rasp.SOp:
+        return _gather(source, values)
+
+    def dot(u: Sequence[rasp.SOp], v: Sequence[rasp.SOp]) -> rasp.SOp:
         return _sum([a * b for a, b in zip(u, v)])
 
-    def entry(p: int) -> tuple[int, int]:
-        return divmod(p, n)
-
-    first = _sweep(0, n, size, lambda p: entry(p)[0], lambda p: entry(p)[1])
-    state = first(dot(col_i, col_j), dot(col_i, col_0), dot(col_0, col_j), dot(col_0, col_0))
-    for k in range(1, n - 1):  # one layer per pivot, three heads
-        a_ik = _gather(lambda p, k=k: (p // n) * n + k if p < size else -1, state)
-        a_kj = _gather(lambda p, k=k: k * n + p % n if p < size else -1, state)
-        a_kk = _gather(lambda p, k=k: k * n + k, state)
-        state = _sweep(k, n, size, lambda p: entry(p)[0], lambda p: entry(p)[1])(
-            state, a_ik, a_kj, a_kk
+    # layer 1 (4n heads): columns i and j of A masked off pivot 0, column 0, row j of A (for
+    # the final product with A^T); pivot 0 runs on G = A^T A directly: every entry of G that
+    # the step needs is a dot product of two gathered columns
+    col_i = [gather(x, lambda p, t=t: None if p // n == 0 else t * n + p // n) for t in range(n)]
+    col_j = [gather(x, lambda p, t=t: None if p % n == 0 else t * n + p % n) for t in range(n)]
+    col_0 = [gather(x, lambda p, t=t: t * n) for t in range(n)]
+    row_j = [gather(x, lambda p, t=t: (p % n) * n + t) for t in range(n)]
+    state = _sweep(0, size, lambda p: p // n, lambda p: p % n)(
+        dot(col_i, col_j), dot(col_i, col_0), dot(col_0, col_j), dot(col_0, col_0)
+    )
+    for k in range(1, n - 1):  # one attention layer per pivot, three heads
+        off_pivot = _constant(lambda p, k=k: p < size and p // n != k and p % n != k)
+        a_ik = gather(state, lambda p, k=k: None if p // n == k else (p // n) * n + k)
+        a_kj = gather(state, lambda p, k=k: None if p % n == k else k * n + p % n)
+        a_kk = gather(state, lambda p, k=k: k * n + k)
+        state = _sweep(k, size, lambda p: p // n, lambda p: p % n)(
+            state * off_pivot, a_ik, a_kj, a_kk
         )
-    # last layer: pivot n-1 on row i, for every column t, then X[i, j] = sum_t G^-1[i, t] A[j, t]
+    # last attention layer (2n heads): pivot n-1 for row i of G^-1 and every column t, and
+    # X[i, j] = sum_t G^-1[i, t] A[j, t] = sum_{t != k} a[i,t] A[j,t] - beta_i w_j / a[k,k]
+    # with w_j = sum_t gamma_t A[j, t]
     k = n - 1
-    row_i = [_gather(lambda p, t=t: (p // n) * n + t if p < size else -1, state) for t in range(n)]
-    row_k = [_gather(lambda p, t=t: k * n + t, state) for t in range(n)]
-    g_inv_row = [
-        _sweep(k, n, size, lambda p: entry(p)[0], lambda p, t=t: t)(
-            row_i[t], row_i[k], row_k[t], row_k[k]
-        )
-        for t in range(n)
+    row_i = [
+        gather(state, lambda p, t=t: None if p // n == k else (p // n) * n + t) for t in range(n)
     ]
-    return dot(g_inv_row, row_j)
+    row_k = [gather(state, lambda p, t=t: k * n + t) for t in range(n)]
+    on_row = _constant(lambda p: p < size and p // n == k)
+    beta = row_i[k] - on_row
+    w = dot(row_k[:k], row_j[:k]) + row_j[k]
+    return dot(row_i[:k], row_j[:k]) - (beta * w) * rasp.reciprocal(row_k[k])
 
 
 def inverse(n: int, method: str | None = None) -> rasp.SOp:

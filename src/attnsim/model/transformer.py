@@ -45,27 +45,48 @@ class Attention(nn.Module):
         self.W_V = _param(h, d, k, dtype=dtype)
         self.W_O = _param(h, k, d, dtype=dtype)
 
+    def active_heads(self) -> torch.Tensor:
+        """Indices of heads with any non-zero output weight (the others add exactly 0)."""
+        return torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
+
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         # x: [batch, pos, d_model]
-        q = torch.einsum("bpd,hdk->bhpk", x, self.W_Q)
-        k = torch.einsum("bpd,hdk->bhpk", x, self.W_K)
-        v = torch.einsum("bpd,hdk->bhpk", x, self.W_V)
-        scores = torch.einsum("bhqk,bhsk->bhqs", q, k)  # [batch, head, query, key]
+        heads = self.active_heads()
+        out = torch.zeros_like(x)
+        n = x.shape[1]
+        if cache is not None:
+            scores_all = torch.zeros(x.shape[0], self.cfg.n_heads, n, n, dtype=x.dtype)
+            pattern_all = torch.zeros_like(scores_all)
+        # heads in chunks so that a chunk's [batch, head, query, key] stays near 2^25 values
+        chunk = max(1, (1 << 25) // max(1, x.shape[0] * n * n))
+        for start in range(0, len(heads), chunk):
+            hs = heads[start : start + chunk]
+            scores, pattern, z = self._heads(x, hs)
+            out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs])
+            if cache is not None:
+                scores_all[:, hs] = scores
+                pattern_all[:, hs] = pattern
+        if cache is not None:
+            cache[f"{prefix}.hook_attn_scores"] = scores_all
+            cache[f"{prefix}.hook_pattern"] = pattern_all
+        return out
+
+    def _heads(self, x: torch.Tensor, hs: torch.Tensor):
+        q = torch.matmul(x[:, None], self.W_Q[hs])  # [batch, head, pos, d_head]
+        k = torch.matmul(x[:, None], self.W_K[hs])
+        v = torch.matmul(x[:, None], self.W_V[hs])
+        scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, query, key]
         n = x.shape[1]
         if self.cfg.causal:
             future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
         if self.cfg.attention is AttentionMode.HARD:
             best = scores.amax(dim=-1, keepdim=True)
-            chosen = (scores >= best - self.cfg.hard_tolerance).to(x.dtype)
+            chosen = torch.where(scores >= best - self.cfg.hard_tolerance, 1.0, 0.0).to(x.dtype)
             pattern = chosen / chosen.sum(dim=-1, keepdim=True)
         else:
             pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
-        if cache is not None:
-            cache[f"{prefix}.hook_attn_scores"] = scores
-            cache[f"{prefix}.hook_pattern"] = pattern
-        z = torch.einsum("bhqs,bhsk->bhqk", pattern, v)
-        return torch.einsum("bhqk,hkd->bqd", z, self.W_O)
+        return scores, pattern, torch.matmul(pattern, v)
 
 
 class MLP(nn.Module):

@@ -323,10 +323,11 @@ class _Evaluator:
         count = np.broadcast_to(sel.sum(axis=-1), (b, n))
         if E.is_numerical(e) or e.reduction == "sum":
             v = _to_float(vals, f"the values aggregated by {e.label!r}")
-            if sel.shape[0] == 1:  # one pattern for every row: a single matrix product
-                total = v @ sel[0].T.astype(np.float64)
-            else:
-                total = np.matmul(sel, v[:, :, None])[:, :, 0]
+            with np.errstate(all="ignore"):  # inf and nan values propagate, as in numpy
+                if sel.shape[0] == 1:  # one pattern for every row: a single matrix product
+                    total = v @ sel[0].T.astype(np.float64)
+                else:
+                    total = np.matmul(sel, v[:, :, None])[:, :, 0]
             if e.reduction == "mean":
                 with np.errstate(all="ignore"):
                     total = total / np.maximum(count, 1)

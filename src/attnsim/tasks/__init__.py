@@ -2,7 +2,7 @@
 
 >>> from attnsim import rasp, tasks
 >>> rasp.evaluate(tasks.match2.match2(5), [1, 4, 2])
-[1.0, 1.0, 0.0]
+[1, 1, 0]
 """
 
 from attnsim.tasks import match2, parity

@@ -9,13 +9,15 @@ wrong, see the notes):
 - residue 0 is matched by residue 0: the query's wanted residue is ``(M - x % M) % M``,
   not ``M - x % M`` (which is M for residue 0 and never equals a residue);
 - the head averages a constant 1, not the tokens, so a match whose token value is 0 is seen;
-- tokens may be any integers; only their residues mod M matter.
+- tokens may be any integers; only their residues mod M matter (a compiled model needs them
+  in its vocabulary);
+- the answer is the integer 1 or 0 (categorical), exact in a compiled model too.
 
 >>> from attnsim import rasp
 >>> rasp.evaluate(match2(19), [63, 70, 77, 94, 67, 39])
-[1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+[1, 1, 1, 1, 0, 1]
 >>> rasp.evaluate(match2(19), [19, 38, 5])
-[1.0, 1.0, 0.0]
+[1, 1, 0]
 """
 
 from __future__ import annotations
@@ -39,32 +41,32 @@ def _modulus(modulus: object) -> int:
 def match2(modulus: int) -> rasp.SOp:
     """The Match2 program for modulus M over integer (categorical) tokens.
 
-    ``Select(tokens % M, (M - tokens % M) % M, EQ)`` selects the keys whose residue
-    completes the query's to 0 mod M; averaging a constant 1 gives 1 when some key matches
-    and the default 0 otherwise. Cost: 1 attention layer, 1 head. The selector compares
-    integer-valued categorical S-ops of the tokens (an equality of one-hot codes).
+    ``Select(tokens, tokens, (key + query) % M == 0)`` selects the keys that complete the
+    query's residue to 0 mod M; averaging a constant 1 gives 1 when some key matches and the
+    default 0 otherwise, and the MLP turns that mean into the exact answer 1 or 0 (an average
+    of ones is 1 only up to float rounding in a compiled model). Cost: 1 attention layer, 1
+    head, 1 MLP. The predicate is a table over pairs of token values, so the compiled head
+    reads the one-hot tokens directly and needs no MLP before it.
 
     Args:
         modulus: M >= 1.
 
     Returns:
-        A numerical S-op with values 1.0 (match) and 0.0.
+        A categorical S-op with values 1 (match) and 0.
 
     Raises:
         TypeError, ValueError: M is not a positive int.
 
     >>> from attnsim import rasp
     >>> rasp.evaluate(match2(4), [0, 1, 2, 3, 5])
-    [1.0, 1.0, 1.0, 1.0, 1.0]
+    [1, 1, 1, 1, 1]
     >>> rasp.evaluate(match2(4), [1, 1, 2])
-    [0.0, 0.0, 1.0]
+    [0, 0, 1]
     """
     m = _modulus(modulus)
-    residue = rasp.categorical(rasp.tokens % m)
-    wanted = rasp.categorical((m - residue) % m)
-    partner = rasp.Select(residue, wanted, rasp.Comparison.EQ)
-    found = rasp.Aggregate(partner, rasp.numerical(rasp.Full(1.0)), default=0)
-    return rasp.numerical(found).named(f"match2_mod{m}")
+    partner = rasp.Select(rasp.tokens, rasp.tokens, lambda key, query: (key + query) % m == 0)
+    found = rasp.numerical(rasp.Aggregate(partner, rasp.numerical(rasp.Full(1.0)), default=0))
+    return rasp.categorical(rasp.Map(lambda v: 1 if v > 0 else 0, found)).named(f"match2_mod{m}")
 
 
 def match2_reference(xs: Sequence[int], modulus: int) -> list[int]:

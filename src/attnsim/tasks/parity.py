@@ -4,8 +4,14 @@ k-PARITY over a subset ``S`` of positions (``|S| = k``) outputs ``xor_{i in S} x
 subset is an input channel: every token is a pair ``(bit, in_S)``, for example ``(1, True)``
 for a 1 inside S (use :func:`encode_subset` to build them). One head selects every key
 and sums ``bit * in_S`` (a lookup on the four token values); the MLP takes the count mod 2.
-Plain parity is the same program over bare bits, and :func:`fixed_subset_parity` hard-codes
-S in the selector instead. Every program writes the answer at every position.
+Plain parity sums the bare bits themselves, and :func:`fixed_subset_parity` hard-codes S in
+the selector instead. Every program writes the answer at every position.
+
+Compiled with a fixed input length (``fixed_length=True``) the sums are means times a known
+count: :func:`parity` and :func:`fixed_subset_parity` are one layer (the head, then the MLP
+for ``mod 2``), :func:`k_parity` two (an MLP turns the pair tokens into ``bit * in_S``
+before the head). With a variable length the head's count is a second head (the selector
+width) and a product.
 
 ``rasp.evaluate`` reads a list whose first element is a tuple as a batch, so evaluate pair
 tokens as a batch (a list of sequences):
@@ -49,6 +55,10 @@ def _everything() -> rasp.Selector:
 def parity() -> rasp.SOp:
     """The parity of all bits: tokens are 0/1 (ints or bools). Cost: 1 layer, 1 head.
 
+    The head sums the tokens themselves (a 0/1 token is its own count), so a compiled model
+    needs no MLP before the head; with a fixed input length the sum is the mean times that
+    length and the model is one layer (attention, then the MLP for ``mod 2``).
+
     Returns:
         A categorical S-op: the parity (0 or 1) at every position.
 
@@ -56,8 +66,7 @@ def parity() -> rasp.SOp:
     >>> rasp.evaluate(parity(), [1, 0, 1, 1])
     [1, 1, 1, 1]
     """
-    ones = rasp.numerical(rasp.Map(lambda t: 1.0 if _is_one(t) else 0.0, rasp.tokens))
-    return _count_mod2(_everything(), ones, "parity")
+    return _count_mod2(_everything(), rasp.tokens, "parity")
 
 
 def k_parity() -> rasp.SOp:
@@ -97,9 +106,8 @@ def fixed_subset_parity(subset: Iterable[int]) -> rasp.SOp:
     [0, 0, 0, 0]
     """
     members = frozenset(_positions(subset))
-    ones = rasp.numerical(rasp.Map(lambda t: 1.0 if _is_one(t) else 0.0, rasp.tokens))
     chosen = rasp.Select(rasp.indices, rasp.indices, lambda key, query: key in members)
-    return _count_mod2(chosen, ones, f"parity_of_{sorted(members)}")
+    return _count_mod2(chosen, rasp.tokens, f"parity_of_{sorted(members)}")
 
 
 def _positions(subset: Iterable[int]) -> list[int]:

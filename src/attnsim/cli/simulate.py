@@ -1,0 +1,151 @@
+"""``attnsim simulate`` and ``attnsim verify``: the universal simulator from the shell.
+
+>>> main(["simulate", "--max-n", "2", "--max-d", "2", "--json"])  # doctest: +ELLIPSIS
+{...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import rich.console
+import torch
+
+from attnsim.cli import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds the ``simulate`` and ``verify`` commands."""
+    sim = subparsers.add_parser(
+        "simulate",
+        help="run the universal simulator U on a random target (or a saved torch module)",
+        description="Build U, simulate one attention layer T on an input X, and print T(X), "
+        "U's output, the error and U's size.",
+    )
+    _build_args(sim)
+    sim.add_argument(
+        "--module",
+        help="a torch.nn.MultiheadAttention saved with torch.save (loaded with weights_only=True)",
+    )
+    sim.add_argument("--n", type=int, default=None, help="rows of X (default: max-n)")
+    sim.add_argument("--causal", action="store_true", help="apply a causal mask")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--json", action="store_true", help="print JSON")
+    sim.set_defaults(func=_simulate)
+
+    ver = subparsers.add_parser(
+        "verify",
+        help="check U against plain-torch attention on many random targets",
+        description="Simulate N random targets (sizes up to the build, causal or not, "
+        "biases, |scores| up to 50) and report the max and median relative error.",
+    )
+    _build_args(ver)
+    ver.add_argument("--targets", type=int, default=100)
+    ver.add_argument("--seed", type=int, default=0)
+    ver.add_argument("--layer", choices=["attention"], default="attention")
+    ver.add_argument("--json", action="store_true", help="print JSON")
+    ver.set_defaults(func=_verify)
+
+
+def _build_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-n", type=int, default=4, help="largest n (rows of X) U serves")
+    p.add_argument("--max-d", type=int, default=4, help="largest width d U serves")
+    p.add_argument("--max-heads", type=int, default=1, help="most heads U serves")
+    p.add_argument("--attention", choices=["hard", "softmax"], default="hard")
+    p.add_argument("--float32", action="store_true", help="build U in float32")
+
+
+def _build(args):
+    from attnsim.simulator import universal
+
+    for name in ("max_n", "max_d", "max_heads"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+    return universal.build(
+        args.max_n,
+        args.max_d,
+        args.max_heads,
+        attention=args.attention,
+        dtype=torch.float32 if args.float32 else torch.float64,
+    )
+
+
+def _simulate(args) -> int:
+    from attnsim.simulator import spec
+    from attnsim.simulator.reference import reference
+    from attnsim.simulator.verify import relative_error
+
+    U = _build(args)
+    if args.module:
+        try:
+            module = torch.load(args.module, weights_only=True)
+        except Exception as exc:  # a user's file: say what went wrong, no traceback
+            raise UserError(f"cannot load {args.module!r}: {exc}") from None
+        if not isinstance(module, torch.nn.MultiheadAttention):
+            raise UserError(
+                f"{args.module!r} holds a {type(module).__name__}; expected a "
+                "torch.nn.MultiheadAttention"
+            )
+        target = spec.from_torch(module.double().eval(), causal=args.causal)
+    else:
+        target = spec.random_attention(
+            args.max_heads, args.max_d, seed=args.seed, causal=args.causal
+        )
+    n = args.n or args.max_n
+    d = target.d_model
+    X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
+    try:
+        got = U.simulate(target, X)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    want = reference(target, X)
+    err = relative_error(got, want)
+    report = U.report()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "reference": want.tolist(),
+                    "simulated": got.tolist(),
+                    "relative_error": err,
+                    "report": report.__dict__,
+                }
+            )
+        )
+        return 0
+    console = rich.console.Console()
+    console.print(f"T(X) (plain torch):\n{want}")
+    console.print(f"U(<T, X>):\n{got}")
+    console.print(f"max relative error: {err:.3e}")
+    console.print(str(report))
+    return 0
+
+
+def _verify(args) -> int:
+    from attnsim.simulator.verify import verify
+
+    if args.targets < 1:
+        raise UserError("--targets must be >= 1")
+    U = _build(args)
+    result = verify(U, targets=args.targets, seed=args.seed, progress=not args.json)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        console = rich.console.Console()
+        console.print(str(U.report()))
+        console.print(
+            f"{result.count} targets: max relative error {result.max_error:.3e}, median "
+            f"{result.median_error:.3e}, tolerance {result.tolerance:g}, failures "
+            f"{len(result.failures)}"
+        )
+        for seed, err in result.failures[:10]:
+            console.print(f"  failure: target seed {seed}, error {err:.3e}")
+    return 0 if not result.failures else 1
+
+
+def main(argv):  # for the doctest
+    from attnsim.cli import main as cli_main
+
+    return cli_main(argv)

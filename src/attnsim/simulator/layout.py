@@ -1,0 +1,210 @@
+"""Where everything lives in U's input sequence: one real number per position.
+
+For a build of sizes (N, D, H) and D' = D + 1 (the constant-1 feature of X~ = [X, 1]):
+
+```
+ region   count        holds                                   written by
+ X        N*D          X[i, a] at i*D + a (zero padded);        encode (input)
+                       T(X)[i, c] is read back from here        U's last layer (output)
+ A        H*D'*D'      A~_h[a, b] (scores: X~ A~_h X~^T)        encode
+ W        H*D'*D       W~_h[a, c] (values: X~ W~_h)             encode
+ B        D            b_O[c]                                   encode
+ PAD      N            1 where row j >= n (padding), else 0     encode
+ FLAG     1            1 if the target is causal                encode
+ R        N*H*D'       scratch: q[i,h,b] = (X~ A~_h)[i, b]      layers 1-2
+ V        N*H*D        scratch: v[j,h,c] = (X~ W~_h)[j, c]      layers 1-2
+ P        N*N*H        scratch: one (query i, key j, head h)    layers 2-5
+```
+
+The scratch roles reuse positions from the start of the sequence (R, then V; P from 0): a
+position keeps its input token and, separately, the directions of each role it plays.
+
+Every scratch position's role and coordinates are known at compile time, so all the index
+arithmetic is static (computed into the positional embedding).
+
+>>> lay = Layout(2, 2, 1)
+>>> lay.length, lay.xpos(1, 0), sorted(lay.roles(lay.ppos(1, 0, 0)))
+(24, 2, ['P', 'R', 'X'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+INPUT_ROLES = ("X", "A", "W", "B", "PAD", "FLAG")
+SCRATCH_ROLES = ("R", "V", "P")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The sequence layout of a universal simulator built for sizes (N, D, H).
+
+    The input regions come one after the other. The scratch roles R, V and P reuse positions
+    (a position can be, say, an A entry, an R slot and a P slot at once: each role reads and
+    writes its own residual directions); R and V never share a position. The sequence is as
+    long as the longest of: the input, R followed by V, and P.
+    """
+
+    N: int
+    D: int
+    H: int
+
+    def __post_init__(self) -> None:
+        for name in ("N", "D", "H"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"Layout.{name} must be a positive int, got {v!r}")
+
+    @property
+    def Dp(self) -> int:  # noqa: N802 - D' in the docs
+        return self.D + 1
+
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        N, D, H, Dp = self.N, self.D, self.H, self.Dp
+        return {
+            "X": N * D,
+            "A": H * Dp * Dp,
+            "W": H * Dp * D,
+            "B": D,
+            "PAD": N,
+            "FLAG": 1,
+            "R": N * H * Dp,
+            "V": N * H * D,
+            "P": N * N * H,
+        }
+
+    @cached_property
+    def starts(self) -> dict[str, int]:
+        out, pos = {}, 0
+        for r in INPUT_ROLES:
+            out[r] = pos
+            pos += self.sizes[r]
+        out["R"] = 0
+        out["V"] = self.sizes["R"]
+        out["P"] = 0
+        return out
+
+    @property
+    def input_length(self) -> int:
+        """Positions that carry the target and X."""
+        return sum(self.sizes[r] for r in INPUT_ROLES)
+
+    @property
+    def length(self) -> int:
+        """Positions in U's input (BOS not counted)."""
+        return max(self.input_length, self.sizes["R"] + self.sizes["V"], self.sizes["P"])
+
+    # -- positions ---------------------------------------------------------------------------
+    def xpos(self, i: int, a: int) -> int:
+        return self.starts["X"] + i * self.D + a
+
+    def apos(self, h: int, a: int, b: int) -> int:
+        return self.starts["A"] + (h * self.Dp + a) * self.Dp + b
+
+    def wpos(self, h: int, a: int, c: int) -> int:
+        return self.starts["W"] + (h * self.Dp + a) * self.D + c
+
+    def bpos(self, c: int) -> int:
+        return self.starts["B"] + c
+
+    def padpos(self, j: int) -> int:
+        return self.starts["PAD"] + j
+
+    def flagpos(self) -> int:
+        return self.starts["FLAG"]
+
+    def rpos(self, i: int, h: int, b: int) -> int:
+        return self.starts["R"] + (i * self.H + h) * self.Dp + b
+
+    def vpos(self, j: int, h: int, c: int) -> int:
+        return self.starts["V"] + (j * self.H + h) * self.D + c
+
+    def ppos(self, i: int, j: int, h: int) -> int:
+        return self.starts["P"] + (i * self.N + j) * self.H + h
+
+    # -- roles -------------------------------------------------------------------------------
+    @cached_property
+    def _role_table(self) -> list[dict[str, tuple[int, ...]]]:
+        table: list[dict[str, tuple[int, ...]]] = [dict() for _ in range(self.length)]
+        N, D, H, Dp = self.N, self.D, self.H, self.Dp
+        entries = {
+            "X": [(i, a) for i in range(N) for a in range(D)],
+            "A": [(h, a, b) for h in range(H) for a in range(Dp) for b in range(Dp)],
+            "W": [(h, a, c) for h in range(H) for a in range(Dp) for c in range(D)],
+            "B": [(c,) for c in range(D)],
+            "PAD": [(j,) for j in range(N)],
+            "FLAG": [()],
+            "R": [(i, h, b) for i in range(N) for h in range(H) for b in range(Dp)],
+            "V": [(j, h, c) for j in range(N) for h in range(H) for c in range(D)],
+            "P": [(i, j, h) for i in range(N) for j in range(N) for h in range(H)],
+        }
+        for role, coords in entries.items():
+            for k, c in enumerate(coords):
+                table[self.starts[role] + k][role] = c
+        return table
+
+    def roles(self, p: int) -> dict[str, tuple[int, ...]]:
+        """The roles of position ``p`` and its coordinates in each."""
+        return self._role_table[p]
+
+    def role(self, p: int) -> str:
+        """The input region of position ``p`` ("" for a scratch-only position)."""
+        for r in INPUT_ROLES:
+            if r in self._role_table[p]:
+                return r
+        return ""
+
+    # -- encoding ----------------------------------------------------------------------------
+    def encode(
+        self, A_aug: np.ndarray, W_aug: np.ndarray, b_O: np.ndarray, X: np.ndarray, causal: bool
+    ) -> np.ndarray:
+        """Writes a target (augmented forms, see ``MergedAttention.augmented``) and X.
+
+        Args:
+            A_aug: ``[h, d+1, d+1]`` score forms over X~ = [X, 1].
+            W_aug: ``[h, d+1, d]`` value-output forms over X~.
+            b_O: ``[d]`` output bias (the part not folded into W_aug).
+            X: ``[n, d]`` input.
+            causal: whether the target masks future keys.
+
+        Returns:
+            The sequence, ``[length]`` float64 (zeros in padding and scratch positions).
+        """
+        h, d1, _ = A_aug.shape
+        d = d1 - 1
+        n = X.shape[0]
+        seq = np.zeros(self.length, dtype=np.float64)
+        D, Dp = self.D, self.Dp
+        # feature index map: real features 0..d-1 stay, the constant feature d goes to D
+        feat = list(range(d)) + [D]
+        Xp = np.zeros((self.N, D))
+        Xp[:n, :d] = X
+        seq[self.starts["X"] : self.starts["X"] + self.N * D] = Xp.ravel()
+        Ap = np.zeros((self.H, Dp, Dp))
+        Ap[np.ix_(range(h), feat, feat)] = A_aug
+        seq[self.starts["A"] : self.starts["A"] + Ap.size] = Ap.ravel()
+        Wp = np.zeros((self.H, Dp, D))
+        Wp[np.ix_(range(h), feat, range(d))] = W_aug
+        seq[self.starts["W"] : self.starts["W"] + Wp.size] = Wp.ravel()
+        seq[self.starts["B"] : self.starts["B"] + d] = b_O
+        pad = np.ones(self.N)
+        pad[:n] = 0.0
+        seq[self.starts["PAD"] : self.starts["PAD"] + self.N] = pad
+        seq[self.starts["FLAG"]] = 1.0 if causal else 0.0
+        return seq
+
+    def output_positions(self, n: int, d: int) -> np.ndarray:
+        """Positions holding T(X)[i, c] for i < n, c < d, as an ``[n, d]`` index array."""
+        return np.array([[self.xpos(i, c) for c in range(d)] for i in range(n)], dtype=np.int64)
+
+    def diagram(self) -> str:
+        """A one-line-per-region text picture of the layout."""
+        lines = []
+        for r in INPUT_ROLES + SCRATCH_ROLES:
+            s, k = self.starts[r], self.sizes[r]
+            lines.append(f"{r:>5} [{s:>6} .. {s + k - 1:>6}]  {k} positions")
+        return "\n".join(lines)

@@ -1,0 +1,411 @@
+"""The universal simulator U: one compiled transformer, fixed weights, any attention layer.
+
+``build(N, D, H)`` writes U as a RASP program over real-valued tokens and compiles it once.
+``U.simulate(target, X)`` lays the target's parameters and X into one sequence
+(:mod:`attnsim.simulator.layout`), runs the transformer, and reads T(X) back. Nothing runs
+between its layers, and its weights do not depend on the target: the same U serves every
+target with n <= N, d <= D and at most H heads.
+
+The program (positions and regions as in the layout; every selector depends only on
+positions, so every head is a fixed gather or a fixed sum):
+
+1. attention: R and V positions gather a row of X and a column of A~_h or W~_h;
+   MLP: q = x~_i A~_h and v = x~_j W~_h (bilinear units);
+2. attention: each P(i, j, h) gathers q[i,h,:], x_j, v[j,h,:], the padding bit of j and the
+   causal flag; MLP: S = q . x~_j (bilinear) and the causal mask bit;
+3. MLP: e = exp(S - 10^4 (pad_j + causal [j > i])) (an exp unit: masked keys give 0);
+4. attention: Z = sum_j e over the row (i, h); MLP: 1/Z (a reciprocal unit) and e * v;
+5. MLP: p v = (e v) / Z;
+6. attention: each X position (i, c) sums p v over j and h; MLP: picks component c and adds
+   b_O. The output is read at the X positions.
+
+>>> import torch
+>>> from attnsim.simulator import spec, universal
+>>> U = universal.build(2, 2, 1)
+>>> target = spec.random_attention(1, 2, seed=0)
+>>> X = torch.randn(2, 2, dtype=torch.float64)
+>>> from attnsim.simulator.reference import reference
+>>> bool(torch.allclose(U.simulate(target, X), reference(target, X), rtol=1e-9, atol=1e-12))
+True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnsim.compiler import compile_program
+from attnsim.model.compiled import CompiledModel
+from attnsim.rasp import expr as E
+from attnsim.rasp import interpret
+from attnsim.simulator import spec as S
+from attnsim.simulator.layout import Layout
+
+MASK = 1.0e4  # exp(s - MASK) == 0 in float64 and float32 for any |s| <= 700
+
+
+def _static(layout: Layout, name: str, fn) -> E.SOp:
+    """A numerical S-op of the position alone: fn(roles) -> number (roles: role -> coords)."""
+    table = [fn(layout.roles(p)) for p in range(layout.length)]
+    return E.numerical(E.Map(lambda p, t=table: t[p], E.indices, simplify=False)).named(name)
+
+
+def _gather(src: E.SOp, name: str) -> E.Selector:
+    return E.Select(E.indices, src, E.Comparison.EQ).named(name)
+
+
+def universal_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
+    """U as a RASP program over numerical tokens laid out by ``layout``.
+
+    Args:
+        layout: the sequence layout (build sizes).
+        tiny: added to every row sum before 1/Z, so that a row whose exponentials all
+            underflow (only padding rows, for targets in range) gives 0 instead of inf;
+            far below any real row sum (1e-300 for float64, 1e-37 for float32).
+    """
+    N, D, H, Dp = layout.N, layout.D, layout.H, layout.Dp
+    del N, H
+    tok = E.numerical(E.tokens)
+
+    def agg(sel: E.Selector, sop: E.SOp, name: str) -> E.SOp:
+        return E.numerical(E.Aggregate(sel, sop, default=0)).named(name)
+
+    # layer 1: R(i,h,b) and V(j,h,c) read the row x_i (x_j) and a column of A~_h (W~_h);
+    # X positions (i, c) read b_O[c]
+    def src_x(a):
+        def fn(roles):
+            c = roles.get("R") or roles.get("V")
+            return layout.xpos(c[0], a) if c is not None else -1
+
+        return fn
+
+    def src_m(a):
+        def fn(roles):
+            if "R" in roles:
+                i, h, b = roles["R"]
+                return layout.apos(h, a, b)
+            if "V" in roles:
+                j, h, c = roles["V"]
+                return layout.wpos(h, a, c)
+            return -1
+
+        return fn
+
+    gx = [
+        agg(_gather(_static(layout, f"src_x{a}", src_x(a)), f"sel_x{a}"), tok, f"x{a}")
+        for a in range(D)
+    ]
+    gm = [
+        agg(_gather(_static(layout, f"src_m{a}", src_m(a)), f"sel_m{a}"), tok, f"m{a}")
+        for a in range(Dp)
+    ]
+    t = gm[D]  # the constant feature of x~ times the last row of the form
+    for a in range(D):
+        t = t + gx[a] * gm[a]
+    t = t.named("qv")  # q[i,h,b] at R positions, v[j,h,c] at V positions
+
+    # layer 2: P(i,j,h) gathers q[i,h,:], x_j, v[j,h,:], pad_j and the causal flag
+    def at_p(f):
+        return lambda roles: f(*roles["P"]) if "P" in roles else -1
+
+    gq = [
+        agg(
+            _gather(
+                _static(layout, f"src_q{b}", at_p(lambda i, j, h, b=b: layout.rpos(i, h, b))),
+                f"sel_q{b}",
+            ),
+            t,
+            f"q{b}",
+        )
+        for b in range(Dp)
+    ]
+    sel_xj = _gather(
+        _static(layout, "src_xj", at_p(lambda i, j, h: layout.vpos(j, h, 0))), "sel_xj"
+    )
+    gxj = [agg(sel_xj, gx[a], f"xj{a}") for a in range(D)]
+    gv = [
+        agg(
+            _gather(
+                _static(layout, f"src_v{c}", at_p(lambda i, j, h, c=c: layout.vpos(j, h, c))),
+                f"sel_v{c}",
+            ),
+            t,
+            f"v{c}",
+        )
+        for c in range(D)
+    ]
+    pad = agg(
+        _gather(_static(layout, "src_pad", at_p(lambda i, j, h: layout.padpos(j))), "sel_pad"),
+        tok,
+        "pad",
+    )
+    flag = agg(
+        _gather(_static(layout, "src_flag", at_p(lambda i, j, h: layout.flagpos())), "sel_flag"),
+        tok,
+        "flag",
+    )
+    score = gq[D]
+    for a in range(D):
+        score = score + gq[a] * gxj[a]
+    score = score.named("score")
+    future = _static(layout, "future", lambda r: float("P" in r and r["P"][1] > r["P"][0]))
+    masked = (pad + flag * future).named("masked")
+
+    # layer 3: the exponentials, 0 for masked keys
+    e = E.exp(score - masked * MASK).named("e")
+
+    # layer 4: row sums Z over keys j, then 1/Z and e * v
+    def row(r, missing):
+        return r["P"][0] * layout.H + r["P"][2] if "P" in r else missing
+
+    row_k = _static(layout, "row_key", lambda r: row(r, -1))
+    row_q = _static(layout, "row_query", lambda r: row(r, -2))
+    Z = E.SumAggregate(E.Select(row_k, row_q, E.Comparison.EQ).named("sel_row"), e).named("Z")
+    # positions outside P sum nothing (Z = 0): add 1 there so every value stays finite
+    not_p = _static(layout, "not_p", lambda r: float("P" not in r))
+    inv_z = E.reciprocal(Z + not_p + tiny).named("inv_Z")
+    pv = [((e * gv[c]) * inv_z).named(f"pv{c}") for c in range(D)]
+
+    # layer 6: X position (i, c) sums p*v over j and h and picks component c
+    out_k = _static(layout, "out_key", lambda r: r["P"][0] if "P" in r else -1)
+    out_q = _static(layout, "out_query", lambda r: r["X"][0] if "X" in r else -2)
+    sel_out = E.Select(out_k, out_q, E.Comparison.EQ).named("sel_out")
+    src_b = _static(layout, "src_b", lambda r: layout.bpos(r["X"][1]) if "X" in r else -1)
+    y = agg(_gather(src_b, "sel_b"), tok, "b_O")  # b_O[c] at X positions (i, c)
+    for c in range(D):
+        onehot = _static(layout, f"is_col{c}", lambda r, c=c: float("X" in r and r["X"][1] == c))
+        y = y + E.SumAggregate(sel_out, pv[c]).named(f"sum_pv{c}") * onehot
+    return y.named("U")
+
+
+@dataclass(frozen=True)
+class SimulatorReport:
+    """U's resources (from the compiled model) and its sequence length."""
+
+    max_n: int
+    max_d: int
+    max_heads: int
+    layers: int
+    attention_layers: int
+    heads_per_layer: list[int]
+    d_model: int
+    d_head: int
+    d_mlp: int
+    d_bilinear: int
+    d_native: dict[str, int]
+    parameters: int
+    nonzero_parameters: int
+    sequence_length: int
+    input_length: int
+    build_seconds: float
+
+    def __str__(self) -> str:
+        return (
+            f"U(N={self.max_n}, D={self.max_d}, H={self.max_heads}): {self.layers} layers "
+            f"({self.attention_layers} with attention), heads per layer {self.heads_per_layer}\n"
+            f"  d_model={self.d_model} d_head={self.d_head} d_mlp={self.d_mlp} "
+            f"d_bilinear={self.d_bilinear} native={self.d_native}\n"
+            f"  parameters={self.parameters} (nonzero {self.nonzero_parameters}), sequence "
+            f"length {self.sequence_length} ({self.input_length} carry <T, X>), built in "
+            f"{self.build_seconds:.2f} s"
+        )
+
+
+Target = Any  # AttentionSpec | MergedAttention | nn.MultiheadAttention
+
+
+class UniversalSimulator:
+    """One compiled transformer that simulates any attention layer up to its build size."""
+
+    def __init__(self, layout: Layout, program: E.SOp, model: CompiledModel, seconds: float):
+        self.layout = layout
+        self.program = program
+        self.model = model
+        self._seconds = seconds
+
+    @property
+    def max_n(self) -> int:
+        return self.layout.N
+
+    @property
+    def max_d(self) -> int:
+        return self.layout.D
+
+    @property
+    def max_heads(self) -> int:
+        return self.layout.H
+
+    # -- targets -----------------------------------------------------------------------------
+    def _merged(self, target: Target, causal: bool | None) -> S.MergedAttention:
+        if isinstance(target, nn.Module):
+            target = S.from_torch(target, causal=bool(causal))
+        if isinstance(target, S.EncoderLayerSpec):
+            raise ValueError(
+                "this U simulates attention layers; build one with layer='encoder' for full "
+                "encoder layers"
+            )
+        if not isinstance(target, (S.AttentionSpec, S.MergedAttention)):
+            raise TypeError(
+                f"simulate expects an AttentionSpec, a MergedAttention or a "
+                f"torch.nn.MultiheadAttention, got {type(target).__name__}"
+            )
+        merged = target.merged()
+        if merged.n_heads > self.max_heads or merged.d_model > self.max_d:
+            raise ValueError(
+                f"target has {merged.n_heads} heads and d={merged.d_model}, but this U was "
+                f"built for at most {self.max_heads} heads and d <= {self.max_d}; build a "
+                "larger U with simulator.build(max_n, max_d, max_heads)"
+            )
+        return merged
+
+    def _check_x(self, X: Any, d: int) -> torch.Tensor:
+        X = torch.as_tensor(X, dtype=torch.float64)
+        if X.ndim != 2 or X.shape[1] != d:
+            raise ValueError(f"X must have shape (n, {d}), got {tuple(X.shape)}")
+        n = X.shape[0]
+        if not 1 <= n <= self.max_n:
+            raise ValueError(
+                f"X has n={n} rows, but this U was built for 1 <= n <= {self.max_n}; build a "
+                "larger U"
+            )
+        if not torch.isfinite(X).all():
+            i, c = (int(v) for v in torch.nonzero(~torch.isfinite(X))[0])
+            raise ValueError(f"X[{i}, {c}] = {float(X[i, c])} is not finite")
+        return X
+
+    def encode(self, target: Target, X: Any, *, causal: bool | None = None) -> np.ndarray:
+        """Writes <T, X> into U's input sequence (see :mod:`attnsim.simulator.layout`)."""
+        merged = self._merged(target, causal)
+        X = self._check_x(X, merged.d_model)
+        A_aug, W_aug = merged.augmented()
+        # terms that depend on the query alone shift a whole softmax row and cancel: drop
+        # them, which keeps the exponentials in range (see the layout docs)
+        A_aug = A_aug.clone()
+        A_aug[:, :, -1] = 0.0
+        is_causal = merged.causal if causal is None else bool(causal)
+        return self.layout.encode(
+            A_aug.numpy(), W_aug.numpy(), merged.b_O.numpy(), X.numpy(), is_causal
+        )
+
+    def simulate(self, target: Target, X: Any, *, causal: bool | None = None) -> torch.Tensor:
+        """Runs U on <T, X> and returns T(X) as an ``(n, d)`` float64 tensor.
+
+        Args:
+            target: an AttentionSpec / MergedAttention, or a torch.nn.MultiheadAttention.
+            X: the input, shape ``(n, d)``.
+            causal: for a torch module, whether to apply a causal mask (torch passes masks
+                at call time); for specs, overrides the spec's flag when given.
+
+        Raises:
+            ValueError: sizes beyond the build, non-finite values, or an output that
+                overflowed (scores too large for exp).
+        """
+        return self.simulate_batch([(target, X)], causal=causal)[0]
+
+    def simulate_batch(
+        self, items: Sequence[tuple[Target, Any]], *, causal: bool | None = None
+    ) -> list[torch.Tensor]:
+        """Simulates several (target, X) pairs in one forward pass."""
+        seqs, shapes = [], []
+        for target, X in items:
+            merged = self._merged(target, causal)
+            seqs.append(self.encode(merged, X, causal=causal))
+            shapes.append((torch.as_tensor(X).shape[0], merged.d_model))
+        out = self.model.run(np.stack(seqs), check=False)
+        results = []
+        for row, (n, d) in zip(out, shapes):
+            idx = self.layout.output_positions(n, d)
+            Y = torch.tensor(np.asarray(row, dtype=np.float64)[idx], dtype=torch.float64)
+            if not torch.isfinite(Y).all():
+                raise ValueError(
+                    "U's output is not finite: the target's scores are too large for exp in "
+                    f"{self.model.config.dtype} (|score| must stay below about "
+                    f"{'700' if self.model.config.dtype == 'float64' else '88'})"
+                )
+            results.append(Y)
+        return results
+
+    def interpret(self, target: Target, X: Any, *, causal: bool | None = None) -> torch.Tensor:
+        """The same computation by the RASP interpreter (U's program, not its weights)."""
+        merged = self._merged(target, causal)
+        seq = self.encode(merged, X, causal=causal)
+        out = interpret.evaluate(self.program, seq[None, :])[0]
+        n, d = torch.as_tensor(X).shape[0], merged.d_model
+        idx = self.layout.output_positions(n, d)
+        return torch.tensor(np.asarray(out, dtype=np.float64)[idx], dtype=torch.float64)
+
+    def report(self) -> SimulatorReport:
+        """Layers, heads per layer, widths, parameters and sequence length."""
+        r = self.model.report()
+        return SimulatorReport(
+            max_n=self.max_n,
+            max_d=self.max_d,
+            max_heads=self.max_heads,
+            layers=r.layers,
+            attention_layers=r.attention_layers,
+            heads_per_layer=r.heads_per_layer,
+            d_model=r.d_model,
+            d_head=r.d_head,
+            d_mlp=r.d_mlp,
+            d_bilinear=r.d_bilinear,
+            d_native=r.d_native,
+            parameters=r.parameters,
+            nonzero_parameters=r.nonzero_parameters,
+            sequence_length=self.layout.length,
+            input_length=self.layout.input_length,
+            build_seconds=self._seconds,
+        )
+
+
+def build(
+    max_n: int,
+    max_d: int,
+    max_heads: int = 1,
+    *,
+    layer: str = "attention",
+    attention: str = "hard",
+    maps: str = "native",
+    dtype: torch.dtype = torch.float64,
+) -> UniversalSimulator:
+    """Builds U for targets with n <= max_n, d <= max_d and at most max_heads heads.
+
+    Args:
+        max_n: the most rows of X.
+        max_d: the largest model width d.
+        max_heads: the most attention heads.
+        layer: "attention" (a multi-head attention layer).
+        attention: U's own attention: "hard" (average-hard) or "softmax".
+        maps: "native" (exp and 1/x as declared elementwise units).
+        dtype: torch.float64 or torch.float32.
+
+    Returns:
+        A UniversalSimulator with ``simulate``, ``encode``, ``interpret`` and ``report``.
+    """
+    if layer != "attention":
+        raise NotImplementedError(
+            f"layer={layer!r} is not built yet; layer='attention' simulates multi-head "
+            "attention layers"
+        )
+    start = time.perf_counter()
+    layout = Layout(max_n, max_d, max_heads)
+    program = universal_program(layout, tiny=1e-300 if dtype == torch.float64 else 1e-37)
+    model = compile_program(
+        program,
+        vocab=None,
+        max_seq_len=layout.length,
+        fixed_length=True,
+        attention=attention,
+        maps=maps,
+        dtype=dtype,
+    )
+    return UniversalSimulator(layout, program, model, time.perf_counter() - start)
+
+
+__all__ = ["UniversalSimulator", "SimulatorReport", "build", "universal_program", "math"]
