@@ -153,8 +153,6 @@ def test_bad_targets_get_clear_errors():
     m.train()
     with pytest.raises(ValueError, match="dropout"):
         U.simulate(m, torch.zeros(2, 2))
-    with pytest.raises(NotImplementedError, match="layer='encoder' is not built yet"):
-        universal.build(2, 2, 1, layer="encoder")
 
 
 def test_layout_round_trip_and_positions_are_distinct():

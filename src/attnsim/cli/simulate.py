@@ -44,7 +44,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _build_args(ver)
     ver.add_argument("--targets", type=int, default=100)
     ver.add_argument("--seed", type=int, default=0)
-    ver.add_argument("--layer", choices=["attention"], default="attention")
+    ver.add_argument(
+        "--layer",
+        choices=["attention", "encoder"],
+        default="attention",
+        help="simulate attention layers or full encoder layers",
+    )
+    ver.add_argument(
+        "--max-ff",
+        type=int,
+        default=None,
+        help="largest feed-forward width (encoder; default 2 * max-d)",
+    )
     ver.add_argument("--json", action="store_true", help="print JSON")
     ver.set_defaults(func=_verify)
 

@@ -36,11 +36,13 @@ def assemble(
 ) -> Transformer:
     """Builds the Transformer holding ``layers`` over the residual ``basis``."""
     d_model = len(basis)
+    ix = basis.index
+    # each head's query/key (and value/output) factors: one column per direction on the side
+    # with fewer distinct directions, the weights on the other side
+    qk_plans = [[_factor(h.qk) for h in layer.heads] for layer in layers]
+    ov_plans = [[_factor(h.ov) for h in layer.heads] for layer in layers]
     n_heads = max([len(layer.heads) for layer in layers] + [1])
-    d_head = 1
-    for layer in layers:
-        for h in layer.heads:
-            d_head = max(d_head, len({q for q, _, _ in h.qk}), len({s for s, _, _ in h.ov}))
+    d_head = max([1] + [p[0] for plans in qk_plans + ov_plans for p in plans])
     d_mlp = max([len(layer.relu) for layer in layers] + [0])
     d_bil = max([len(layer.bilinear) for layer in layers] + [0])
     d_native: dict[str, int] = {}
@@ -66,58 +68,129 @@ def assemble(
         causal=causal,
         dtype="float64" if dtype == torch.float64 else "float32",
     )
-    model = Transformer(cfg)
-    ix = basis.index
-    with torch.no_grad():
-        W_E = torch.zeros(cfg.d_vocab, d_model, dtype=torch.float64)
-        W_E[0, ix("bos")] = 1.0
-        W_E[1:, ix("notbos")] = 1.0
-        row = {_vkey(v): i + 1 for i, v in enumerate(token_vocab)}
-        for d, v in token_dims.items():
-            W_E[row[_vkey(v)], ix(d)] = 1.0
-        model.W_E.copy_(W_E)
-        if numerical_token_dir is not None:
-            model.W_E_num[ix(numerical_token_dir)] = 1.0
-        W_pos = torch.zeros(cfg.n_ctx, d_model, dtype=torch.float64)
-        for d, vals in static_embed.items():
-            W_pos[1:, ix(d)] = torch.as_tensor(vals, dtype=torch.float64)
-        model.W_pos.copy_(W_pos)
-        for li, layer in enumerate(layers):
-            blk = model.blocks[li]
-            for hi, h in enumerate(layer.heads):
-                qdirs = list(dict.fromkeys(q for q, _, _ in h.qk))
-                for j, q in enumerate(qdirs):
-                    blk.attn.W_Q[hi, ix(q), j] = 1.0
-                for q, k, w in h.qk:
-                    blk.attn.W_K[hi, ix(k), qdirs.index(q)] += w
-                sdirs = list(dict.fromkeys(s for s, _, _ in h.ov))
-                for j, s in enumerate(sdirs):
-                    blk.attn.W_V[hi, ix(s), j] = 1.0
-                for s, dst, w in h.ov:
-                    blk.attn.W_O[hi, sdirs.index(s), ix(dst)] += w
-            for ui, u in enumerate(layer.relu):
-                for d, w in u.inputs:
-                    blk.mlp.W_in[ix(d), ui] += w
-                for d, w in u.outputs:
-                    blk.mlp.W_out[ui, ix(d)] += w
+    # weights are accumulated in float64 numpy arrays, then copied into the model once
+    weights: dict[str, np.ndarray] = {}
+
+    def w(name: str, *shape: int) -> np.ndarray:
+        got = weights.get(name)
+        if got is None:
+            got = weights[name] = np.zeros(shape, dtype=np.float64)
+        return got
+
+    W_E = w("W_E", cfg.d_vocab, d_model)
+    W_E[0, ix("bos")] = 1.0
+    W_E[1:, ix("notbos")] = 1.0
+    row = {_vkey(v): i + 1 for i, v in enumerate(token_vocab)}
+    for d, v in token_dims.items():
+        W_E[row[_vkey(v)], ix(d)] = 1.0
+    if numerical_token_dir is not None:
+        w("W_E_num", d_model)[ix(numerical_token_dir)] = 1.0
+    W_pos = w("W_pos", cfg.n_ctx, d_model)
+    for d, vals in static_embed.items():
+        W_pos[1:, ix(d)] = np.asarray(vals, dtype=np.float64)
+    for li, layer in enumerate(layers):
+        pre = f"blocks.{li}"
+        if layer.heads:
+            W_Q = w(f"{pre}.attn.W_Q", n_heads, d_model, d_head)
+            W_K = w(f"{pre}.attn.W_K", n_heads, d_model, d_head)
+            W_V = w(f"{pre}.attn.W_V", n_heads, d_model, d_head)
+            W_O = w(f"{pre}.attn.W_O", n_heads, d_head, d_model)
+        for hi, h in enumerate(layer.heads):
+            _fill(W_Q[hi], W_K[hi], h.qk, qk_plans[li][hi], ix)
+            _fill(W_V[hi], W_O[hi].T, h.ov, ov_plans[li][hi], ix)
+        _fill_units(w, f"{pre}.mlp.W_in", f"{pre}.mlp.W_out", layer.relu, d_model, d_mlp, ix)
+        if layer.bilinear:
+            a = w(f"{pre}.mlp.W_bil_a", d_model, d_bil)
+            b = w(f"{pre}.mlp.W_bil_b", d_model, d_bil)
+            out = w(f"{pre}.mlp.W_bil_out", d_bil, d_model)
             for ui, u in enumerate(layer.bilinear):
-                for d, w in u.a:
-                    blk.mlp.W_bil_a[ix(d), ui] += w
-                for d, w in u.b:
-                    blk.mlp.W_bil_b[ix(d), ui] += w
-                for d, w in u.outputs:
-                    blk.mlp.W_bil_out[ui, ix(d)] += w
-            slot: dict[str, int] = {}
-            for u in layer.native:
-                ui = slot.get(u.kind, 0)
-                slot[u.kind] = ui + 1
-                for d, w in u.inputs:
-                    getattr(blk.mlp, f"W_{u.kind}_in")[ix(d), ui] += w
-                for d, w in u.gate:
-                    getattr(blk.mlp, f"W_{u.kind}_gate")[ix(d), ui] += w
-                for d, w in u.outputs:
-                    getattr(blk.mlp, f"W_{u.kind}_out")[ui, ix(d)] += w
+                _accumulate(a, [ix(d) for d, _ in u.a], ui, [c for _, c in u.a])
+                _accumulate(b, [ix(d) for d, _ in u.b], ui, [c for _, c in u.b])
+                _accumulate(out.T, [ix(d) for d, _ in u.outputs], ui, [c for _, c in u.outputs])
+        slot: dict[str, int] = {}
+        for u in layer.native:
+            ui = slot.get(u.kind, 0)
+            slot[u.kind] = ui + 1
+            m = d_native[u.kind]
+            for part, form in (("in", u.inputs), ("gate", u.gate)):
+                arr = w(f"{pre}.mlp.W_{u.kind}_{part}", d_model, m)
+                _accumulate(arr, [ix(d) for d, _ in form], ui, [c for _, c in form])
+            arr = w(f"{pre}.mlp.W_{u.kind}_out", m, d_model)
+            _accumulate(arr.T, [ix(d) for d, _ in u.outputs], ui, [c for _, c in u.outputs])
+    model = Transformer(cfg)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, arr in weights.items():
+            params[name].copy_(torch.from_numpy(arr))
     return model
+
+
+def count_parameters(model: Transformer) -> tuple[int, int]:
+    """``(parameters, non-zero parameters)`` of a model."""
+    total = nonzero = 0
+    for p in model.parameters():
+        arr = p.detach().numpy()
+        total += arr.size
+        nonzero += int(np.count_nonzero(arr))
+    return total, nonzero
+
+
+def _factor(terms: tuple) -> tuple[int, bool]:
+    """``(width, by_left)``: a bilinear map from (left dir, right dir, weight) triples.
+
+    ``by_left``: one column per distinct left direction (identity on the left factor, the
+    weights on the right one); otherwise one column per distinct right direction.
+    """
+    left = len({t[0] for t in terms})
+    right = len({t[1] for t in terms})
+    return (left, True) if left <= right else (right, False)
+
+
+def _fill(A: np.ndarray, B: np.ndarray, terms: tuple, plan: tuple[int, bool], ix) -> None:
+    """Writes ``A B^T = sum_t w_t e_left e_right^T`` for the triples ``terms``.
+
+    A and B are ``[d_model, width]`` (W_Q and W_K, or W_V and W_O^T): one factor holds one
+    unit column per distinct direction of its side, the other the weights.
+    """
+    _, by_left = plan
+    ident, weighted = (A, B) if by_left else (B, A)
+    cols: dict[str, int] = {}
+    rows, cols_w, rows_w, ws = [], [], [], []
+    for left, right, wt in terms:
+        key, other = (left, right) if by_left else (right, left)
+        j = cols.get(key)
+        if j is None:
+            j = cols[key] = len(cols)
+            rows.append(ix(key))
+        rows_w.append(ix(other))
+        cols_w.append(j)
+        ws.append(wt)
+    ident[rows, list(range(len(cols)))] = 1.0
+    np.add.at(weighted, (rows_w, cols_w), ws)
+
+
+def _fill_units(w, name_in: str, name_out: str, units, d_model: int, width: int, ix) -> None:
+    """ReLU units: input forms into the columns of W_in, output forms into the rows of W_out."""
+    if not units:
+        return
+    W_in = w(name_in, d_model, width)
+    W_out = w(name_out, width, d_model)
+    ri, ci, wi, ro, co, wo = [], [], [], [], [], []
+    for ui, u in enumerate(units):
+        for d, c in u.inputs:
+            ri.append(ix(d))
+            ci.append(ui)
+            wi.append(c)
+        for d, c in u.outputs:
+            ro.append(ui)
+            co.append(ix(d))
+            wo.append(c)
+    np.add.at(W_in, (ri, ci), wi)
+    np.add.at(W_out, (ro, co), wo)
+
+
+def _accumulate(arr: np.ndarray, rows: list[int], col: int, ws: list[float]) -> None:
+    np.add.at(arr, (rows, [col] * len(rows)), ws)
 
 
 def _vkey(v: Any) -> tuple:

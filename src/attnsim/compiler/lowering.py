@@ -39,7 +39,7 @@ from attnsim.rasp import expr as E
 
 BOS, NOTBOS = "bos", "notbos"
 BIG = 1.0e3  # extra score of BOS for the BOS query (it then reads only itself)
-NATIVE_OPS = {"exp", "log", "sqrt", "reciprocal"}
+NATIVE_OPS = {"exp", "log", "sqrt", "reciprocal", "rsqrt", "gelu", "gelu_tanh"}
 MAX_LOOKUP = 50_000  # hidden units one lookup table may use
 
 
@@ -621,11 +621,12 @@ class Lowerer:
 
     def _select_score(self, sel: E.Select) -> tuple[tuple, float, int]:
         pred = sel.predicate
-        kr, qr = self.rep(sel.keys), self.rep(sel.queries)
+        # TRUE and FALSE read neither side (``length`` works with real-valued tokens)
         if pred is E.Comparison.TRUE:
             return ((NOTBOS, NOTBOS, 1.0),), 1.0, 0
         if pred is E.Comparison.FALSE:
             return (), 1.0, 0
+        kr, qr = self.rep(sel.keys), self.rep(sel.queries)
         if kr.kind == "cat" and qr.kind == "cat":
             return self._table_score(sel.keys, sel.queries, pred)
         kvals, qvals = self.vi.values(sel.keys), self.vi.values(sel.queries)

@@ -96,8 +96,7 @@ def compile_program(
     guards = [
         GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer) for g in _dedupe_guards(low)
     ]
-    n_params = sum(p.numel() for p in model.parameters())
-    nonzero = sum(int((p != 0).sum()) for p in model.parameters())
+    n_params, nonzero = assembly.count_parameters(model)
     report = Report(
         name=program.label,
         layers=len(layers),

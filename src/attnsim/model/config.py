@@ -13,7 +13,7 @@ class AttentionMode(str, enum.Enum):
     SOFTMAX = "softmax"  # softmax(beta * scores)
 
 
-NATIVE_KINDS = ("exp", "log", "sqrt", "reciprocal")
+NATIVE_KINDS = ("exp", "log", "sqrt", "reciprocal", "rsqrt", "gelu", "gelu_tanh")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ _NATIVE = {
     "log": torch.log,
     "sqrt": torch.sqrt,
     "reciprocal": torch.reciprocal,
+    "rsqrt": torch.rsqrt,
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
 }
 
 
@@ -47,7 +50,11 @@ class Attention(nn.Module):
 
     def active_heads(self) -> torch.Tensor:
         """Indices of heads with any non-zero output weight (the others add exactly 0)."""
-        return torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
+        key = (self.W_O.data_ptr(), self.W_O._version)
+        if getattr(self, "_active_key", None) != key:
+            self._active = torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
+            self._active_key = key
+        return self._active
 
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         # x: [batch, pos, d_model]

@@ -66,6 +66,9 @@ __all__ = [
     "sqrt",
     "reciprocal",
     "relu",
+    "rsqrt",
+    "gelu",
+    "gelu_tanh",
 ]
 
 _ids = itertools.count(1)
@@ -816,3 +819,34 @@ def reciprocal(sop: SOp) -> SOp:
 def relu(sop: SOp) -> SOp:
     """max(x, 0), elementwise (numerical)."""
     return _named_map(sop, "relu", lambda x: x if x > 0 else 0.0, lambda x: np.maximum(x, 0.0))
+
+
+def rsqrt(sop: SOp) -> SOp:
+    """1/sqrt(x), elementwise (numerical)."""
+    return _named_map(sop, "rsqrt", lambda x: 1.0 / math.sqrt(x), lambda x: 1.0 / np.sqrt(x))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu(sop: SOp) -> SOp:
+    """The Gaussian error linear unit x * Phi(x), elementwise (numerical)."""
+    return _named_map(sop, "gelu", _gelu, lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))
+
+
+def gelu_tanh(sop: SOp) -> SOp:
+    """GELU's tanh approximation (torch's approximate="tanh"), elementwise (numerical)."""
+    return _named_map(
+        sop,
+        "gelu_tanh",
+        _gelu_tanh,
+        lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    )

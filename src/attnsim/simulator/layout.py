@@ -35,7 +35,11 @@ from functools import cached_property
 import numpy as np
 
 INPUT_ROLES = ("X", "A", "W", "B", "PAD", "FLAG")
-SCRATCH_ROLES = ("R", "V", "P")
+ENCODER_ROLES = ("LN", "FLAGS", "COLV", "W1", "B1", "W2", "B2")
+SCRATCH_ROLES = ("R", "V", "P", "HID")
+# the three LayerNorm slots of an encoder layer (see encoder.py) and the flags
+LN_SLOTS = ("input", "middle", "output")
+FLAG_NAMES = ("norm_first", "relu", "gelu", "gelu_tanh")
 
 
 @dataclass(frozen=True)
@@ -51,12 +55,19 @@ class Layout:
     N: int
     D: int
     H: int
+    F: int = 0  # the feed-forward width of an encoder layer (0: attention only)
 
     def __post_init__(self) -> None:
         for name in ("N", "D", "H"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"Layout.{name} must be a positive int, got {v!r}")
+        if not isinstance(self.F, int) or self.F < 0:
+            raise ValueError(f"Layout.F must be an int >= 0, got {self.F!r}")
+
+    @property
+    def input_roles(self) -> tuple[str, ...]:
+        return INPUT_ROLES + (ENCODER_ROLES if self.F else ())
 
     @property
     def Dp(self) -> int:  # noqa: N802 - D' in the docs
@@ -75,23 +86,32 @@ class Layout:
             "R": N * H * Dp,
             "V": N * H * D,
             "P": N * N * H,
+            "LN": 3 * (2 * D + 1),
+            "FLAGS": len(FLAG_NAMES),
+            "COLV": D,
+            "W1": D * self.F,
+            "B1": self.F,
+            "W2": self.F * D,
+            "B2": D,
+            "HID": N * self.F,
         }
 
     @cached_property
     def starts(self) -> dict[str, int]:
         out, pos = {}, 0
-        for r in INPUT_ROLES:
+        for r in self.input_roles:
             out[r] = pos
             pos += self.sizes[r]
         out["R"] = 0
         out["V"] = self.sizes["R"]
         out["P"] = 0
+        out["HID"] = 0
         return out
 
     @property
     def input_length(self) -> int:
         """Positions that carry the target and X."""
-        return sum(self.sizes[r] for r in INPUT_ROLES)
+        return sum(self.sizes[r] for r in self.input_roles)
 
     @property
     def length(self) -> int:
@@ -126,6 +146,32 @@ class Layout:
     def ppos(self, i: int, j: int, h: int) -> int:
         return self.starts["P"] + (i * self.N + j) * self.H + h
 
+    def lnpos(self, slot: int, what: str, c: int = 0) -> int:
+        """LayerNorm slot ``slot``: "gain"[c], "bias"[c] or "eps"."""
+        base = self.starts["LN"] + slot * (2 * self.D + 1)
+        return base + {"gain": c, "bias": self.D + c, "eps": 2 * self.D}[what]
+
+    def flagpos_named(self, name: str) -> int:
+        return self.starts["FLAGS"] + FLAG_NAMES.index(name)
+
+    def colvpos(self, c: int) -> int:
+        return self.starts["COLV"] + c
+
+    def w1pos(self, c: int, m: int) -> int:
+        return self.starts["W1"] + c * self.F + m
+
+    def b1pos(self, m: int) -> int:
+        return self.starts["B1"] + m
+
+    def w2pos(self, m: int, c: int) -> int:
+        return self.starts["W2"] + m * self.D + c
+
+    def b2pos(self, c: int) -> int:
+        return self.starts["B2"] + c
+
+    def hidpos(self, i: int, m: int) -> int:
+        return self.starts["HID"] + i * self.F + m
+
     # -- roles -------------------------------------------------------------------------------
     @cached_property
     def _role_table(self) -> list[dict[str, tuple[int, ...]]]:
@@ -142,6 +188,8 @@ class Layout:
             "V": [(j, h, c) for j in range(N) for h in range(H) for c in range(D)],
             "P": [(i, j, h) for i in range(N) for j in range(N) for h in range(H)],
         }
+        if self.F:
+            entries["HID"] = [(i, m) for i in range(N) for m in range(self.F)]
         for role, coords in entries.items():
             for k, c in enumerate(coords):
                 table[self.starts[role] + k][role] = c
@@ -153,7 +201,7 @@ class Layout:
 
     def role(self, p: int) -> str:
         """The input region of position ``p`` ("" for a scratch-only position)."""
-        for r in INPUT_ROLES:
+        for r in self.input_roles:
             if r in self._role_table[p]:
                 return r
         return ""
@@ -204,7 +252,7 @@ class Layout:
     def diagram(self) -> str:
         """A one-line-per-region text picture of the layout."""
         lines = []
-        for r in INPUT_ROLES + SCRATCH_ROLES:
+        for r in self.input_roles + SCRATCH_ROLES[: 4 if self.F else 3]:
             s, k = self.starts[r], self.sizes[r]
             lines.append(f"{r:>5} [{s:>6} .. {s + k - 1:>6}]  {k} positions")
         return "\n".join(lines)

@@ -70,6 +70,15 @@ def universal_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
             underflow (only padding rows, for targets in range) gives 0 instead of inf;
             far below any real row sum (1e-300 for float64, 1e-37 for float32).
     """
+    return attention_program(layout, E.numerical(E.tokens), tiny)
+
+
+def attention_program(layout: Layout, x_source: E.SOp, tiny: float) -> E.SOp:
+    """The attention part of U: reads X from ``x_source`` at the X positions.
+
+    ``x_source`` is the tokens for an attention layer, or a computed S-op (a layer norm of
+    the tokens, say) inside an encoder layer. The output is T(X)[i, c] at X position (i, c).
+    """
     N, D, H, Dp = layout.N, layout.D, layout.H, layout.Dp
     del N, H
     tok = E.numerical(E.tokens)
@@ -99,7 +108,7 @@ def universal_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
         return fn
 
     gx = [
-        agg(_gather(_static(layout, f"src_x{a}", src_x(a)), f"sel_x{a}"), tok, f"x{a}")
+        agg(_gather(_static(layout, f"src_x{a}", src_x(a)), f"sel_x{a}"), x_source, f"x{a}")
         for a in range(D)
     ]
     gm = [
@@ -192,6 +201,7 @@ class SimulatorReport:
     max_n: int
     max_d: int
     max_heads: int
+    max_ff: int
     layers: int
     attention_layers: int
     heads_per_layer: list[int]
@@ -208,7 +218,8 @@ class SimulatorReport:
 
     def __str__(self) -> str:
         return (
-            f"U(N={self.max_n}, D={self.max_d}, H={self.max_heads}): {self.layers} layers "
+            f"U(N={self.max_n}, D={self.max_d}, H={self.max_heads}"
+            f"{f', F={self.max_ff}' if self.max_ff else ''}): {self.layers} layers "
             f"({self.attention_layers} with attention), heads per layer {self.heads_per_layer}\n"
             f"  d_model={self.d_model} d_head={self.d_head} d_mlp={self.d_mlp} "
             f"d_bilinear={self.d_bilinear} native={self.d_native}\n"
@@ -243,20 +254,57 @@ class UniversalSimulator:
         return self.layout.H
 
     # -- targets -----------------------------------------------------------------------------
-    def _merged(self, target: Target, causal: bool | None) -> S.MergedAttention:
+    @property
+    def is_encoder(self) -> bool:
+        return self.layout.F > 0
+
+    def _target(self, target: Target, causal: bool | None):
+        """The target as a spec (AttentionSpec/MergedAttention or EncoderLayerSpec)."""
         if isinstance(target, nn.Module):
             target = S.from_torch(target, causal=bool(causal))
         if isinstance(target, S.EncoderLayerSpec):
-            raise ValueError(
-                "this U simulates attention layers; build one with layer='encoder' for full "
-                "encoder layers"
-            )
+            if not self.is_encoder:
+                raise ValueError(
+                    "this U simulates attention layers; build one with layer='encoder' for full "
+                    "encoder layers"
+                )
+            self._check_encoder(target)
+            return target
         if not isinstance(target, (S.AttentionSpec, S.MergedAttention)):
             raise TypeError(
-                f"simulate expects an AttentionSpec, a MergedAttention or a "
-                f"torch.nn.MultiheadAttention, got {type(target).__name__}"
+                f"simulate expects an AttentionSpec, a MergedAttention, an EncoderLayerSpec or a "
+                f"torch.nn.MultiheadAttention / TransformerEncoderLayer, got "
+                f"{type(target).__name__}"
             )
-        merged = target.merged()
+        if self.is_encoder:
+            raise ValueError(
+                "this U simulates encoder layers; give an EncoderLayerSpec or a "
+                "torch.nn.TransformerEncoderLayer (or build a U with layer='attention')"
+            )
+        return target
+
+    def _check_encoder(self, target: S.EncoderLayerSpec) -> None:
+        ffn = target.ffn
+        if ffn.d_mlp > self.layout.F:
+            raise ValueError(
+                f"target's feed-forward width is {ffn.d_mlp}, but this U was built for at most "
+                f"{self.layout.F}; build a U with a larger max_ff"
+            )
+        if ffn.activation.value == "maxmin":
+            raise NotImplementedError(
+                "the encoder U simulates relu, gelu and gelu_tanh feed-forward blocks; maxmin "
+                "is not built yet"
+            )
+        if target.norm1 is None or target.norm2 is None:
+            raise NotImplementedError(
+                "the encoder U simulates layers with both LayerNorms (as torch's "
+                "TransformerEncoderLayer has); a layer without them is not built yet"
+            )
+
+    def _merged(self, target: Target, causal: bool | None) -> S.MergedAttention:
+        target = self._target(target, causal)
+        attention = target.attention if isinstance(target, S.EncoderLayerSpec) else target
+        merged = attention.merged()
         if merged.n_heads > self.max_heads or merged.d_model > self.max_d:
             raise ValueError(
                 f"target has {merged.n_heads} heads and d={merged.d_model}, but this U was "
@@ -282,7 +330,8 @@ class UniversalSimulator:
 
     def encode(self, target: Target, X: Any, *, causal: bool | None = None) -> np.ndarray:
         """Writes <T, X> into U's input sequence (see :mod:`attnsim.simulator.layout`)."""
-        merged = self._merged(target, causal)
+        spec_ = self._target(target, causal)
+        merged = self._merged(spec_, causal)
         X = self._check_x(X, merged.d_model)
         A_aug, W_aug = merged.augmented()
         # terms that depend on the query alone shift a whole softmax row and cancel: drop
@@ -290,9 +339,45 @@ class UniversalSimulator:
         A_aug = A_aug.clone()
         A_aug[:, :, -1] = 0.0
         is_causal = merged.causal if causal is None else bool(causal)
-        return self.layout.encode(
+        seq = self.layout.encode(
             A_aug.numpy(), W_aug.numpy(), merged.b_O.numpy(), X.numpy(), is_causal
         )
+        if isinstance(spec_, S.EncoderLayerSpec):
+            self._encode_encoder(seq, spec_, merged.d_model)
+        return seq
+
+    def _encode_encoder(self, seq: np.ndarray, target: S.EncoderLayerSpec, d: int) -> None:
+        lay = self.layout
+        pre = bool(target.norm_first)
+        unused = None
+        slots = (
+            (target.norm1, unused, target.norm2)
+            if not pre
+            else (target.norm1, target.norm2, unused)
+        )
+        if not pre:
+            slots = (unused, target.norm1, target.norm2)
+        for k, norm in enumerate(slots):
+            if norm is None:
+                seq[lay.lnpos(k, "eps")] = 1.0  # gain 0: the slot's output is 0, never inf
+                continue
+            for c in range(d):
+                seq[lay.lnpos(k, "gain", c)] = float(norm.weight[c])
+                seq[lay.lnpos(k, "bias", c)] = float(norm.bias[c])
+            seq[lay.lnpos(k, "eps")] = float(norm.eps)
+        act = target.ffn.activation.value
+        seq[lay.flagpos_named("norm_first")] = 1.0 if pre else 0.0
+        seq[lay.flagpos_named(act)] = 1.0
+        for c in range(d):
+            seq[lay.colvpos(c)] = 1.0
+        ffn = target.ffn
+        for c in range(d):
+            for m in range(ffn.d_mlp):
+                seq[lay.w1pos(c, m)] = float(ffn.W1[c, m])
+                seq[lay.w2pos(m, c)] = float(ffn.W2[m, c])
+            seq[lay.b2pos(c)] = float(ffn.b2[c])
+        for m in range(ffn.d_mlp):
+            seq[lay.b1pos(m)] = float(ffn.b1[m])
 
     def simulate(self, target: Target, X: Any, *, causal: bool | None = None) -> torch.Tensor:
         """Runs U on <T, X> and returns T(X) as an ``(n, d)`` float64 tensor.
@@ -315,8 +400,9 @@ class UniversalSimulator:
         """Simulates several (target, X) pairs in one forward pass."""
         seqs, shapes = [], []
         for target, X in items:
+            target = self._target(target, causal)
             merged = self._merged(target, causal)
-            seqs.append(self.encode(merged, X, causal=causal))
+            seqs.append(self.encode(target, X, causal=causal))
             shapes.append((torch.as_tensor(X).shape[0], merged.d_model))
         out = self.model.run(np.stack(seqs), check=False)
         results = []
@@ -334,8 +420,9 @@ class UniversalSimulator:
 
     def interpret(self, target: Target, X: Any, *, causal: bool | None = None) -> torch.Tensor:
         """The same computation by the RASP interpreter (U's program, not its weights)."""
+        target = self._target(target, causal)
         merged = self._merged(target, causal)
-        seq = self.encode(merged, X, causal=causal)
+        seq = self.encode(target, X, causal=causal)
         out = interpret.evaluate(self.program, seq[None, :])[0]
         n, d = torch.as_tensor(X).shape[0], merged.d_model
         idx = self.layout.output_positions(n, d)
@@ -348,6 +435,7 @@ class UniversalSimulator:
             max_n=self.max_n,
             max_d=self.max_d,
             max_heads=self.max_heads,
+            max_ff=self.layout.F,
             layers=r.layers,
             attention_layers=r.attention_layers,
             heads_per_layer=r.heads_per_layer,
@@ -370,6 +458,7 @@ def build(
     max_heads: int = 1,
     *,
     layer: str = "attention",
+    max_ff: int | None = None,
     attention: str = "hard",
     maps: str = "native",
     dtype: torch.dtype = torch.float64,
@@ -380,22 +469,31 @@ def build(
         max_n: the most rows of X.
         max_d: the largest model width d.
         max_heads: the most attention heads.
-        layer: "attention" (a multi-head attention layer).
+        layer: "attention" (a multi-head attention layer) or "encoder" (a full
+            TransformerEncoderLayer: attention, residuals, LayerNorms before or after, and a
+            ReLU/GELU feed-forward block).
+        max_ff: the largest feed-forward width (encoder only; default 2 * max_d).
         attention: U's own attention: "hard" (average-hard) or "softmax".
-        maps: "native" (exp and 1/x as declared elementwise units).
+        maps: "native" (exp, 1/x, rsqrt, gelu as declared elementwise units).
         dtype: torch.float64 or torch.float32.
 
     Returns:
         A UniversalSimulator with ``simulate``, ``encode``, ``interpret`` and ``report``.
     """
-    if layer != "attention":
-        raise NotImplementedError(
-            f"layer={layer!r} is not built yet; layer='attention' simulates multi-head "
-            "attention layers"
-        )
+    if layer not in ("attention", "encoder"):
+        raise ValueError(f"layer must be 'attention' or 'encoder', got {layer!r}")
     start = time.perf_counter()
-    layout = Layout(max_n, max_d, max_heads)
-    program = universal_program(layout, tiny=1e-300 if dtype == torch.float64 else 1e-37)
+    tiny = 1e-300 if dtype == torch.float64 else 1e-37
+    if layer == "encoder":
+        from attnsim.simulator.encoder import encoder_program
+
+        layout = Layout(max_n, max_d, max_heads, max_ff if max_ff is not None else 2 * max_d)
+        program = encoder_program(layout, tiny=tiny)
+    else:
+        if max_ff is not None:
+            raise ValueError("max_ff applies to layer='encoder' only")
+        layout = Layout(max_n, max_d, max_heads)
+        program = universal_program(layout, tiny=tiny)
     model = compile_program(
         program,
         vocab=None,

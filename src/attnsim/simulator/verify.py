@@ -44,16 +44,42 @@ class VerifyResult:
 
 
 def random_target(
-    rng: np.random.Generator, max_n: int, max_d: int, max_heads: int, max_logit: float
-) -> tuple[spec.AttentionSpec, torch.Tensor, int]:
-    """A random target within the sizes, its input X, and the seed that made it."""
+    rng: np.random.Generator,
+    max_n: int,
+    max_d: int,
+    max_heads: int,
+    max_logit: float,
+    max_ff: int = 0,
+) -> tuple[spec.AttentionSpec | spec.EncoderLayerSpec, torch.Tensor, int]:
+    """A random target within the sizes, its input X, and the seed that made it.
+
+    With ``max_ff > 0`` the target is a full encoder layer (norm first or last, relu, gelu
+    or gelu_tanh), else a multi-head attention layer.
+    """
     h = int(rng.integers(1, max_heads + 1))
     d = int(rng.integers(1, max_d // h + 1)) * h
     n = int(rng.integers(1, max_n + 1))
     seed = int(rng.integers(1 << 31))
     X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    logit = float(rng.uniform(0.1, max_logit))
+    if max_ff:
+        return (
+            spec.random_encoder_layer(
+                h,
+                d,
+                int(rng.integers(1, max_ff + 1)),
+                seed=seed,
+                activation=("relu", "gelu", "gelu_tanh")[seed % 3],
+                norm_first=bool(seed % 2),
+                causal=bool((seed // 2) % 2),
+                logit_scale=logit,
+                X=X,
+            ),
+            X,
+            seed,
+        )
     target = spec.random_attention(h, d, seed=seed, causal=bool(seed % 2), bias=True)
-    target = spec.with_logit_scale(target, X, float(rng.uniform(0.1, max_logit)))
+    target = spec.with_logit_scale(target, X, logit)
     return target, X, seed
 
 
@@ -88,7 +114,10 @@ def verify(
     if tolerance is None:
         tolerance = 1e-9 if U.model.config.dtype == "float64" else 1e-4
     rng = np.random.default_rng(seed)
-    cases = [random_target(rng, U.max_n, U.max_d, U.max_heads, max_logit) for _ in range(targets)]
+    cases = [
+        random_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
+        for _ in range(targets)
+    ]
     errors: list[float] = []
     failures: list[tuple[int, float]] = []
     with rich.progress.Progress(disable=not progress, transient=True) as bar:
