@@ -81,3 +81,53 @@ def test_encoder_errors():
         attn_U.simulate(spec.random_encoder_layer(1, 2, 2, seed=0), torch.zeros(2, 2))
     with pytest.raises(ValueError, match="layer must be 'attention' or 'encoder'"):
         universal.build(2, 2, 1, layer="decoder")
+
+
+def test_cli_simulates_saved_modules(tmp_path, capsys):
+    import json
+
+    from attnsim.cli import main
+
+    torch.manual_seed(1)
+    layer = torch.nn.TransformerEncoderLayer(
+        4, 2, dim_feedforward=5, dropout=0.0, norm_first=True, dtype=torch.float64
+    )
+    path = tmp_path / "layer.pt"
+    torch.save(layer.state_dict(), path)
+    argv = [
+        "simulate",
+        "--module",
+        str(path),
+        "--heads",
+        "2",
+        "--norm-first",
+        "--max-n",
+        "2",
+        "--max-d",
+        "4",
+        "--max-heads",
+        "2",
+        "--json",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["relative_error"] <= 1e-9 and out["report"]["max_ff"] == 5
+    mha = torch.nn.MultiheadAttention(4, 2, dtype=torch.float64)
+    torch.save(mha.state_dict(), tmp_path / "mha.pt")
+    argv = [
+        "simulate",
+        "--module",
+        str(tmp_path / "mha.pt"),
+        "--heads",
+        "2",
+        "--max-d",
+        "4",
+        "--max-heads",
+        "2",
+        "--json",
+    ]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["relative_error"] <= 1e-9
+    torch.save([1, 2], tmp_path / "bad.pt")
+    assert main(["simulate", "--module", str(tmp_path / "bad.pt")]) == 2
+    assert "does not hold a state_dict" in capsys.readouterr().err

@@ -27,7 +27,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _build_args(sim)
     sim.add_argument(
         "--module",
-        help="a torch.nn.MultiheadAttention saved with torch.save (loaded with weights_only=True)",
+        help="a state_dict of torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer "
+        "saved with torch.save(module.state_dict(), FILE); loaded with weights_only=True",
+    )
+    sim.add_argument("--heads", type=int, default=1, help="heads of the saved module")
+    sim.add_argument(
+        "--norm-first", action="store_true", help="the saved encoder layer is pre-norm"
+    )
+    sim.add_argument(
+        "--activation",
+        choices=["relu", "gelu"],
+        default="relu",
+        help="the saved encoder layer's activation",
+    )
+    sim.add_argument(
+        "--layer",
+        choices=["attention", "encoder"],
+        default="attention",
+        help="simulate an attention layer or a full encoder layer",
+    )
+    sim.add_argument(
+        "--max-ff", type=int, default=None, help="largest feed-forward width (encoder)"
     )
     sim.add_argument("--n", type=int, default=None, help="rows of X (default: max-n)")
     sim.add_argument("--causal", action="store_true", help="apply a causal mask")
@@ -79,6 +99,8 @@ def _build(args):
         args.max_d,
         args.max_heads,
         attention=args.attention,
+        layer=args.layer,
+        max_ff=args.max_ff if args.layer == "encoder" else None,
         dtype=torch.float32 if args.float32 else torch.float64,
     )
 
@@ -88,22 +110,26 @@ def _simulate(args) -> int:
     from attnsim.simulator.reference import reference
     from attnsim.simulator.verify import relative_error
 
-    U = _build(args)
     if args.module:
-        try:
-            module = torch.load(args.module, weights_only=True)
-        except Exception as exc:  # a user's file: say what went wrong, no traceback
-            raise UserError(f"cannot load {args.module!r}: {exc}") from None
-        if not isinstance(module, torch.nn.MultiheadAttention):
-            raise UserError(
-                f"{args.module!r} holds a {type(module).__name__}; expected a "
-                "torch.nn.MultiheadAttention"
-            )
-        target = spec.from_torch(module.double().eval(), causal=args.causal)
+        module = _load_module(args)
+        if isinstance(module, torch.nn.TransformerEncoderLayer):
+            args.layer = "encoder"
+            if args.max_ff is None:
+                args.max_ff = module.linear1.out_features
+        target = spec.from_torch(module, causal=args.causal)
+    elif args.layer == "encoder":
+        target = spec.random_encoder_layer(
+            args.max_heads,
+            args.max_d,
+            args.max_ff or 2 * args.max_d,
+            seed=args.seed,
+            causal=args.causal,
+        )
     else:
         target = spec.random_attention(
             args.max_heads, args.max_d, seed=args.seed, causal=args.causal
         )
+    U = _build(args)
     n = args.n or args.max_n
     d = target.d_model
     X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
@@ -132,6 +158,45 @@ def _simulate(args) -> int:
     console.print(f"max relative error: {err:.3e}")
     console.print(str(report))
     return 0
+
+
+def _load_module(args) -> torch.nn.Module:
+    """Rebuilds a module from a saved state_dict (weights only: no code is unpickled)."""
+    try:
+        state = torch.load(args.module, weights_only=True)
+    except Exception as exc:  # a user's file: say what went wrong, no traceback
+        raise UserError(f"cannot load {args.module!r}: {exc}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(
+            f"{args.module!r} does not hold a state_dict; save one with "
+            "torch.save(module.state_dict(), FILE)"
+        )
+    try:
+        if "in_proj_weight" in state:
+            d = state["in_proj_weight"].shape[1]
+            module = torch.nn.MultiheadAttention(
+                d, args.heads, bias="in_proj_bias" in state, dtype=torch.float64
+            )
+        elif "self_attn.in_proj_weight" in state:
+            d = state["self_attn.in_proj_weight"].shape[1]
+            module = torch.nn.TransformerEncoderLayer(
+                d,
+                args.heads,
+                dim_feedforward=state["linear1.weight"].shape[0],
+                dropout=0.0,
+                activation=args.activation,
+                norm_first=args.norm_first,
+                dtype=torch.float64,
+            )
+        else:
+            raise UserError(
+                f"{args.module!r} is not the state_dict of a MultiheadAttention or a "
+                "TransformerEncoderLayer (no in_proj_weight)"
+            )
+        module.load_state_dict({k: v.double() for k, v in state.items()})
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        raise UserError(f"cannot rebuild the module from {args.module!r}: {exc}") from None
+    return module.eval()
 
 
 def _verify(args) -> int:
