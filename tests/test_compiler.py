@@ -370,7 +370,6 @@ def test_library_at_max_seq_len_40_is_exact(case):
     check_case(case, seed=2)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("max_seq_len", [80, 160])
 @pytest.mark.parametrize("name", ["make_hist", "make_frac_prevs", "make_sort_unique"])
 def test_library_at_long_lengths(name, max_seq_len):

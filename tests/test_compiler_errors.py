@@ -145,7 +145,7 @@ def test_run_time_check_names_the_offending_row_and_position():
     "kwargs, message",
     [
         ({"attention": "linear"}, r"attention must be 'hard' or 'softmax', got 'linear'"),
-        ({"maps": "relu"}, r"maps must be 'native', got 'relu'"),
+        ({"maps": "taylor"}, r"maps must be 'native' or 'relu', got 'taylor'"),
         ({"max_seq_len": 0}, r"max_seq_len must be a positive int, got 0"),
         ({"max_seq_len": 2.5}, r"max_seq_len must be a positive int, got 2\.5"),
         ({"dtype": torch.float16}, r"dtype must be torch\.float64 or torch\.float32"),

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from attnsim.compiler import approximation
 from attnsim.compiler.value_inference import ValueInference, dedupe, sort_values
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import BilinearUnit, Head, NativeUnit, ReluUnit, linear_form
@@ -117,8 +118,13 @@ class Lowerer:
         labels: dict[int, str],
         *,
         maps: str = "native",
+        map_tolerance: float = 1e-6,
+        map_ranges: dict | None = None,
     ) -> None:
         self.vi = vi
+        self.map_tolerance = map_tolerance
+        self.map_ranges = dict(map_ranges or {})
+        self.bounds: dict[str, float] = {}
         self.L = vi.L
         self.labels = dict(labels)
         self.used_labels = set(labels.values())
@@ -296,6 +302,13 @@ class Lowerer:
         op = e._op
         num_out = E.is_numerical(e)
         if inner.kind == "cat":
+            if num_out:
+                readout = self._numeric_readout(e, inner)
+                if readout is not None:
+                    self.realisations.append(
+                        Realisation(label, "numerical readout of one-hot (virtual)", "exact", 0)
+                    )
+                    return Rep("num", inner.ready, form=readout)
             return self._lookup(label, e, [e.inner], num_out)
         form = inner.form
         kind = op.kind if op is not None else None
@@ -334,12 +347,105 @@ class Lowerer:
             "map (x * a + b), or declare the input's values"
         )
 
-    def _native(self, label: str, e: E.Map, kind: str, form: dict, ready: int) -> Rep:
+    def _numeric_readout(self, e: E.Map, inner: Rep) -> dict[str, float] | None:
+        """f of a one-hot S-op as a linear form (sum of f(v) * onehot_v), if f gives numbers."""
+        form: dict[str, float] = {}
+        for v, d in zip(inner.values, inner.dims):
+            out = _apply(e.f, v)
+            if out is _FAILED or out is None:
+                continue  # a value f rejects cannot occur; None is the zero vector
+            if isinstance(out, str) or not isinstance(out, (int, float, np.integer, np.floating)):
+                return None
+            if float(out) != 0.0:
+                form[d] = float(out)
+        return form
+
+    def _map_range(self, e: E.SOp, inner: E.SOp) -> tuple[float, float] | None:
+        """The declared input range of a map: map_ranges[label] or the input's value_range."""
+        for key in (self.label(e), self.label(inner)):
+            if key in self.map_ranges:
+                lo, hi = self.map_ranges[key]
+                return float(lo), float(hi)
+        return E.value_range(inner) or e._annotations.get("input_range")
+
+    def _relu_map(
+        self,
+        label: str,
+        e: E.SOp,
+        kind: str,
+        form: dict,
+        ready: int,
+        scale: float,
+        inner: E.SOp,
+    ) -> Rep:
+        """A bounded realisation: the certified piecewise-linear interpolant (ReLU units)."""
+        rng = self._map_range(e, inner)
+        if rng is None:
+            raise UnsupportedError(
+                f"{label}: maps='relu' needs the input range of this {kind} map; declare it "
+                "with rasp.numerical(x, value_range=(lo, hi)) on its input or pass "
+                f"map_ranges={{{self.label(inner)!r}: (lo, hi)}}"
+            )
+        try:
+            pl = approximation.fit(kind, rng[0], rng[1], tolerance=self.map_tolerance / abs(scale))
+        except ValueError as exc:
+            raise UnsupportedError(f"{label}: {exc}") from None
         stage = mlp_stage(ready)
         d = self.new_dir(label)
+        slopes = pl.slopes
+        units = [
+            ((NOTBOS, 1.0),),
+        ]
+        outs = [pl.values[0] * scale]
+        prev = 0.0
+        for k, x_k in enumerate(pl.knots):
+            s_k = slopes[k] if k < len(slopes) else 0.0  # flat beyond the last knot
+            delta = s_k - prev
+            prev = s_k
+            if delta == 0.0:
+                continue
+            inputs = dict(form)
+            inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) - x_k
+            units.append(linear_form(inputs))
+            outs.append(delta * scale)
+        for lf, w in zip(units, outs):
+            self.units.append((stage, ReluUnit(self.unit_name(label), lf, ((d, w),))))
+        lo = -math.inf if kind == "exp" else rng[0]  # below lo exp stays within exp(lo)
+        self.guards.append(Guard(label, linear_form(form), ready, value_range=(lo, rng[1])))
+        bound = pl.bound * abs(scale)
+        below = (
+            f"; below {rng[0]:g}: <= {math.exp(rng[0]) * abs(scale):.3g}" if kind == "exp" else ""
+        )
+        self.realisations.append(
+            Realisation(
+                label,
+                f"{kind} by {len(pl.knots)} ReLU knots on [{rng[0]:g}, {rng[1]:g}]",
+                "bounded",
+                len(units),
+                note=f"|error| <= {bound:.3g} on the range{below}",
+            )
+        )
+        self.bounds[label] = bound
+        return Rep("num", stage, form={d: 1.0})
+
+    def _native(
+        self,
+        label: str,
+        e: E.SOp,
+        kind: str,
+        form: dict,
+        ready: int,
+        inner: E.SOp | None = None,
+    ) -> Rep:
         scale = 1.0
         if kind == "scaled_reciprocal":
             scale, kind = float(e._op.params[0]), "reciprocal"
+        if self.maps == "relu":
+            return self._relu_map(
+                label, e, kind, form, ready, scale, inner if inner is not None else e.inner
+            )
+        stage = mlp_stage(ready)
+        d = self.new_dir(label)
         unit = NativeUnit(
             self.unit_name(label), kind, linear_form(form), ((NOTBOS, 1.0),), ((d, scale),)
         )
@@ -493,7 +599,12 @@ class Lowerer:
                         inv[d] = 1.0 / float(v)
                 return self._product(label, f1, inv, max(r.ready for r in reps))
             recip = self._native(
-                self.fresh(f"1/{self.label(den)}"), e, "reciprocal", reps[1].form, reps[1].ready
+                self.fresh(f"1/{self.label(den)}"),
+                e,
+                "reciprocal",
+                reps[1].form,
+                reps[1].ready,
+                inner=den,
             )
             return self._product(label, f1, recip.form, max(reps[0].ready, recip.ready))
         finite = all(self.vi.values(s) is not None for s in e.sops)

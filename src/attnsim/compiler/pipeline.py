@@ -30,6 +30,8 @@ def compile_program(
     causal: bool = False,
     attention: str = "hard",
     maps: str = "native",
+    map_tolerance: float = 1e-6,
+    map_ranges: dict[str, tuple[float, float]] | None = None,
     fixed_length: bool = False,
     dtype: torch.dtype = torch.float64,
 ) -> CompiledModel:
@@ -42,7 +44,12 @@ def compile_program(
         causal: build a causal model (each query sees keys at positions <= its own).
         attention: "hard" (average-hard attention) or "softmax" (a softmax transformer whose
             inverse temperature makes the weight on unselected keys below 1e-17).
-        maps: "native" (exp, log, sqrt and 1/x as declared elementwise units).
+        maps: "native" (exp, log, sqrt, 1/x, rsqrt and gelu as declared elementwise units,
+            exact) or "relu" (ReLU units only: a piecewise-linear interpolant on the map's
+            declared input range, with a certified error bound in the report).
+        map_tolerance: the largest error of a ReLU-realised map (maps="relu").
+        map_ranges: input ranges of maps by label (of the map or of its input), for
+            maps="relu"; the input's ``rasp.numerical(x, value_range=...)`` works too.
         fixed_length: inputs always have exactly ``max_seq_len`` tokens (then ``length`` and
             counts over position-only selectors are known in advance).
         dtype: torch.float64 (default) or torch.float32.
@@ -58,8 +65,10 @@ def compile_program(
     start = time.perf_counter()
     if attention not in ("hard", "softmax"):
         raise ValueError(f"attention must be 'hard' or 'softmax', got {attention!r}")
-    if maps not in ("native",):
-        raise ValueError(f"maps must be 'native', got {maps!r}")
+    if maps not in ("native", "relu"):
+        raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
+    if not map_tolerance > 0:
+        raise ValueError(f"map_tolerance must be positive, got {map_tolerance!r}")
     if not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
     if dtype not in (torch.float64, torch.float32):
@@ -67,7 +76,9 @@ def compile_program(
 
     graph = tracing.trace(program)
     vi = value_inference.ValueInference(vocab, max_seq_len, causal, fixed_length)
-    low = lowering.Lowerer(vi, graph.labels, maps=maps)
+    low = lowering.Lowerer(
+        vi, graph.labels, maps=maps, map_tolerance=map_tolerance, map_ranges=map_ranges
+    )
     errors = _lower_all(low, graph)
     if errors:
         raise NotImplementedError(
@@ -94,7 +105,8 @@ def compile_program(
     else:
         output = OutputSpec("cat", values=tuple(out_rep.values), dims=tuple(out_rep.dims))
     guards = [
-        GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer) for g in _dedupe_guards(low)
+        GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer, g.value_range)
+        for g in _dedupe_guards(low)
     ]
     n_params, nonzero = assembly.count_parameters(model)
     report = Report(
@@ -161,7 +173,7 @@ def _dedupe_guards(low: lowering.Lowerer) -> list[lowering.Guard]:
     seen = set()
     out = []
     for g in low.guards:
-        key = (g.form, g.stage, g.allowed, g.integer)
+        key = (g.form, g.stage, g.allowed, g.integer, g.value_range)
         if key not in seen:
             seen.add(key)
             out.append(g)

@@ -291,7 +291,23 @@ def matmul(r: int, k: int, c: int, heads: int = 1, layers: int = 2) -> rasp.SOp:
     return total.named(f"matmul_{r}x{k}x{c}")
 
 
-def softmax(r: int, c: int, heads: int = 1, layers: int = 1) -> rasp.SOp:
+def softmax_relu_error_bound(c: int, tolerance: float) -> float:
+    """Certified max error of ``softmax(r, c, spread=...)`` compiled with maps="relu".
+
+    With every exp and 1/x within ``tolerance`` (the compiler's ``map_tolerance``) and rows
+    within the declared spread: ``|e^ r^ - e/den| <= t (1 + t) + |1/den^ - 1/den| + t`` with
+    ``|den^ - den| <= c t`` and ``den >= 1``, which is at most ``(2 + c) t + O(t^2)``.
+
+    >>> softmax_relu_error_bound(3, 1e-6) < 5.1e-6
+    True
+    """
+    t = float(tolerance)
+    return t * (1.0 + t) + c * t / (1.0 - c * t) + t
+
+
+def softmax(
+    r: int, c: int, heads: int = 1, layers: int = 1, spread: float | None = None
+) -> rasp.SOp:
     """Row-wise softmax of ``S`` (r x c), with the row maximum subtracted.
 
     Every position gathers the c entries of its row (c heads, one per column) and computes
@@ -308,6 +324,11 @@ def softmax(r: int, c: int, heads: int = 1, layers: int = 1) -> rasp.SOp:
             ``softmax(h*r, c)`` because the blocks stack row-major.
         layers: 1 (one layer, c exponentials per position) or 2 (one exponential per
             position, one more head).
+        spread: if given, the largest ``max(row) - min(row)`` the inputs will have. The
+            exponent ``x - max`` is then declared in ``[-spread, 0]`` and the row sum in
+            ``[1, c]``, which lets ``compile_program(..., maps="relu")`` realise exp and 1/x
+            with ReLU units and a certified error bound (the compiled model refuses rows
+            outside the declared spread).
 
     Returns:
         A numerical S-op over sequences of length ``heads * r * c``.
@@ -328,14 +349,21 @@ def softmax(r: int, c: int, heads: int = 1, layers: int = 1) -> rasp.SOp:
     else:
         cols = [_gather(lambda p, t=t: (p // c) * c + t if p < size else -1, x) for t in range(c)]
     m = _max(cols)
-    e = rasp.exp(x - m)
+
+    def shifted(v: rasp.SOp) -> rasp.SOp:
+        d = v - m
+        return d if spread is None else rasp.numerical(d, value_range=(-float(spread), 0.0))
+
+    e = rasp.exp(shifted(x))
     if layers == 1:
-        den = _sum([rasp.exp(g - m) for g in cols]) if c > 1 else e
+        den = _sum([rasp.exp(shifted(g)) for g in cols]) if c > 1 else e
     elif c == 1:
         den = e
     else:
         row = rasp.indices // c
         den = rasp.SumAggregate(rasp.Select(row, row, _EQ), e)
+    if spread is not None:
+        den = rasp.numerical(den, value_range=(1.0, float(c)))
     return (e * rasp.reciprocal(den)).named(f"softmax_{r}x{c}")
 
 
@@ -366,7 +394,8 @@ def maxmin() -> rasp.SOp:
     positions. The flag of the authors' code is computed from the partner at every position,
     which is wrong at odd positions; here an odd position always takes the minimum and an
     even position the maximum, and the last element of an odd-length sequence, which has no
-    partner, is left unchanged. Cost: 1 layer, 1 head; no ``length``.
+    partner, is left unchanged. Cost: 1 layer, 1 head; no ``length``. Compiled: two blocks
+    (the attention layer, then one MLP-only layer for the gated products).
 
     Returns:
         A numerical S-op over sequences of any length.
@@ -380,8 +409,12 @@ def maxmin() -> rasp.SOp:
     sel = rasp.Select(idx, partner, _EQ)
     y = _read(sel, x)
     present = _read(sel, rasp.numerical(rasp.Full(1.0)))
-    sign = _constant(lambda p: 1 - 2 * (p % 2))
-    return (x + sign * (present * rasp.relu(sign * (y - x)))).named("maxmin")
+    # out = x + present * s * relu(s * (y - x)) with s = +1 (even) or -1 (odd), written so
+    # that every product has both factors one stage old: relu(y - x), relu(x - y) and the
+    # gates present * [even], present * [odd] in one MLP, their products in the next
+    even, odd = _constant(lambda p: p % 2 == 0), _constant(lambda p: p % 2 == 1)
+    up, down = rasp.relu(y - x), rasp.relu(x - y)
+    return (x + (present * even) * up - (present * odd) * down).named("maxmin")
 
 
 def bias_add(r: int, c: int) -> rasp.SOp:

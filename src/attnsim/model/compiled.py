@@ -51,6 +51,7 @@ class GuardSpec:
     stage: int
     allowed: tuple[float, ...] | None = None
     integer: bool = False
+    value_range: tuple[float, float] | None = None
 
 
 @dataclass
@@ -261,7 +262,12 @@ class CompiledModel:
     def _check_guards(self, cache: dict) -> None:
         for g in self.guards:
             vals = self._read(self._stage_resid(cache, g.stage)[:, 1:], g.form)
-            if g.integer:
+            if g.value_range is not None:
+                lo, hi = g.value_range
+                slack = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0, abs(hi))
+                bad = (vals < lo - slack) | (vals > hi + slack) | ~torch.isfinite(vals)
+                what = f"inside its declared range [{lo:g}, {hi:g}]"
+            elif g.integer:
                 bad = (vals - vals.round()).abs() > 1e-6 * vals.abs().clamp(min=1)
                 what = "an integer"
             else:
@@ -311,6 +317,7 @@ class CompiledModel:
                     "stage": g.stage,
                     "allowed": None if g.allowed is None else list(g.allowed),
                     "integer": g.integer,
+                    "value_range": None if g.value_range is None else list(g.value_range),
                 }
                 for g in self.guards
             ],
@@ -353,6 +360,7 @@ class CompiledModel:
                     g["stage"],
                     None if g["allowed"] is None else tuple(g["allowed"]),
                     g["integer"],
+                    None if g.get("value_range") is None else tuple(g["value_range"]),
                 )
                 for g in meta["guards"]
             ],

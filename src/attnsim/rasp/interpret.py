@@ -324,7 +324,12 @@ class _Evaluator:
         if E.is_numerical(e) or e.reduction == "sum":
             v = _to_float(vals, f"the values aggregated by {e.label!r}")
             with np.errstate(all="ignore"):  # inf and nan values propagate, as in numpy
-                if sel.shape[0] == 1:  # one pattern for every row: a single matrix product
+                if not np.isfinite(v).all():
+                    # only selected keys count: an inf at an unselected key must not turn
+                    # into 0 * inf = nan for the queries that do not read it
+                    full = np.broadcast_to(sel, (b, n, n))
+                    total = np.where(full, v[:, None, :], 0.0).sum(axis=-1)
+                elif sel.shape[0] == 1:  # one pattern for every row: a single matrix product
                     total = v @ sel[0].T.astype(np.float64)
                 else:
                     total = np.matmul(sel, v[:, :, None])[:, :, 0]

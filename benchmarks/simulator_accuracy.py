@@ -1,0 +1,180 @@
+"""How exact the universal simulator U is, and whether its depth stays constant.
+
+One U built for (n, d, heads) <= (8, 8, 4) simulates random targets (sizes drawn up to the
+build, causal or not, biases, each head's largest |score| on its X drawn up to 50) and is
+compared with the plain-torch oracle (``simulator.reference``):
+
+- float64, hard attention: 1,000 targets, goal max relative error <= 1e-9;
+- float32, hard attention: 300 targets, goal <= 1e-4;
+- float64, softmax attention (U's own heads use softmax): 100 targets, goal <= 1e-9.
+
+The relative error of a target is ``max|U - ref| / max|ref|``. Then U is built for
+(2, 2, 1), (4, 4, 2), (8, 8, 4) and (16, 16, 4) and its layers are recorded: the depth must
+not grow with the build.
+
+Run: ``python benchmarks/simulator_accuracy.py`` (writes
+benchmarks/results/simulator_accuracy.json; ``--quick`` uses a tenth of the targets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnsim.simulator import universal
+from attnsim.simulator.reference import reference
+from attnsim.simulator.verify import random_target, relative_error
+
+RESULTS = Path(__file__).resolve().parent / "results" / "simulator_accuracy.json"
+BUILD = (8, 8, 4)
+DEPTH_BUILDS = ((2, 2, 1), (4, 4, 2), (8, 8, 4), (16, 16, 4))
+MAX_LOGIT = 50.0
+
+# (name, attention, dtype, targets, goal)
+SWEEPS = (
+    ("float64 hard", "hard", torch.float64, 1000, 1e-9),
+    ("float32 hard", "hard", torch.float32, 300, 1e-4),
+    ("float64 softmax", "softmax", torch.float64, 100, 1e-9),
+)
+
+
+def sweep(
+    name: str, attention: str, dtype: torch.dtype, count: int, goal: float, *, seed: int, batch: int
+) -> dict:
+    """Builds U(8, 8, 4) in one mode and compares ``count`` random targets with the oracle."""
+    w0 = time.perf_counter()
+    U = universal.build(*BUILD, attention=attention, dtype=dtype)
+    build_s = time.perf_counter() - w0
+    rng = np.random.default_rng(seed)
+    cases = [random_target(rng, *BUILD, MAX_LOGIT) for _ in range(count)]
+    errors: list[float] = []
+    kinds: list[tuple[int, int, int, bool]] = []
+    start = time.perf_counter()
+    for k in range(0, count, batch):
+        chunk = cases[k : k + batch]
+        outs = U.simulate_batch([(t, X) for t, X, _ in chunk])
+        for (t, X, _), got in zip(chunk, outs):
+            errors.append(relative_error(got, reference(t, X)))
+            kinds.append((X.shape[0], X.shape[1], t.n_heads, t.causal))
+        done = min(k + batch, count)
+        if done % (batch * 8) == 0 or done == count:
+            print(
+                f"  {name}: {done}/{count} targets, max error so far {max(errors):.2e}", flush=True
+            )
+    seconds = time.perf_counter() - start
+    worst = int(np.argmax(errors))
+    by_heads = {}
+    for h in sorted({kd[2] for kd in kinds}):
+        sel = [e for e, kd in zip(errors, kinds) if kd[2] == h]
+        by_heads[str(h)] = {"targets": len(sel), "max_error": max(sel)}
+    by_causal = {}
+    for c in (False, True):
+        sel = [e for e, kd in zip(errors, kinds) if kd[3] == c]
+        if sel:
+            by_causal["causal" if c else "not causal"] = {
+                "targets": len(sel),
+                "max_error": max(sel),
+            }
+    return {
+        "name": name,
+        "build": list(BUILD),
+        "attention": attention,
+        "dtype": str(dtype).replace("torch.", ""),
+        "targets": count,
+        "max_logit": MAX_LOGIT,
+        "max_error": max(errors),
+        "median_error": statistics.median(errors),
+        "p99_error": float(np.quantile(errors, 0.99)),
+        "goal": goal,
+        "met": max(errors) <= goal,
+        "failures": sum(e > goal for e in errors),
+        "worst_target": {
+            "seed": cases[worst][2],
+            "n": kinds[worst][0],
+            "d": kinds[worst][1],
+            "heads": kinds[worst][2],
+            "causal": kinds[worst][3],
+            "error": errors[worst],
+        },
+        "by_heads": by_heads,
+        "by_causal": by_causal,
+        "build_seconds": build_s,
+        "seconds": seconds,
+        "targets_per_second": count / seconds,
+        "batch": batch,
+    }
+
+
+def depth(builds=DEPTH_BUILDS) -> list[dict]:
+    """U's layers and widths for each build."""
+    rows = []
+    for n, d, h in builds:
+        r = universal.build(n, d, h).report()
+        rows.append(
+            {
+                "build": [n, d, h],
+                "layers": r.layers,
+                "attention_layers": r.attention_layers,
+                "heads_per_layer": list(r.heads_per_layer),
+                "d_model": r.d_model,
+                "parameters": r.parameters,
+                "sequence_length": r.sequence_length,
+                "build_seconds": r.build_seconds,
+            }
+        )
+        print(f"  U{(n, d, h)}: {r.layers} layers, heads {r.heads_per_layer}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of the targets")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=32, help="targets per forward pass")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    sweeps = []
+    for name, attention, dtype, count, goal in SWEEPS:
+        count = max(10, count // 10) if args.quick else count
+        row = sweep(name, attention, dtype, count, goal, seed=args.seed, batch=args.batch)
+        sweeps.append(row)
+        print(
+            f"{name}: {count} targets, max error {row['max_error']:.2e} (goal {goal:g}, "
+            f"{'met' if row['met'] else 'NOT met'}), median {row['median_error']:.2e}, "
+            f"{row['seconds']:.1f} s",
+            flush=True,
+        )
+    depths = depth()
+    constant = len({r["layers"] for r in depths}) == 1
+    print(f"depth constant across builds: {constant}")
+    meta = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": list(os.getloadavg()),
+        "seconds": time.perf_counter() - started,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "machine": meta,
+        "sweeps": sweeps,
+        "depth": depths,
+        "depth_constant": constant,
+    }
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

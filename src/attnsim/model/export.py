@@ -1,0 +1,229 @@
+"""Export a compiled model to TransformerLens (``HookedTransformer``), weights unchanged.
+
+TransformerLens runs standard softmax transformers, so a model exports when it was compiled
+with ``attention="softmax"``, reads categorical tokens only (no numerical token direction)
+and its MLPs use ReLU units only (no bilinear or declared elementwise units). The mapping:
+
+| attnsim                           | TransformerLens                                    |
+|-----------------------------------|----------------------------------------------------|
+| ``W_E`` (row 0 is BOS)            | ``embed.W_E`` (token id 0 is BOS)                  |
+| ``W_pos``                         | ``pos_embed.W_pos`` (standard positional embedding) |
+| ``blocks.l.attn.W_Q`` * beta      | ``blocks.l.attn.W_Q`` (``use_attn_scale=False``)   |
+| ``W_K``, ``W_V``, ``W_O``         | the same names; all biases zero                    |
+| ``blocks.l.mlp.W_in``/``W_out``   | the same names, ``act_fn="relu"``, biases zero     |
+| no layer norm                     | ``normalization_type=None``                        |
+| final residual stream             | logits through ``unembed.W_U`` = identity          |
+
+The unembedding is the identity, so the "logits" are the final residual stream and
+:func:`run_lens` decodes them with the compiled model's output spec, exactly as
+:meth:`CompiledModel.run` does.
+
+TransformerLens (versions 2 and 3, which have ``HookedTransformer``; version 4 removed it) is
+the optional extra ``lens`` (``pip install 'attnsim[lens]'``); it is imported only when a
+function here is called.
+
+>>> from attnsim.compiler import compile_program
+>>> from attnsim.rasp import library
+>>> hard = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4)
+>>> check_exportable(hard)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: TransformerLens runs softmax attention, but this model uses attention='hard'; ...
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attnsim.model.compiled import CompiledModel
+from attnsim.model.config import AttentionMode
+
+__all__ = ["check_exportable", "lens_config", "to_transformer_lens", "run_lens"]
+
+
+def check_exportable(model: CompiledModel) -> None:
+    """Raises ValueError unless ``model`` maps exactly onto a TransformerLens model.
+
+    Args:
+        model: a compiled model.
+
+    Raises:
+        TypeError: ``model`` is not a CompiledModel.
+        ValueError: hard attention, numerical tokens, or bilinear or declared elementwise
+            (native) MLP units in use; the message says which and what to do.
+
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> soft = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4,
+    ...                        attention="softmax")
+    >>> check_exportable(soft) is None
+    True
+    """
+    if not isinstance(model, CompiledModel):
+        raise TypeError(f"expected a CompiledModel, got {type(model).__name__}")
+    cfg = model.config
+    if cfg.attention is not AttentionMode.SOFTMAX:
+        raise ValueError(
+            "TransformerLens runs softmax attention, but this model uses "
+            f"attention={cfg.attention.value!r}; compile it with "
+            "compile_program(..., attention='softmax') to export it"
+        )
+    if model.numerical_tokens:
+        raise ValueError(
+            "this model reads real-valued tokens (a numerical token direction), which "
+            "TransformerLens's token embedding cannot carry; only programs over a categorical "
+            "vocabulary export"
+        )
+    used = []
+    for i, block in enumerate(model.model.blocks):
+        mlp = block.mlp
+        if mlp.W_bil_out.numel() and bool((mlp.W_bil_out != 0).any()):
+            used.append(f"layer {i}: {mlp.W_bil_out.shape[0]} bilinear units")
+        for kind in mlp.native_kinds:
+            w = getattr(mlp, f"W_{kind}_out")
+            if bool((w != 0).any()):
+                used.append(f"layer {i}: {w.shape[0]} native {kind!r} units")
+    if used:
+        raise ValueError(
+            "TransformerLens MLPs have ReLU units only, but this model also uses "
+            + ", ".join(used)
+            + "; export programs whose maps compile to ReLU units (categorical maps, "
+            "piecewise-linear numerical maps)"
+        )
+
+
+def lens_config(model: CompiledModel) -> dict[str, Any]:
+    """The ``HookedTransformerConfig`` arguments that mirror ``model``'s shape.
+
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> soft = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4,
+    ...                        attention="softmax")
+    >>> c = lens_config(soft)
+    >>> c["act_fn"], c["normalization_type"], c["use_attn_scale"], c["d_vocab"]
+    ('relu', None, False, 3)
+    """
+    cfg = model.config
+    return {
+        "n_layers": cfg.n_layers,
+        "d_model": cfg.d_model,
+        "n_ctx": cfg.n_ctx,
+        "d_head": max(1, cfg.d_head),
+        "n_heads": max(1, cfg.n_heads),
+        "d_mlp": max(1, cfg.d_mlp),
+        "d_vocab": cfg.d_vocab,
+        "d_vocab_out": cfg.d_model,  # the identity unembedding: logits = residual stream
+        "act_fn": "relu",
+        "normalization_type": None,
+        "attention_dir": "causal" if cfg.causal else "bidirectional",
+        "use_attn_scale": False,
+        "attn_scale": 1.0,
+        "positional_embedding_type": "standard",
+        "default_prepend_bos": False,
+        "dtype": model.model.dtype,
+        "original_architecture": "attnsim",
+        "model_name": f"attnsim-{_name(model)}",
+    }
+
+
+def _name(model: CompiledModel) -> str:
+    try:
+        return model.report().name
+    except ValueError:
+        return "model"
+
+
+def to_transformer_lens(model: CompiledModel):
+    """A ``transformer_lens.HookedTransformer`` with ``model``'s weights.
+
+    Args:
+        model: a model compiled with ``attention="softmax"`` over a categorical vocabulary,
+            whose MLPs use ReLU units only.
+
+    Returns:
+        The HookedTransformer (eval mode, no gradients). Token id 0 is BOS; its logits are
+        the final residual stream (decode them with :func:`run_lens`).
+
+    Raises:
+        ValueError: the model cannot be exported (see :func:`check_exportable`).
+        ImportError: TransformerLens is not installed.
+
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> soft = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4,
+    ...                        attention="softmax")
+    >>> lens = to_transformer_lens(soft)  # doctest: +SKIP
+    >>> run_lens(lens, soft, ["a", "b", "a"])  # doctest: +SKIP
+    [2, 1, 2]
+    """
+    check_exportable(model)
+    try:
+        import transformer_lens
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "to_transformer_lens needs TransformerLens 2 or 3: pip install 'attnsim[lens]' "
+            "(or pip install 'transformer-lens<4')"
+        ) from exc
+    try:
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        version = getattr(transformer_lens, "__version__", "?")
+        raise ImportError(
+            f"TransformerLens {version} has no HookedTransformer (version 4 removed it); "
+            "install a version that has it: pip install 'transformer-lens>=2,<4'"
+        ) from exc
+    cfg = model.config
+    with warnings.catch_warnings():
+        # TransformerLens 3 announces HookedTransformer's removal in version 4
+        warnings.simplefilter("ignore", DeprecationWarning)
+        lens = HookedTransformer(HookedTransformerConfig(**lens_config(model)))
+    lens.eval()
+    src = model.model
+    dtype = src.dtype
+    with torch.no_grad():
+        for p in lens.parameters():
+            p.zero_()
+            p.requires_grad_(False)
+        lens.embed.W_E.copy_(src.W_E)
+        lens.pos_embed.W_pos.copy_(src.W_pos)
+        lens.unembed.W_U.copy_(torch.eye(cfg.d_model, dtype=dtype))
+        for block, out in zip(src.blocks, lens.blocks):
+            attn = block.attn
+            if cfg.n_heads and cfg.d_head:
+                out.attn.W_Q.copy_(attn.W_Q * cfg.beta)  # softmax(beta * q.k)
+                out.attn.W_K.copy_(attn.W_K)
+                out.attn.W_V.copy_(attn.W_V)
+                out.attn.W_O.copy_(attn.W_O)
+            if cfg.d_mlp:
+                out.mlp.W_in.copy_(block.mlp.W_in)
+                out.mlp.W_out.copy_(block.mlp.W_out)
+    return lens
+
+
+def run_lens(lens, model: CompiledModel, xs: Sequence[Any]) -> list:
+    """Runs an exported HookedTransformer on inputs and decodes like ``model.run``.
+
+    Args:
+        lens: the result of :func:`to_transformer_lens` for ``model``.
+        model: the compiled model (its encoding and output spec are used).
+        xs: one token sequence, or a list of equal-length sequences.
+
+    Returns:
+        The decoded output (a list; a list of lists for a batch).
+
+    >>> run_lens  # doctest: +ELLIPSIS
+    <function run_lens at ...>
+    """
+    if xs and isinstance(xs[0], (list, tuple)):
+        batch, single = [list(r) for r in xs], False
+    else:
+        batch, single = [list(xs)], True
+    ids, _ = model.encode(batch)
+    with torch.no_grad():
+        resid = lens(ids, return_type="logits")  # [batch, pos, d_model]: the identity unembed
+    out = model._decode(resid.to(model.model.dtype))
+    return out[0] if single else out

@@ -1,0 +1,259 @@
+"""The ``report simulator`` and ``report all`` commands, and :func:`write_report`.
+
+:func:`add_report_subcommands` adds both to the ``report`` command's subparsers:
+
+- ``attnsim report simulator [--builds N,D,H ...] [--json]``: U's resource table for
+  several builds next to the paper's layer counts;
+- ``attnsim report all [--out docs]``: writes ``docs/report.md`` with every plot under
+  ``docs/img/`` (attention patterns, residual layouts, U's size and cost).
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser(prog="report")
+>>> add_report_subcommands(parser.add_subparsers(dest="what"))
+>>> args = parser.parse_args(["simulator", "--builds", "2,2,1"])
+>>> args.builds, args.func(args)  # doctest: +ELLIPSIS
+| build (N, D, H) | layers | ...
+([(2, 2, 1)], 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnsim.report import plots
+from attnsim.report import simulator_table as st
+
+# library programs shown in the report: (name, attention mode)
+REPORT_PROGRAMS: tuple[tuple[str, str], ...] = (
+    ("make_hist", "hard"),
+    ("make_hist", "softmax"),
+    ("make_sort_unique", "hard"),
+    ("sort", "hard"),
+    ("make_reverse", "hard"),
+)
+LAYOUT_PROGRAMS: tuple[str, ...] = ("sort", "make_reverse")
+COST_JSON = Path("benchmarks") / "results" / "simulator_cost.json"
+
+
+def _parse_build(text: str) -> tuple[int, int, int]:
+    try:
+        n, d, h = (int(v) for v in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"a build is N,D,H (three integers, e.g. 4,4,2), got {text!r}"
+        ) from exc
+    if min(n, d, h) < 1:
+        raise argparse.ArgumentTypeError(f"N, D and H must be >= 1, got {text!r}")
+    return n, d, h
+
+
+def add_report_subcommands(report_subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``simulator`` and ``all`` to the ``report`` command's subparsers.
+
+    Each sets ``func(args) -> int`` (the exit status).
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="report")
+    >>> add_report_subcommands(parser.add_subparsers(dest="what"))
+    >>> parser.parse_args(["all", "--out", "somewhere"]).out
+    PosixPath('somewhere')
+    """
+    sim = report_subparsers.add_parser(
+        "simulator",
+        help="the universal simulator's resources per build, next to the paper's counts",
+        description="Build U for each N,D,H and print its layers, heads per layer, widths, "
+        "parameters, sequence length and forward FLOPs, with the paper's layer counts.",
+    )
+    sim.add_argument(
+        "--builds",
+        type=_parse_build,
+        nargs="+",
+        default=list(st.DEFAULT_BUILDS),
+        metavar="N,D,H",
+        help="builds to report (default: 2,2,1 4,4,2 8,8,4)",
+    )
+    sim.add_argument("--json", action="store_true", help="print JSON")
+    sim.set_defaults(func=_simulator)
+
+    everything = report_subparsers.add_parser(
+        "all",
+        help="write docs/report.md with every plot (attention patterns, layouts, U's cost)",
+        description="Write report.md and img/*.png into the output folder.",
+    )
+    everything.add_argument("--out", type=Path, default=Path("docs"), help="output folder")
+    everything.add_argument(
+        "--cost-json",
+        type=Path,
+        default=None,
+        help="simulator_cost.json to plot (default: benchmarks/results/simulator_cost.json "
+        "when present, else small builds are measured)",
+    )
+    everything.set_defaults(func=_all)
+
+
+def _simulator(args: argparse.Namespace) -> int:
+    rows = st.simulator_rows(args.builds)
+    if args.json:
+        print(json.dumps({"builds": rows, "paper": st.PAPER_COUNTS}, indent=1))
+    else:
+        print(st.simulator_table(rows))
+        print()
+        print(st.paper_table())
+    return 0
+
+
+def _all(args: argparse.Namespace) -> int:
+    path = write_report(args.out, cost_json=args.cost_json)
+    print(f"wrote {path}")
+    return 0
+
+
+def _find_cost_json(cost_json: str | Path | None) -> Path | None:
+    if cost_json is not None:
+        return Path(cost_json)
+    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (base / COST_JSON).exists():
+            return base / COST_JSON
+    return None
+
+
+def write_report(
+    out_dir: str | Path = "docs",
+    *,
+    cost_json: str | Path | None = None,
+    programs: Sequence[tuple[str, str]] = REPORT_PROGRAMS,
+    layouts: Sequence[str] = LAYOUT_PROGRAMS,
+    builds: Sequence[tuple[int, int, int]] = st.DEFAULT_BUILDS,
+) -> Path:
+    """Writes ``out_dir/report.md`` and its plots under ``out_dir/img/``.
+
+    Args:
+        out_dir: the output folder (default ``docs``).
+        cost_json: a ``simulator_cost.json`` to plot U's cost from; default: the benchmark's
+            result when it exists, else sizes of small builds measured now.
+        programs: ``(library program, attention mode)`` pairs whose attention patterns are
+            drawn on the program's example input.
+        layouts: library programs whose residual layout is drawn.
+        builds: U builds for the resource table.
+
+    Returns:
+        The path of ``report.md``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:  # doctest: +SKIP
+    ...     write_report(tmp).name
+    'report.md'
+    """
+    from attnsim.compiler import compile_program
+    from attnsim.rasp import library
+
+    out = Path(out_dir)
+    img = out / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    lines = [
+        "<!-- Generated by `attnsim report all` (attnsim.report.report_cli.write_report). "
+        "Do not edit by hand. -->",
+        "",
+        "# attnsim report",
+        "",
+        "Pictures of compiled models (attention patterns, residual stream layout) and of the "
+        "universal simulator U (its resources per build and its cost against n = d).",
+        "",
+        "## Attention patterns of compiled library programs",
+        "",
+        "Each panel is one head with non-zero output weights: rows are queries, columns keys, "
+        "position 0 is BOS. Hard attention averages over the keys with the best score; "
+        "softmax mode uses the compiler's inverse temperature, so its patterns match the hard "
+        "ones to within the stated leak bound.",
+        "",
+    ]
+    compiled = {}
+    for name, mode in programs:
+        entry = library.PROGRAMS[name]
+        model = compile_program(
+            entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, attention=mode
+        )
+        compiled[(name, mode)] = model
+        file = f"attention_{name}_{mode}.png"
+        fig = plots.attention_patterns(model, entry.example, name=name, path=img / file)
+        plots.close(fig)
+        r = model.report()
+        output = model.run(entry.example)
+        lines += [
+            f"### `{name}` ({mode} attention)",
+            "",
+            f"Input `{entry.example}` gives `{output}`. {r.layers} "
+            f"layer{'s' if r.layers != 1 else ''}, heads per layer "
+            f"{r.heads_per_layer}, d_model {r.d_model}, {r.parameters:,} parameters.",
+            "",
+            f"![attention patterns of {name}, {mode}](img/{file})",
+            "",
+        ]
+    lines += [
+        "## Residual stream layout",
+        "",
+        "Which named subspace (S-op) owns which residual dimensions; the number beside a bar is "
+        "its width.",
+        "",
+    ]
+    for name in layouts:
+        model = compiled.get((name, "hard"))
+        if model is None:
+            entry = library.PROGRAMS[name]
+            model = compile_program(
+                entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len
+            )
+        file = f"residual_{name}.png"
+        plots.close(plots.residual_layout(model, name=name, path=img / file))
+        lines += [f"![residual layout of {name}](img/{file})", ""]
+
+    rows = st.simulator_rows(builds)
+    lines += [
+        "## The universal simulator U",
+        "",
+        "U's resources per build (layers count one attention sublayer plus its MLP; FLOPs are "
+        "for one dense forward pass), next to the paper's counts: the staged simulator of one "
+        "head takes about 13 layers, the fused estimate is 8.",
+        "",
+        st.simulator_table(rows),
+        "",
+        st.paper_table(),
+        "",
+    ]
+    source = _find_cost_json(cost_json)
+    if source is not None and source.exists():
+        cost_rows = json.loads(source.read_text())["results"]
+        where = f"measured by `benchmarks/simulator_cost.py` (`{source.name}`)"
+    else:
+        cost_rows = st.simulator_rows([(n, n, 1) for n in (2, 4, 8)])
+        where = "computed now for small builds (run `benchmarks/simulator_cost.py` for timings)"
+    plots.close(plots.simulator_cost(cost_rows, path=img / "simulator_cost.png"))
+    lines += [
+        f"U's size and cost against n = d, {where}:",
+        "",
+        "![U size and cost](img/simulator_cost.png)",
+        "",
+        "## Bounded maps: error against ReLU width",
+        "",
+    ]
+    if plots.relu_maps_supported():
+        lines += [
+            'The compiler accepts `maps="relu"`; this report does not measure the error '
+            "against width yet.",
+            "",
+        ]
+    else:
+        lines += [
+            'Not drawn: the compiler does not offer `maps="relu"` (ReLU-only realisations of '
+            "exp, 1/x and sqrt) yet; maps are realised natively (exact), see the design notes.",
+            "",
+        ]
+    lines += [f"Generated in {time.perf_counter() - started:.1f} s.", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

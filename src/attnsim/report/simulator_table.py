@@ -1,0 +1,182 @@
+"""The universal simulator's resources next to the paper's counts, and forward FLOP counts.
+
+The paper (see docs: paper notes, section 5) reports layer counts per operation: transpose 2,
+matmul 3, inverse 5 attention layers, about 13 layers for the staged simulator of one head
+(each stage a separate program) and an estimate of 8 if the stages were fused. attnsim's U is
+one fused program; :func:`simulator_rows` measures it for several builds and
+:func:`simulator_table` prints both side by side.
+
+FLOPs are counted for the dense forward pass as it runs (zero weights are multiplied too):
+a multiply-add is 2 FLOPs, an elementwise operation 1.
+
+>>> rows = simulator_rows([(2, 2, 1)])
+>>> rows[0]["layers"], rows[0]["attention_layers"]
+(6, 4)
+>>> print(simulator_table(rows).splitlines()[0])  # doctest: +ELLIPSIS
+| build (N, D, H) | layers | attention layers | heads per layer | ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from attnsim.model.compiled import CompiledModel
+
+# Layer counts from the paper (Table 1 and the compiled flow diagrams), attention layers
+# including the one that computes `length`.
+PAPER_COUNTS: dict[str, int] = {
+    "transpose": 2,
+    "matmul": 3,
+    "softmax": 2,
+    "inverse (3x3)": 5,
+    "staged U (one head)": 13,
+    "fused U (estimate)": 8,
+}
+
+DEFAULT_BUILDS: tuple[tuple[int, int, int], ...] = ((2, 2, 1), (4, 4, 2), (8, 8, 4))
+
+
+def active_heads_per_layer(model: CompiledModel) -> list[int]:
+    """The number of heads with non-zero output weights in each layer of ``model``.
+
+    >>> from attnsim.simulator import universal
+    >>> active_heads_per_layer(universal.build(2, 2, 1).model)
+    [8, 6, 0, 1, 0, 1]
+    """
+    return [int(block.attn.active_heads().numel()) for block in model.model.blocks]
+
+
+def forward_flops(model: CompiledModel, positions: int, batch: int = 1) -> dict[str, int]:
+    """FLOPs of one dense forward pass of ``model`` on ``positions`` positions (BOS included).
+
+    Per active head: the Q, K, V projections (``3 * 2 * pos * d_model * d_head``), the scores
+    and the weighted values (``2 * 2 * pos^2 * d_head``), the selection or softmax
+    (``4 * pos^2``) and the output projection (``2 * pos * d_head * d_model``). Per MLP: ReLU
+    units (``2 * 2 * pos * d_model * d_mlp``), bilinear units (three projections and a
+    product) and declared elementwise units (three projections and the function).
+
+    Args:
+        model: a compiled model (its config and its active heads are read).
+        positions: sequence length including BOS.
+        batch: sequences per pass.
+
+    Returns:
+        ``{"attention": ..., "mlp": ..., "total": ...}`` in FLOPs.
+
+    >>> from attnsim.simulator import universal
+    >>> U = universal.build(2, 2, 1)
+    >>> f = forward_flops(U.model, U.layout.length + 1)
+    >>> f["total"] == f["attention"] + f["mlp"] > 0
+    True
+    """
+    cfg = model.config
+    p, d, k = positions, cfg.d_model, cfg.d_head
+    heads = sum(active_heads_per_layer(model))
+    per_head = 3 * 2 * p * d * k + 2 * 2 * p * p * k + 4 * p * p + 2 * p * k * d
+    attention = heads * per_head
+    per_mlp = 2 * 2 * p * d * cfg.d_mlp + p * cfg.d_mlp
+    per_mlp += cfg.d_bilinear * (3 * 2 * p * d + p)
+    per_mlp += sum(m * (3 * 2 * p * d + 2 * p) for m in cfg.d_native.values())
+    mlp = cfg.n_layers * per_mlp
+    return {
+        "attention": batch * attention,
+        "mlp": batch * mlp,
+        "total": batch * (attention + mlp),
+    }
+
+
+def direct_attention_flops(n: int, d: int, heads: int, d_head: int | None = None) -> int:
+    """FLOPs of multi-head attention computed directly on X of shape ``(n, d)``.
+
+    Q, K, V projections with biases, scores, softmax (about 5 FLOPs per score), weighted
+    values, output projection with bias.
+
+    >>> direct_attention_flops(2, 2, 1)
+    132
+    """
+    k = d // heads if d_head is None else d_head
+    proj = 3 * heads * (2 * n * d * k + n * k)
+    scores = heads * 2 * n * n * k
+    softmax = heads * 5 * n * n
+    values = heads * 2 * n * n * k
+    out = 2 * n * heads * k * d + n * d
+    return proj + scores + softmax + values + out
+
+
+def simulator_rows(
+    builds: Iterable[tuple[int, int, int]] = DEFAULT_BUILDS, *, attention: str = "hard"
+) -> list[dict[str, Any]]:
+    """Builds U for each ``(max_n, max_d, max_heads)`` and collects its resources.
+
+    Returns:
+        One dict per build: sizes, layers, attention layers, heads per layer, widths,
+        parameters (total and nonzero), sequence length, build seconds and forward FLOPs.
+
+    >>> [r["d_model"] for r in simulator_rows([(2, 2, 1)])]
+    [76]
+    """
+    from attnsim.simulator import universal
+
+    rows = []
+    for n, d, h in builds:
+        U = universal.build(n, d, h, attention=attention)
+        r = U.report()
+        rows.append(
+            {
+                "max_n": n,
+                "max_d": d,
+                "max_heads": h,
+                "layers": r.layers,
+                "attention_layers": r.attention_layers,
+                "heads_per_layer": list(r.heads_per_layer),
+                "d_model": r.d_model,
+                "d_head": r.d_head,
+                "d_mlp": r.d_mlp,
+                "d_bilinear": r.d_bilinear,
+                "d_native": dict(r.d_native),
+                "parameters": r.parameters,
+                "nonzero_parameters": r.nonzero_parameters,
+                "sequence_length": r.sequence_length,
+                "build_seconds": r.build_seconds,
+                "flops": forward_flops(U.model, r.sequence_length + 1)["total"],
+            }
+        )
+    return rows
+
+
+def simulator_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of U's resources per build, with the paper's layer counts beside.
+
+    >>> print(simulator_table([]).splitlines()[1][:19])
+    |---|---:|---:|---|
+    """
+    staged = PAPER_COUNTS["staged U (one head)"]
+    fused = PAPER_COUNTS["fused U (estimate)"]
+    lines = [
+        "| build (N, D, H) | layers | attention layers | heads per layer | d_model | d_head "
+        "| MLP units (ReLU / bilinear / native) | parameters (nonzero) | sequence length "
+        "| forward FLOPs | paper: staged U layers | paper: fused estimate |",
+        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        native = sum(r["d_native"].values())
+        lines.append(
+            f"| ({r['max_n']}, {r['max_d']}, {r['max_heads']}) | {r['layers']} "
+            f"| {r['attention_layers']} | {r['heads_per_layer']} | {r['d_model']} "
+            f"| {r['d_head']} | {r['d_mlp']} / {r['d_bilinear']} / {native} "
+            f"| {r['parameters']:,} ({r['nonzero_parameters']:,}) | {r['sequence_length']} "
+            f"| {r['flops']:.3g} | ~{staged} | {fused} |"
+        )
+    return "\n".join(lines)
+
+
+def paper_table() -> str:
+    """The paper's layer counts per operation as a Markdown table.
+
+    >>> print(paper_table().splitlines()[2])
+    | transpose | 2 |
+    """
+    lines = ["| operation (paper) | attention layers |", "|---|---:|"]
+    lines += [f"| {op} | {n} |" for op, n in PAPER_COUNTS.items()]
+    return "\n".join(lines)
