@@ -205,3 +205,30 @@ def test_demo_runs_and_agrees(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "max relative error vs torch" in out and "failures 0" in out
+
+
+@pytest.mark.slow
+def test_one_8_8_4_build_serves_every_n_and_d_up_to_8():
+    _check_8_8_4(range(1, 9))
+
+
+def test_one_8_8_4_build_serves_smaller_sizes_sample():
+    _check_8_8_4((1, 3, 8))
+
+
+def _check_8_8_4(sizes):
+    U = built(8, 8, 4)
+    rng = np.random.default_rng(84)
+    items = []
+    for n in sizes:
+        for d in sizes:
+            h = max(k for k in (1, 2, 4) if d % k == 0)  # the most heads this d allows
+            X = torch.tensor(rng.standard_normal((n, d)), dtype=torch.float64)
+            target = spec.random_attention(h, d, seed=n * 10 + d, causal=bool((n + d) % 2))
+            items.append((spec.with_logit_scale(target, X, float(rng.uniform(1, 50))), X))
+    worst = 0.0
+    for start in range(0, len(items), 8):
+        chunk = items[start : start + 8]
+        for (target, X), got in zip(chunk, U.simulate_batch(chunk)):
+            worst = max(worst, rel_error(got, reference(target, X)))
+    assert worst <= 1e-9

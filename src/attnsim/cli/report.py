@@ -72,7 +72,16 @@ def _add_matrix(reports: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_matrix)
 
 
-REPORTS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_matrix,)
+def _add_simulator_and_all(reports: argparse._SubParsersAction) -> None:
+    from attnsim.report import report_cli
+
+    report_cli.add_report_subcommands(reports)
+
+
+REPORTS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_matrix,
+    _add_simulator_and_all,
+)
 
 
 def _run_matrix(args: argparse.Namespace) -> int:

@@ -333,11 +333,29 @@ class CompiledModel:
         meta_file = path / "model.json"
         if not meta_file.exists():
             raise FileNotFoundError(f"no model.json in {path}; expected a saved CompiledModel")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format") != FORMAT:
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"{meta_file} is not valid JSON ({exc}); the checkpoint is damaged: save the "
+                "model again"
+            ) from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise ValueError(f"{meta_file} is not an attnsim compiled model (format {FORMAT})")
         model = Transformer(ModelConfig.from_json(meta["config"]))
-        model.load_state_dict(load_file(str(path / "model.safetensors")))
+        weights = path / "model.safetensors"
+        if not weights.exists():
+            raise FileNotFoundError(f"no model.safetensors in {path}; save the model again")
+        try:
+            state = load_file(str(weights))
+        except Exception as exc:  # safetensors raises its own error type for damaged files
+            raise ValueError(
+                f"{weights} cannot be read ({exc}); the checkpoint is damaged: save the model again"
+            ) from None
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"{weights} does not match {meta_file}: {exc}") from None
         out = meta["output"]
         report = None if meta["report"] is None else Report(**meta["report"])
         return cls(
