@@ -48,17 +48,33 @@ class Attention(nn.Module):
         self.W_V = _param(h, d, k, dtype=dtype)
         self.W_O = _param(h, k, d, dtype=dtype)
 
+    def _plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Active heads (any non-zero output weight; the others add exactly 0) and the
+        used width of each one's query-key and value-output spaces (zero columns dropped).
+        Cached until the weights change."""
+        key = tuple((w.data_ptr(), w._version) for w in (self.W_Q, self.W_K, self.W_V, self.W_O))
+        if getattr(self, "_plan_key", None) != key:
+            heads = torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
+
+            def width(*ws: torch.Tensor) -> torch.Tensor:
+                used = sum(w.abs().sum(dim=1) for w in ws) > 0  # [head, d_head]
+                idx = torch.arange(1, used.shape[1] + 1)
+                return (used * idx).amax(dim=1)  # last used column + 1 (0 if none)
+
+            qk = width(self.W_Q, self.W_K)
+            ov = width(self.W_V, self.W_O.transpose(1, 2))
+            order = heads[torch.argsort(qk[heads] * (ov.max() + 1) + ov[heads])]
+            self._plan_cache = (order, qk, ov)
+            self._plan_key = key
+        return self._plan_cache
+
     def active_heads(self) -> torch.Tensor:
-        """Indices of heads with any non-zero output weight (the others add exactly 0)."""
-        key = (self.W_O.data_ptr(), self.W_O._version)
-        if getattr(self, "_active_key", None) != key:
-            self._active = torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
-            self._active_key = key
-        return self._active
+        """Indices of heads with any non-zero output weight."""
+        return torch.sort(self._plan()[0]).values
 
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         # x: [batch, pos, d_model]
-        heads = self.active_heads()
+        heads, qk_width, ov_width = self._plan()
         out = torch.zeros_like(x)
         n = x.shape[1]
         if cache is not None:
@@ -68,8 +84,10 @@ class Attention(nn.Module):
         chunk = max(1, (1 << 25) // max(1, x.shape[0] * n * n))
         for start in range(0, len(heads), chunk):
             hs = heads[start : start + chunk]
-            scores, pattern, z = self._heads(x, hs)
-            out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs])
+            wq = max(1, int(qk_width[hs].max()))  # columns past these are zero in every head
+            wv = max(1, int(ov_width[hs].max()))
+            scores, pattern, z = self._heads(x, hs, wq, wv)
+            out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv])
             if cache is not None:
                 scores_all[:, hs] = scores
                 pattern_all[:, hs] = pattern
@@ -78,10 +96,10 @@ class Attention(nn.Module):
             cache[f"{prefix}.hook_pattern"] = pattern_all
         return out
 
-    def _heads(self, x: torch.Tensor, hs: torch.Tensor):
-        q = torch.matmul(x[:, None], self.W_Q[hs])  # [batch, head, pos, d_head]
-        k = torch.matmul(x[:, None], self.W_K[hs])
-        v = torch.matmul(x[:, None], self.W_V[hs])
+    def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int):
+        q = torch.matmul(x[:, None], self.W_Q[hs, :, :wq])  # [batch, head, pos, used d_head]
+        k = torch.matmul(x[:, None], self.W_K[hs, :, :wq])
+        v = torch.matmul(x[:, None], self.W_V[hs, :, :wv])
         scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, query, key]
         n = x.shape[1]
         if self.cfg.causal:
@@ -89,7 +107,7 @@ class Attention(nn.Module):
             scores = scores.masked_fill(future, float("-inf"))
         if self.cfg.attention is AttentionMode.HARD:
             best = scores.amax(dim=-1, keepdim=True)
-            chosen = torch.where(scores >= best - self.cfg.hard_tolerance, 1.0, 0.0).to(x.dtype)
+            chosen = (scores >= best - self.cfg.hard_tolerance).to(x.dtype)
             pattern = chosen / chosen.sum(dim=-1, keepdim=True)
         else:
             pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
