@@ -86,7 +86,7 @@ class Attention(nn.Module):
             hs = heads[start : start + chunk]
             wq = max(1, int(qk_width[hs].max()))  # columns past these are zero in every head
             wv = max(1, int(ov_width[hs].max()))
-            scores, pattern, z = self._heads(x, hs, wq, wv)
+            scores, pattern, z = self._heads(x, hs, wq, wv, cache is not None)
             out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv])
             if cache is not None:
                 scores_all[:, hs] = scores
@@ -96,7 +96,7 @@ class Attention(nn.Module):
             cache[f"{prefix}.hook_pattern"] = pattern_all
         return out
 
-    def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int):
+    def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int, need_pattern: bool):
         q = torch.matmul(x[:, None], self.W_Q[hs, :, :wq])  # [batch, head, pos, used d_head]
         k = torch.matmul(x[:, None], self.W_K[hs, :, :wq])
         v = torch.matmul(x[:, None], self.W_V[hs, :, :wv])
@@ -108,9 +108,13 @@ class Attention(nn.Module):
         if self.cfg.attention is AttentionMode.HARD:
             best = scores.amax(dim=-1, keepdim=True)
             chosen = (scores >= best - self.cfg.hard_tolerance).to(x.dtype)
-            pattern = chosen / chosen.sum(dim=-1, keepdim=True)
-        else:
-            pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
+            count = chosen.sum(dim=-1, keepdim=True)
+            # the mean over the chosen keys: sum their values, then divide (one pass fewer
+            # over [query, key] than normalising the pattern first)
+            z = torch.matmul(chosen, v) / count
+            pattern = chosen / count if need_pattern else None
+            return scores, pattern, z
+        pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
         return scores, pattern, torch.matmul(pattern, v)
 
 
