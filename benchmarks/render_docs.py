@@ -188,6 +188,7 @@ def simulator_accuracy(data: dict) -> str:
                 "median error",
                 "99th pct",
                 "non-finite outputs",
+                "above goal",
                 "goal",
                 "met",
                 "targets/s",
@@ -201,6 +202,7 @@ def simulator_accuracy(data: dict) -> str:
                     s["median_error"],
                     s["p99_error"],
                     s.get("non_finite", 0),
+                    s.get("failures", 0),
                     s["goal"],
                     s["met"],
                     s["targets_per_second"],
@@ -209,6 +211,22 @@ def simulator_accuracy(data: dict) -> str:
             ],
         )
     )
+    for s in data["sweeps"]:
+        bad = list(s.get("non_finite_targets", []))
+        w = s.get("worst_target")
+        if w and w.get("error", 0) > s["goal"]:
+            bad.append(w)
+        if bad:
+            out.append("")
+            out.append(
+                f"{s['name']}: targets that miss the goal (n, d, heads, causal, seed): "
+                + "; ".join(
+                    f"({b['n']}, {b['d']}, {b['heads']}, {fmt(b['causal'])}, {b['seed']})"
+                    + (f" error {fmt(b['error'])}" if "error" in b else " not finite")
+                    for b in bad
+                )
+                + "."
+            )
     out += ["", "Depth of U by build (it must not grow):", ""]
     out.append(
         table(

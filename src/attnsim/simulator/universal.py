@@ -115,7 +115,18 @@ def attention_program(layout: Layout, x_source: E.SOp, tiny: float) -> E.SOp:
         agg(_gather(_static(layout, f"src_m{a}", src_m(a)), f"sel_m{a}"), tok, f"m{a}")
         for a in range(Dp)
     ]
-    t = gm[D]  # the constant feature of x~ times the last row of the form
+
+    # the constant feature of x~ is 1 for the n real rows and 0 for padding rows: a padding
+    # query row then has q = 0 and scores 0, so its exponentials stay finite whatever the
+    # target's constant terms are
+    def src_row_pad(roles):
+        c = roles.get("R") or roles.get("V")
+        return layout.padpos(c[0]) if c is not None else -1
+
+    row_pad = agg(
+        _gather(_static(layout, "src_row_pad", src_row_pad), "sel_row_pad"), tok, "row_pad"
+    )
+    t = (1 - row_pad) * gm[D]
     for a in range(D):
         t = t + gx[a] * gm[a]
     t = t.named("qv")  # q[i,h,b] at R positions, v[j,h,c] at V positions
@@ -334,10 +345,6 @@ class UniversalSimulator:
         merged = self._merged(spec_, causal)
         X = self._check_x(X, merged.d_model)
         A_aug, W_aug = merged.augmented()
-        # terms that depend on the query alone shift a whole softmax row and cancel: drop
-        # them, which keeps the exponentials in range (see the layout docs)
-        A_aug = A_aug.clone()
-        A_aug[:, :, -1] = 0.0
         is_causal = merged.causal if causal is None else bool(causal)
         seq = self.layout.encode(
             A_aug.numpy(), W_aug.numpy(), merged.b_O.numpy(), X.numpy(), is_causal
