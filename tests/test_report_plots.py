@@ -160,7 +160,8 @@ def test_relu_width_plot_and_support_flag(tmp_path):
     try:
         from attnsim.rasp import expr as E
 
-        compile_program(E.exp(E.numerical(E.tokens)), vocab=None, max_seq_len=2, maps="relu")
+        x = E.numerical(E.tokens, value_range=(-1.0, 1.0))
+        compile_program(E.exp(x), vocab=None, max_seq_len=2, maps="relu")
         accepted = True
     except (ValueError, NotImplementedError):
         accepted = False
@@ -199,12 +200,19 @@ def test_write_report_links_every_image(tmp_path):
         "img/attention_make_length_softmax.png",
         "img/residual_make_hist.png",
         "img/simulator_cost.png",
+        "img/relu_exp.png",
+        "img/relu_reciprocal.png",
     ]
     for link in links:
         _png(path.parent / link)
     assert "Input `['a', 'b', 'b', 'c', 'a', 'b']` gives `[2, 3, 3, 1, 2, 3]`" in text
     assert "| (2, 2, 1) | 6 | 4 |" in text
     assert "## Bounded maps" in text
+    rows = [line for line in text.splitlines() if line.startswith("| exp |")]
+    assert len(rows) == 5  # measured error <= certified bound in every row
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[4]) <= float(cells[3])
 
 
 def test_report_subcommands(capsys):

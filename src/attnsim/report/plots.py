@@ -266,7 +266,7 @@ def relu_maps_supported() -> bool:
     from attnsim.compiler import compile_program
     from attnsim.rasp import expr as E
 
-    program = E.exp(E.numerical(E.tokens))
+    program = E.exp(E.numerical(E.tokens, value_range=(-1.0, 1.0)))
     try:
         compile_program(program, vocab=None, max_seq_len=2, maps="relu")
     except (ValueError, NotImplementedError, TypeError):

@@ -121,6 +121,50 @@ def _find_cost_json(cost_json: str | Path | None) -> Path | None:
     return None
 
 
+def relu_width_measurements(
+    tolerances: tuple[float, ...] = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6),
+) -> list[dict]:
+    """Compiles exp and 1/x with maps="relu" at each tolerance; measures the error.
+
+    >>> rows = relu_width_measurements((1e-2,))
+    >>> all(r["measured"] <= r["bound"] for r in rows)
+    True
+    """
+    import numpy as np
+
+    from attnsim.compiler import compile_program
+    from attnsim.rasp import expr as E
+
+    out = []
+    for fn, (lo, hi) in (("exp", (-8.0, 2.0)), ("reciprocal", (0.5, 8.0))):
+        x = E.numerical(E.tokens, value_range=(lo, hi))
+        program = getattr(E, fn)(x)
+        xs = np.linspace(lo, hi, 2001)
+        want = np.asarray(_interpreted(program, xs))
+        for tol in tolerances:
+            model = compile_program(
+                program, vocab=None, max_seq_len=len(xs), maps="relu", map_tolerance=tol
+            )
+            got = np.asarray(model.run(xs))
+            (row,) = [r for r in model.report().realisations if r["level"] == "bounded"]
+            out.append(
+                {
+                    "function": fn,
+                    "tolerance": tol,
+                    "units": row["units"],
+                    "bound": tol,
+                    "measured": float(np.abs(got - want).max()),
+                }
+            )
+    return out
+
+
+def _interpreted(program, xs):  # the exact values, by the interpreter
+    from attnsim.rasp import interpret
+
+    return interpret.evaluate(program, list(xs))
+
+
 def write_report(
     out_dir: str | Path = "docs",
     *,
@@ -242,11 +286,25 @@ def write_report(
         "",
     ]
     if plots.relu_maps_supported():
+        rows = relu_width_measurements()
+        for fn in sorted({r["function"] for r in rows}):
+            pts = [(r["units"], r["measured"]) for r in rows if r["function"] == fn]
+            plots.close(plots.relu_width_error(pts, function=fn, path=img / f"relu_{fn}.png"))
+            lines += [f"![ReLU {fn}](img/relu_{fn}.png)", ""]
         lines += [
-            'The compiler accepts `maps="relu"`; this report does not measure the error '
-            "against width yet.",
+            'Each map is compiled with `maps="relu"` at several tolerances and run on 2,001 '
+            "evenly spaced inputs of its declared range (exp on [-8, 2], 1/x on [0.5, 8]); "
+            "the measured error stays below the certified bound the compiler reports.",
             "",
+            "| function | tolerance | ReLU units | certified bound | measured max error |",
+            "|---|---|---|---|---|",
         ]
+        for r in rows:
+            lines.append(
+                f"| {r['function']} | {r['tolerance']:g} | {r['units']} | {r['bound']:.3g} | "
+                f"{r['measured']:.3g} |"
+            )
+        lines.append("")
     else:
         lines += [
             'Not drawn: the compiler does not offer `maps="relu"` (ReLU-only realisations of '

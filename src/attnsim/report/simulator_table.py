@@ -42,7 +42,7 @@ def active_heads_per_layer(model: CompiledModel) -> list[int]:
 
     >>> from attnsim.simulator import universal
     >>> active_heads_per_layer(universal.build(2, 2, 1).model)
-    [8, 6, 0, 1, 0, 1]
+    [9, 6, 0, 1, 0, 1]
     """
     return [int(block.attn.active_heads().numel()) for block in model.model.blocks]
 
@@ -114,7 +114,7 @@ def simulator_rows(
         parameters (total and nonzero), sequence length, build seconds and forward FLOPs.
 
     >>> [r["d_model"] for r in simulator_rows([(2, 2, 1)])]
-    [76]
+    [80]
     """
     from attnsim.simulator import universal
 
