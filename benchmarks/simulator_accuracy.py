@@ -184,11 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=32, help="targets per forward pass")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SWEEP",
+        help="rerun only these sweeps (e.g. 'float64 softmax') and replace them in the JSON",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     sweeps = []
     for name, attention, dtype, count, goal in SWEEPS:
+        if args.only and name not in args.only:
+            continue
         count = max(10, count // 10) if args.quick else count
         row = sweep(name, attention, dtype, count, goal, seed=args.seed, batch=args.batch)
         sweeps.append(row)
@@ -199,6 +207,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['seconds']:.1f} s",
             flush=True,
         )
+    if args.only and args.out.exists():  # keep the other sweeps and the depth table
+        old = json.loads(args.out.read_text())
+        kept = [r for r in old["sweeps"] if r["name"] not in args.only]
+        old["sweeps"] = sorted(
+            kept + sweeps, key=lambda r: [n for n, *_ in SWEEPS].index(r["name"])
+        )
+        old.setdefault("reruns", []).append(
+            {"sweeps": args.only, "load_average_at_start": list(os.getloadavg())}
+        )
+        args.out.write_text(json.dumps(old, indent=2) + "\n")
+        print(f"updated {args.out}")
+        return 0
     depths = depth()
     constant = len({r["layers"] for r in depths}) == 1
     print(f"depth constant across builds: {constant}")

@@ -34,6 +34,7 @@ def compile_program(
     map_ranges: dict[str, tuple[float, float]] | None = None,
     fixed_length: bool = False,
     dtype: torch.dtype = torch.float64,
+    value_scale: float = 1.0,
 ) -> CompiledModel:
     """Compiles a RASP program into a transformer that computes it exactly.
 
@@ -53,6 +54,10 @@ def compile_program(
         fixed_length: inputs always have exactly ``max_seq_len`` tokens (then ``length`` and
             counts over position-only selectors are known in advance).
         dtype: torch.float64 (default) or torch.float32.
+        value_scale: softmax mode only: how much larger than the smallest relevant value the
+            values a head averages can be (for example e^700 for exponentials). The inverse
+            temperature grows by 2 ln(value_scale), so that the weight leaked to unselected
+            keys stays below 1e-17 relative to that spread.
 
     Returns:
         A CompiledModel: ``.run(xs)``, ``.run_with_cache(xs)``, ``.report()``, ``.save(dir)``.
@@ -86,7 +91,9 @@ def compile_program(
         )
     out_rep = low.rep(program)
     layers = scheduling.schedule(low.heads, low.units)
-    beta = 2.0 * (math.log(max_seq_len + 1) + 40.0)
+    if not value_scale >= 1.0:
+        raise ValueError(f"value_scale must be >= 1, got {value_scale!r}")
+    beta = 2.0 * (math.log(max_seq_len + 1) + 40.0 + math.log(value_scale))
     model = assembly.assemble(
         layers,
         low.basis,

@@ -509,6 +509,8 @@ def build(
         attention=attention,
         maps=maps,
         dtype=dtype,
+        # heads average exponentials spanning up to e^(+-700) (float64) or e^(+-88)
+        value_scale=math.exp(700.0 if dtype == torch.float64 else 88.0),
     )
     return UniversalSimulator(layout, program, model, time.perf_counter() - start)
 
