@@ -40,19 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="relu",
         help="the saved encoder layer's activation",
     )
-    sim.add_argument(
-        "--layer",
-        choices=["attention", "encoder"],
-        default="attention",
-        help="simulate an attention layer or a full encoder layer",
-    )
-    sim.add_argument(
-        "--max-ff", type=int, default=None, help="largest feed-forward width (encoder)"
-    )
     sim.add_argument("--n", type=int, default=None, help="rows of X (default: max-n)")
     sim.add_argument("--causal", action="store_true", help="apply a causal mask")
-    sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--json", action="store_true", help="print JSON")
     sim.set_defaults(func=_simulate)
 
     ver = subparsers.add_parser(
@@ -63,20 +52,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _build_args(ver)
     ver.add_argument("--targets", type=int, default=100)
-    ver.add_argument("--seed", type=int, default=0)
-    ver.add_argument(
-        "--layer",
-        choices=["attention", "encoder"],
-        default="attention",
-        help="simulate attention layers or full encoder layers",
-    )
-    ver.add_argument(
-        "--max-ff",
-        type=int,
-        default=None,
-        help="largest feed-forward width (encoder; default 2 * max-d)",
-    )
-    ver.add_argument("--json", action="store_true", help="print JSON")
     ver.set_defaults(func=_verify)
 
 
@@ -86,6 +61,20 @@ def _build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-heads", type=int, default=1, help="most heads U serves")
     p.add_argument("--attention", choices=["hard", "softmax"], default="hard")
     p.add_argument("--float32", action="store_true", help="build U in float32")
+    p.add_argument(
+        "--layer",
+        choices=["attention", "encoder"],
+        default="attention",
+        help="simulate attention layers or full encoder layers",
+    )
+    p.add_argument(
+        "--max-ff",
+        type=int,
+        default=None,
+        help="largest feed-forward width (encoder; default 2 * max-d)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _build(args):
