@@ -4,9 +4,15 @@ One U built for (n, d, heads) <= (8, 8, 4) simulates random targets (sizes drawn
 build, causal or not, biases, each head's largest |score| on its X drawn up to 50) and is
 compared with the plain-torch oracle (``simulator.reference``):
 
-- float64, hard attention: 1,000 targets, goal max relative error <= 1e-9;
-- float32, hard attention: 300 targets, goal <= 1e-4;
-- float64, softmax attention (U's own heads use softmax): 100 targets, goal <= 1e-9.
+- float64, hard attention: goal max relative error <= 1e-9;
+- float32, hard attention: goal <= 1e-4;
+- float64, softmax attention (U's own heads use softmax): goal <= 1e-9;
+- float64, maps="relu" (exp and 1/Z by ReLU units, relative tolerance 1e-6 and 1e-4, logit
+  bound 50): goal: every output entry within its certified bound (``U.error_bound``); the
+  measured error is recorded next to the per-map bounds.
+
+Targets per sweep: 1,000 / 300 / 100 / 1,000 / 1,000 with ``--full``; 150 / 100 / 50 / 50 / 50
+by default (the default fits ``make bench``); ``--quick`` a tenth of the default.
 
 The relative error of a target is ``max|U - ref| / max|ref|``; outputs that are not finite are
 counted apart. Target ``index`` k is the k-th draw of ``verify.random_target`` from
@@ -14,8 +20,8 @@ counted apart. Target ``index`` k is the k-th draw of ``verify.random_target`` f
 (2, 2, 1), (4, 4, 2), (8, 8, 4) and (16, 16, 4) and its layers are recorded: the depth must
 not grow with the build.
 
-Run: ``python benchmarks/simulator_accuracy.py`` (writes
-benchmarks/results/simulator_accuracy.json; ``--quick`` uses a tenth of the targets).
+Run: ``python benchmarks/simulator_accuracy.py [--full | --quick]`` (writes
+benchmarks/results/simulator_accuracy.json).
 """
 
 from __future__ import annotations
@@ -41,21 +47,45 @@ BUILD = (8, 8, 4)
 DEPTH_BUILDS = ((2, 2, 1), (4, 4, 2), (8, 8, 4), (16, 16, 4))
 MAX_LOGIT = 50.0
 
-# (name, attention, dtype, targets, goal)
+# (name, attention, dtype, maps tolerance or None for native, targets with --full, by
+# default, goal); for ReLU maps the goal is the certified entrywise bound (ratio <= 1)
 SWEEPS = (
-    ("float64 hard", "hard", torch.float64, 1000, 1e-9),
-    ("float32 hard", "hard", torch.float32, 300, 1e-4),
-    ("float64 softmax", "softmax", torch.float64, 100, 1e-9),
+    ("float64 hard", "hard", torch.float64, None, 1000, 150, 1e-9),
+    ("float32 hard", "hard", torch.float32, None, 300, 100, 1e-4),
+    ("float64 softmax", "softmax", torch.float64, None, 100, 50, 1e-9),
+    ("float64 relu 1e-6", "hard", torch.float64, 1e-6, 1000, 50, 1.0),
+    ("float64 relu 1e-4", "hard", torch.float64, 1e-4, 1000, 50, 1.0),
 )
 
 
 def sweep(
-    name: str, attention: str, dtype: torch.dtype, count: int, goal: float, *, seed: int, batch: int
+    name: str,
+    attention: str,
+    dtype: torch.dtype,
+    tolerance: float | None,
+    count: int,
+    goal: float,
+    *,
+    seed: int,
+    batch: int,
 ) -> dict:
     """Builds U(8, 8, 4) in one mode and compares ``count`` random targets with the oracle."""
     w0 = time.perf_counter()
-    U = universal.build(*BUILD, attention=attention, dtype=dtype)
+    if tolerance is None:
+        U = universal.build(*BUILD, attention=attention, dtype=dtype)
+    else:
+        U = universal.build(
+            *BUILD,
+            attention=attention,
+            dtype=dtype,
+            maps="relu",
+            logit_bound=MAX_LOGIT,
+            map_tolerance=tolerance,
+        )
     build_s = time.perf_counter() - w0
+    relu = tolerance is not None
+    ratios: list[float] = []
+    certified: list[float] = []
     rng = np.random.default_rng(seed)
     cases = [random_target(rng, *BUILD, MAX_LOGIT) for _ in range(count)]
     errors: list[float] = []
@@ -86,6 +116,9 @@ def sweep(
                 )
             else:
                 errors.append(relative_error(got, want))
+                bound = U.error_bound(t, X)
+                ratios.append(float(((got - want).abs() / bound.clamp(min=1e-300)).max()))
+                certified.append(float(bound.max() / want.abs().max().clamp(min=1e-300)))
         done = min(k + batch, count)
         if done % (batch * 8) == 0 or done == count:
             print(
@@ -108,19 +141,33 @@ def sweep(
                 "targets": len(sel),
                 "max_error": _max(sel),
             }
+    over = ratios if relu else errors
     return {
         "name": name,
         "build": list(BUILD),
         "attention": attention,
         "dtype": str(dtype).replace("torch.", ""),
+        "maps": "relu" if relu else "native",
+        "map_tolerance": tolerance,
+        "logit_bound": U.logit_bound,
+        "map_bounds": U.map_bounds,
+        "relu_units": {
+            r["label"]: r["units"]
+            for r in U.model.report().realisations
+            if r.get("level") == "bounded"
+        },
+        "d_mlp": U.model.config.d_mlp,
         "targets": count,
         "max_logit": MAX_LOGIT,
         "max_error": _max(errors),
         "median_error": statistics.median(errors),
         "p99_error": float(np.quantile([e for e in errors if math.isfinite(e)] or [0.0], 0.99)),
+        "max_certified": max(certified) if certified else None,
+        "max_bound_ratio": max(ratios) if ratios else None,
         "goal": goal,
-        "met": _max(errors) <= goal and not non_finite,
-        "failures": sum(e > goal for e in errors),
+        "goal_kind": "|error| <= certified bound, entrywise" if relu else "relative error",
+        "met": _max(over) <= goal and not non_finite,
+        "failures": sum(e > goal for e in over),
         "non_finite": len(non_finite),
         "non_finite_targets": non_finite,
         "worst_target": {
@@ -180,7 +227,10 @@ def depth(builds=DEPTH_BUILDS) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the targets")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the default targets")
+    parser.add_argument(
+        "--full", action="store_true", help="1,000 targets per float64 sweep (about an hour)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=32, help="targets per forward pass")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
@@ -194,17 +244,24 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     sweeps = []
-    for name, attention, dtype, count, goal in SWEEPS:
+    for name, attention, dtype, tolerance, full, default, goal in SWEEPS:
         if args.only and name not in args.only:
             continue
-        count = max(10, count // 10) if args.quick else count
-        row = sweep(name, attention, dtype, count, goal, seed=args.seed, batch=args.batch)
+        count = full if args.full else max(10, default // 10) if args.quick else default
+        row = sweep(
+            name, attention, dtype, tolerance, count, goal, seed=args.seed, batch=args.batch
+        )
         sweeps.append(row)
+        bound = (
+            f", max |error|/bound {row['max_bound_ratio']:.3g}, per-map bounds {row['map_bounds']}"
+            if tolerance is not None
+            else ""
+        )
         print(
-            f"{name}: {count} targets, max error {row['max_error']:.2e} (goal {goal:g}, "
-            f"{'met' if row['met'] else 'NOT met'}), non-finite outputs {row['non_finite']}, "
-            f"median {row['median_error']:.2e}, "
-            f"{row['seconds']:.1f} s",
+            f"{name}: {count} targets, max error {row['max_error']:.2e} (goal "
+            f"{row['goal_kind']} <= {goal:g}, {'met' if row['met'] else 'NOT met'}), "
+            f"non-finite outputs {row['non_finite']}, median {row['median_error']:.2e}"
+            f"{bound}, {row['seconds']:.1f} s",
             flush=True,
         )
     if args.only and args.out.exists():  # keep the other sweeps and the depth table

@@ -90,3 +90,83 @@ def test_matrix_softmax_with_relu_exp_is_within_the_certified_bound(shape):
     measured = np.abs(got - want.reshape(40, -1)).max()
     assert measured <= bound
     assert measured > 0  # bounded, not exact: the test would notice a native realisation
+
+
+@pytest.mark.parametrize(
+    "kind, lo, hi",
+    [
+        ("exp", -30.0, 30.0),
+        ("reciprocal", 1e-9, 1e9),
+        ("reciprocal", -50.0, -0.01),
+        ("rsqrt", 1e-6, 1e6),
+        ("sqrt", 1e-4, 1e4),
+    ],
+)
+def test_relative_tolerance_holds_across_many_orders_of_magnitude(kind, lo, hi):
+    tol = 1e-4
+    x = rasp.numerical(rasp.tokens, value_range=(lo, hi))
+    prog = getattr(rasp, kind)(x)
+    model = compile_program(
+        prog, vocab=None, max_seq_len=64, maps="relu", map_tolerance=tol, map_error="relative"
+    )
+    (row,) = [r for r in model.report().realisations if r["level"] == "bounded"]
+    assert row["relative"] and row["bound"] <= tol and "relative |error|" in row["note"]
+    rng = np.random.default_rng(1)
+    if lo > 0:  # log-uniform samples: every decade of the range is hit
+        xs = np.exp(rng.uniform(math.log(lo), math.log(hi), 62))
+    else:
+        xs = rng.uniform(lo, hi, 62)
+    xs = np.concatenate([xs, [lo, hi]])
+    got = np.asarray(model.run(xs))
+    want = np.asarray(rasp.evaluate(prog, xs))
+    rel = np.abs(got - want) / np.abs(want)
+    # the certified interpolation bound, plus float64 rounding of sums of that many terms
+    assert rel.max() <= row["bound"] + row["units"] * 2.2e-16
+    assert rel.max() > 0
+
+
+def test_relative_tolerance_is_refused_where_f_reaches_zero():
+    with pytest.raises(ValueError, match="relative tolerance needs a function with no zero"):
+        approximation.fit("log", 0.5, 2.0, tolerance=1e-3, relative=True)
+    with pytest.raises(ValueError, match="relative tolerance"):
+        approximation.fit("sqrt", 0.0, 2.0, tolerance=1e-3, relative=True)
+    x = rasp.numerical(rasp.tokens, value_range=(-1.0, 1.0))
+    with pytest.raises(NotImplementedError, match="relative tolerance"):
+        compile_program(
+            rasp.gelu(x), vocab=None, max_seq_len=2, maps="relu", map_error="relative"
+        )
+    with pytest.raises(ValueError, match="map_error must be 'absolute' or 'relative'"):
+        compile_program(rasp.exp(x), vocab=None, max_seq_len=2, maps="relu", map_error="ulp")
+
+
+def test_relu_exp_ramps_to_exactly_zero_far_below_its_range():
+    x = rasp.numerical(rasp.tokens, value_range=(-5.0, 5.0))
+    model = compile_program(rasp.exp(x), vocab=None, max_seq_len=4, maps="relu")
+    got = model.run([-1e4, -6.5, -5.5, 0.0])
+    assert got[0] == 0.0 and got[1] == 0.0  # one below the range and further: exactly 0
+    assert 0.0 < got[2] <= math.exp(-5.0)  # on the ramp: within exp(lo)
+    assert abs(got[3] - 1.0) <= 1e-6
+
+
+def test_wide_maps_widen_only_their_own_layer_and_round_trip(tmp_path):
+    x = rasp.numerical(rasp.tokens, value_range=(0.5, 4.0))
+    prog = rasp.exp(rasp.numerical(rasp.reciprocal(x) + 1.0, value_range=(1.25, 3.0)))
+    model = compile_program(prog, vocab=None, max_seq_len=3, maps="relu", map_tolerance=1e-7)
+    cfg = model.model.cfg
+    widths = [b.mlp.W_in.shape[1] for b in model.model.blocks]
+    assert cfg.mlp_widths == tuple(widths) and max(widths) == cfg.d_mlp
+    xs = [0.5, 1.0, 4.0]
+    want = [math.exp(1.0 / v + 1.0) for v in xs]
+    got = model.run(xs)
+    assert max(abs(g - w) for g, w in zip(got, want)) <= 1e-5
+    # the sliced MLP (only the rows and columns the units use) agrees with the cached pass,
+    # which multiplies the whole hidden layer
+    cached, cache = model.run_with_cache(xs)
+    assert list(cached) == list(got)
+    assert any(v.shape[-1] == cfg.d_mlp for k, v in cache.items() if k.endswith("hook_post"))
+    model.save(tmp_path / "m")
+    from attnsim.model.compiled import CompiledModel
+
+    back = CompiledModel.load(tmp_path / "m")
+    assert back.model.cfg.mlp_widths == cfg.mlp_widths
+    assert back.run(xs) == got

@@ -115,11 +115,9 @@ def test_forward_flops_matches_a_hand_count():
     f = st.forward_flops(U.model, p)
     assert f["attention"] == sum(heads) * per_head
     native = sum(cfg.d_native.values())
-    assert f["mlp"] == cfg.n_layers * (
-        4 * p * d * cfg.d_mlp
-        + p * cfg.d_mlp
-        + cfg.d_bilinear * (6 * p * d + p)
-        + native * (6 * p * d + 2 * p)
+    relu = sum(b.mlp.W_in.shape[1] for b in U.model.model.blocks)
+    assert f["mlp"] == (4 * p * d + p) * relu + cfg.n_layers * (
+        cfg.d_bilinear * (6 * p * d + p) + native * (6 * p * d + 2 * p)
     )
     assert st.forward_flops(U.model, p, batch=3)["total"] == 3 * f["total"]
 

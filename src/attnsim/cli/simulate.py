@@ -62,6 +62,24 @@ def _build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=["hard", "softmax"], default="hard")
     p.add_argument("--float32", action="store_true", help="build U in float32")
     p.add_argument(
+        "--maps",
+        choices=["native", "relu"],
+        default="native",
+        help="exp and 1/x as native units (exact) or ReLU units (certified bounds)",
+    )
+    p.add_argument(
+        "--logit-bound",
+        type=float,
+        default=50.0,
+        help="maps=relu: the largest |score| U accepts (default 50)",
+    )
+    p.add_argument(
+        "--map-tolerance",
+        type=float,
+        default=1e-6,
+        help="maps=relu: relative error of each ReLU map (default 1e-6)",
+    )
+    p.add_argument(
         "--layer",
         choices=["attention", "encoder"],
         default="attention",
@@ -90,6 +108,9 @@ def _build(args):
         attention=args.attention,
         layer=args.layer,
         max_ff=args.max_ff if args.layer == "encoder" else None,
+        maps=args.maps,
+        logit_bound=args.logit_bound,
+        map_tolerance=args.map_tolerance,
         dtype=torch.float32 if args.float32 else torch.float64,
     )
 
@@ -118,7 +139,10 @@ def _simulate(args) -> int:
         target = spec.random_attention(
             args.max_heads, args.max_d, seed=args.seed, causal=args.causal
         )
-    U = _build(args)
+    try:
+        U = _build(args)
+    except (ValueError, NotImplementedError) as exc:
+        raise UserError(str(exc)) from None
     n = args.n or args.max_n
     d = target.d_model
     X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
@@ -129,6 +153,7 @@ def _simulate(args) -> int:
     want = reference(target, X)
     err = relative_error(got, want)
     report = U.report()
+    bound = None if U.is_encoder else U.error_bound(target, X)
     if args.json:
         print(
             json.dumps(
@@ -136,6 +161,8 @@ def _simulate(args) -> int:
                     "reference": want.tolist(),
                     "simulated": got.tolist(),
                     "relative_error": err,
+                    "error_bound": None if bound is None else bound.tolist(),
+                    "map_bounds": U.map_bounds,
                     "report": report.__dict__,
                 }
             )
@@ -145,6 +172,14 @@ def _simulate(args) -> int:
     console.print(f"T(X) (plain torch):\n{want}")
     console.print(f"U(<T, X>):\n{got}")
     console.print(f"max relative error: {err:.3e}")
+    if bound is not None:
+        within = bool(((got - want).abs() <= bound).all())
+        console.print(
+            f"max |error| {float((got - want).abs().max()):.3e}, bound "
+            f"{float(bound.max()):.3e} (every entry within its bound: {within})"
+        )
+    for label, b in U.map_bounds.items():
+        console.print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
     console.print(str(report))
     return 0
 
@@ -193,7 +228,10 @@ def _verify(args) -> int:
 
     if args.targets < 1:
         raise UserError("--targets must be >= 1")
-    U = _build(args)
+    try:
+        U = _build(args)
+    except (ValueError, NotImplementedError) as exc:
+        raise UserError(str(exc)) from None
     result = verify(U, targets=args.targets, seed=args.seed, progress=not args.json)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -202,9 +240,18 @@ def _verify(args) -> int:
         console.print(str(U.report()))
         console.print(
             f"{result.count} targets: max relative error {result.max_error:.3e}, median "
-            f"{result.median_error:.3e}, tolerance {result.tolerance:g}, failures "
-            f"{len(result.failures)}"
+            f"{result.median_error:.3e}, "
+            + (f"tolerance {result.tolerance:g}, " if U.maps == "native" else "")
+            + f"failures {len(result.failures)}"
         )
+        if result.max_bound_ratio is not None:
+            console.print(
+                f"entrywise bound (U.error_bound): largest relative bound "
+                f"{result.max_certified:.3e}, largest |error| / bound {result.max_bound_ratio:.3g}"
+                + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
+            )
+        for label, b in result.map_bounds.items():
+            console.print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
         for seed, err in result.failures[:10]:
             console.print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1

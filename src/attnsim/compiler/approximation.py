@@ -3,14 +3,20 @@
 On an interval of width h, the linear interpolant of a twice-differentiable f is off by at
 most ``h^2 / 8 * max|f''|`` on that interval. ``fit`` places knots greedily so that every
 interval meets the tolerance, using an upper bound of ``|f''|`` on the interval that is
-known in closed form for each supported function. Outside ``[lo, hi]`` the realisation is
-flat (the compiled model checks at run time that inputs stay inside, except below ``lo`` for
-exp, where the error is at most ``exp(lo)``).
+known in closed form for each supported function. The tolerance is absolute, or with
+``relative=True`` relative to ``min|f|`` on each interval (for functions without a zero on the
+range: exp, 1/x, 1/sqrt(x), sqrt above 0), which suits ranges where f spans many orders of
+magnitude. Outside ``[lo, hi]`` the realisation is flat (the compiled model checks at run time
+that inputs stay inside), except below ``lo`` for exp, where the compiler ramps it down to 0
+at ``lo - 1`` (the error there is at most ``exp(lo)``, and far below it the value is exactly 0).
 
 >>> pl = fit("exp", -2.0, 2.0, tolerance=1e-3)
 >>> len(pl.knots) > 10, pl.bound <= 1e-3
 (True, True)
 >>> abs(pl(0.3) - 1.3498588075760032) <= pl.bound
+True
+>>> r = fit("reciprocal", 1e-3, 1e3, tolerance=1e-4, relative=True)
+>>> abs(r(0.5) * 0.5 - 1.0) <= r.bound <= 1e-4
 True
 """
 
@@ -56,6 +62,15 @@ def curvature_bound(kind: str, a: float, b: float) -> float:
     raise ValueError(f"no curvature bound for {kind!r}; expected one of {KINDS}")
 
 
+def min_abs(kind: str, a: float, b: float) -> float:
+    """A lower bound of ``|f|`` on ``[a, b]`` for the kinds with no zero there (monotone)."""
+    f = _f(kind)
+    return min(abs(f(a)), abs(f(b)))
+
+
+RELATIVE_KINDS = ("exp", "reciprocal", "rsqrt", "sqrt")
+
+
 def _check_domain(kind: str, lo: float, hi: float) -> None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"the range of a {kind} map must be finite with lo < hi, got [{lo}, {hi}]")
@@ -74,13 +89,16 @@ class PiecewiseLinear:
     Attributes:
         kind: the function.
         knots / values: the interpolation points.
-        bound: the certified max |f - interpolant| on [knots[0], knots[-1]].
+        bound: the certified max |f - interpolant| on [knots[0], knots[-1]], or with
+            ``relative`` the max of |f - interpolant| / |f| there.
+        relative: whether ``bound`` is relative.
     """
 
     kind: str
     knots: tuple[float, ...]
     values: tuple[float, ...]
     bound: float
+    relative: bool = False
 
     def __call__(self, x: float) -> float:
         ks, vs = self.knots, self.values
@@ -105,48 +123,70 @@ class PiecewiseLinear:
 
 
 def fit(
-    kind: str, lo: float, hi: float, *, tolerance: float, max_knots: int = 200_000
+    kind: str,
+    lo: float,
+    hi: float,
+    *,
+    tolerance: float,
+    relative: bool = False,
+    max_knots: int = 200_000,
 ) -> PiecewiseLinear:
     """Knots on ``[lo, hi]`` such that the interpolant is within ``tolerance`` of f.
 
+    Args:
+        kind: one of ``KINDS``.
+        lo, hi: the range.
+        tolerance: the largest error allowed.
+        relative: the error is relative to ``|f|`` (only for ``RELATIVE_KINDS``, with
+            ``lo > 0`` for sqrt).
+        max_knots: refuse ranges that need more knots than this.
+
     Raises:
-        ValueError: an unknown function, a range outside its domain, or more than
-            ``max_knots`` knots needed (widen the tolerance or narrow the range).
+        ValueError: an unknown function, a range outside its domain, a relative tolerance
+            for a function that reaches 0, or more than ``max_knots`` knots needed (widen
+            the tolerance or narrow the range).
     """
     if kind not in KINDS:
         raise ValueError(f"no ReLU realisation for {kind!r}; expected one of {KINDS}")
     if not tolerance > 0:
         raise ValueError(f"tolerance must be positive, got {tolerance}")
     _check_domain(kind, lo, hi)
+    if relative and (kind not in RELATIVE_KINDS or (kind == "sqrt" and lo <= 0)):
+        raise ValueError(
+            f"a relative tolerance needs a function with no zero on the range; {kind} on "
+            f"[{lo}, {hi}] does not qualify (relative works for {RELATIVE_KINDS}, sqrt above 0)"
+        )
     f = _f(kind)
+
+    def err(h: float, x: float) -> float:
+        if kind == "sqrt" and x == 0.0:
+            e = math.sqrt(h) / 4.0  # the interpolant of sqrt on [0, h] is off by sqrt(h)/4
+        else:
+            e = h * h / 8.0 * curvature_bound(kind, x, x + h)
+        return e / min_abs(kind, x, x + h) if relative else e
+
     knots = [lo]
     worst = 0.0
     x = lo
+    h = hi - lo
     while x < hi:
-        h = hi - x
-
-        # sqrt at 0: the interpolant of sqrt on [0, h] is off by sqrt(h)/4 at most
-        def err(h: float, x: float = x) -> float:
-            if kind == "sqrt" and x == 0.0:
-                return math.sqrt(h) / 4.0
-            return h * h / 8.0 * curvature_bound(kind, x, x + h)
-
-        while err(h) > tolerance:
+        h = min(hi - x, 4.0 * h)  # steps change slowly: start near the previous one
+        while err(h, x) > tolerance:
             h /= 2.0
-            if h < 1e-300:
+            if h < 1e-300 or x + h == x:
                 raise ValueError(f"cannot reach tolerance {tolerance} for {kind} near {x}")
         # grow back towards the largest step that still meets the tolerance
         step = h / 2.0
-        for _ in range(30):
-            if x + h + step <= hi and err(h + step) <= tolerance:
+        for _ in range(16):
+            if x + h + step <= hi and err(h + step, x) <= tolerance:
                 h += step
             step /= 2.0
-        worst = max(worst, err(h))
-        x = min(hi, x + h)
+        worst = max(worst, err(h, x))
+        x = hi if hi - (x + h) <= 1e-12 * h else x + h
         knots.append(x)
         if len(knots) > max_knots:
             raise ValueError(
                 f"a ReLU {kind} on [{lo}, {hi}] to {tolerance:g} needs more than {max_knots} "
                 "knots; widen the tolerance or narrow the declared range"
             )
-    return PiecewiseLinear(kind, tuple(knots), tuple(f(k) for k in knots), worst)
+    return PiecewiseLinear(kind, tuple(knots), tuple(f(k) for k in knots), worst, relative)

@@ -43,7 +43,8 @@ def assemble(
     ov_plans = [[_factor(h.ov) for h in layer.heads] for layer in layers]
     n_heads = max([len(layer.heads) for layer in layers] + [1])
     d_head = max([1] + [p[0] for plans in qk_plans + ov_plans for p in plans])
-    d_mlp = max([len(layer.relu) for layer in layers] + [0])
+    widths = [len(layer.relu) for layer in layers]
+    d_mlp = max(widths + [0])
     d_bil = max([len(layer.bilinear) for layer in layers] + [0])
     d_native: dict[str, int] = {}
     for layer in layers:
@@ -58,6 +59,7 @@ def assemble(
         n_heads=n_heads,
         d_head=d_head,
         d_mlp=d_mlp,
+        mlp_widths=tuple(widths) if len(set(widths)) > 1 else None,
         d_bilinear=d_bil,
         d_native=d_native,
         n_ctx=max_seq_len + 1,
@@ -98,7 +100,8 @@ def assemble(
         for hi, h in enumerate(layer.heads):
             _fill(W_Q[hi], W_K[hi], h.qk, qk_plans[li][hi], ix)
             _fill(W_V[hi], W_O[hi].T, h.ov, ov_plans[li][hi], ix)
-        _fill_units(w, f"{pre}.mlp.W_in", f"{pre}.mlp.W_out", layer.relu, d_model, d_mlp, ix)
+        width = cfg.mlp_width(li)
+        _fill_units(w, f"{pre}.mlp.W_in", f"{pre}.mlp.W_out", layer.relu, d_model, width, ix)
         if layer.bilinear:
             a = w(f"{pre}.mlp.W_bil_a", d_model, d_bil)
             b = w(f"{pre}.mlp.W_bil_b", d_model, d_bil)

@@ -107,6 +107,8 @@ class Realisation:
     level: str  # exact | native | bounded
     units: int
     note: str = ""
+    bound: float | None = None  # bounded maps: the certified error bound on the range
+    relative: bool = False  # whether ``bound`` is relative to |f|
 
 
 class Lowerer:
@@ -120,9 +122,11 @@ class Lowerer:
         maps: str = "native",
         map_tolerance: float = 1e-6,
         map_ranges: dict | None = None,
+        map_error: str = "absolute",
     ) -> None:
         self.vi = vi
         self.map_tolerance = map_tolerance
+        self.map_error = map_error
         self.map_ranges = dict(map_ranges or {})
         self.bounds: dict[str, float] = {}
         self.L = vi.L
@@ -386,43 +390,65 @@ class Lowerer:
                 "with rasp.numerical(x, value_range=(lo, hi)) on its input or pass "
                 f"map_ranges={{{self.label(inner)!r}: (lo, hi)}}"
             )
+        relative = self.map_error == "relative"
         try:
-            pl = approximation.fit(kind, rng[0], rng[1], tolerance=self.map_tolerance / abs(scale))
+            pl = approximation.fit(
+                kind,
+                rng[0],
+                rng[1],
+                tolerance=self.map_tolerance if relative else self.map_tolerance / abs(scale),
+                relative=relative,
+            )
         except ValueError as exc:
             raise UnsupportedError(f"{label}: {exc}") from None
         stage = mlp_stage(ready)
         d = self.new_dir(label)
-        slopes = pl.slopes
-        units = [
-            ((NOTBOS, 1.0),),
+        knots, values = list(pl.knots), list(pl.values)
+        if kind == "exp":
+            # ramp down to exactly 0 one unit below the range: inputs pushed far down (masked
+            # scores, say) then give 0, and the error below lo stays within exp(lo)
+            knots.insert(0, knots[0] - 1.0)
+            values.insert(0, 0.0)
+        slopes = [
+            (values[k + 1] - values[k]) / (knots[k + 1] - knots[k]) for k in range(len(knots) - 1)
         ]
-        outs = [pl.values[0] * scale]
-        prev = 0.0
-        for k, x_k in enumerate(pl.knots):
-            s_k = slopes[k] if k < len(slopes) else 0.0  # flat beyond the last knot
-            delta = s_k - prev
-            prev = s_k
+        # the slope changes at each knot (flat outside the knots)
+        deltas = [s1 - s0 for s0, s1 in zip([0.0, *slopes], [*slopes, 0.0])]
+        # anchor at the end where f is flatter: inside the range every active unit then adds
+        # terms of one sign for convex monotone f (no cancellation, even across a range where
+        # f spans many orders of magnitude, such as 1/x on [e^-50, e^50])
+        left = abs(slopes[-1]) < abs(slopes[0])
+        units = [((NOTBOS, 1.0),)]
+        outs = [(values[-1] if left else values[0]) * scale]
+        for x_k, delta in zip(knots, deltas):
             if delta == 0.0:
                 continue
-            inputs = dict(form)
-            inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) - x_k
+            if left:  # delta * relu(x_k - x)
+                inputs = {k: -c for k, c in form.items()}
+                inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) + x_k
+            else:  # delta * relu(x - x_k)
+                inputs = dict(form)
+                inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) - x_k
             units.append(linear_form(inputs))
             outs.append(delta * scale)
         for lf, w in zip(units, outs):
             self.units.append((stage, ReluUnit(self.unit_name(label), lf, ((d, w),))))
         lo = -math.inf if kind == "exp" else rng[0]  # below lo exp stays within exp(lo)
         self.guards.append(Guard(label, linear_form(form), ready, value_range=(lo, rng[1])))
-        bound = pl.bound * abs(scale)
+        bound = pl.bound if relative else pl.bound * abs(scale)
         below = (
             f"; below {rng[0]:g}: <= {math.exp(rng[0]) * abs(scale):.3g}" if kind == "exp" else ""
         )
+        what = "relative |error|" if relative else "|error|"
         self.realisations.append(
             Realisation(
                 label,
                 f"{kind} by {len(pl.knots)} ReLU knots on [{rng[0]:g}, {rng[1]:g}]",
                 "bounded",
                 len(units),
-                note=f"|error| <= {bound:.3g} on the range{below}",
+                note=f"{what} <= {bound:.3g} on the range{below}",
+                bound=bound,
+                relative=relative,
             )
         )
         self.bounds[label] = bound

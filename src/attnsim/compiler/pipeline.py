@@ -32,6 +32,7 @@ def compile_program(
     maps: str = "native",
     map_tolerance: float = 1e-6,
     map_ranges: dict[str, tuple[float, float]] | None = None,
+    map_error: str = "absolute",
     fixed_length: bool = False,
     dtype: torch.dtype = torch.float64,
     value_scale: float = 1.0,
@@ -51,6 +52,9 @@ def compile_program(
         map_tolerance: the largest error of a ReLU-realised map (maps="relu").
         map_ranges: input ranges of maps by label (of the map or of its input), for
             maps="relu"; the input's ``rasp.numerical(x, value_range=...)`` works too.
+        map_error: "absolute" (``|f - f^| <= map_tolerance``) or "relative"
+            (``|f - f^| <= map_tolerance |f|``, for exp, 1/x, 1/sqrt(x) and sqrt above 0:
+            the choice for ranges where f spans many orders of magnitude).
         fixed_length: inputs always have exactly ``max_seq_len`` tokens (then ``length`` and
             counts over position-only selectors are known in advance).
         dtype: torch.float64 (default) or torch.float32.
@@ -74,6 +78,8 @@ def compile_program(
         raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
     if not map_tolerance > 0:
         raise ValueError(f"map_tolerance must be positive, got {map_tolerance!r}")
+    if map_error not in ("absolute", "relative"):
+        raise ValueError(f"map_error must be 'absolute' or 'relative', got {map_error!r}")
     if not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
     if dtype not in (torch.float64, torch.float32):
@@ -82,7 +88,12 @@ def compile_program(
     graph = tracing.trace(program)
     vi = value_inference.ValueInference(vocab, max_seq_len, causal, fixed_length)
     low = lowering.Lowerer(
-        vi, graph.labels, maps=maps, map_tolerance=map_tolerance, map_ranges=map_ranges
+        vi,
+        graph.labels,
+        maps=maps,
+        map_tolerance=map_tolerance,
+        map_ranges=map_ranges,
+        map_error=map_error,
     )
     errors = _lower_all(low, graph)
     if errors:

@@ -165,6 +165,12 @@ class CompiledModel:
             )
         ids = torch.zeros(len(rows), n + 1, dtype=torch.long)
         vals = torch.zeros(len(rows), n + 1, dtype=torch.float64)
+        if self.vocab is None and self.numerical_tokens and n:
+            fast = _numeric_rows(rows)
+            if fast is not None:  # all real numbers: one vectorised copy
+                ids[:, 1:] = 1
+                vals[:, 1:] = torch.from_numpy(fast)
+                return ids, vals
         for b, row in enumerate(rows):
             for i, t in enumerate(row):
                 if self.vocab is not None:
@@ -388,6 +394,15 @@ class CompiledModel:
 
 def _vkey(v: Any) -> tuple:
     return (type(v).__name__, v)
+
+
+def _numeric_rows(rows: list[list[Any]]) -> np.ndarray | None:
+    """The rows as a float64 array when every token is a finite real number, else None
+    (the element-by-element path then names the offending token)."""
+    if not all(_is_num(t) for row in rows for t in row):
+        return None
+    arr = np.asarray(rows, dtype=np.float64)
+    return arr if np.isfinite(arr).all() else None
 
 
 def _is_num(v: Any) -> bool:

@@ -25,7 +25,9 @@ class ModelConfig:
         d_model: residual stream width.
         n_heads: heads per layer (unused heads have zero weights).
         d_head: width of each head's query/key and value spaces.
-        d_mlp: ReLU units per layer.
+        d_mlp: ReLU units per layer (the most in any layer).
+        mlp_widths: ReLU units in each layer, when they differ (a wide ReLU-realised map in
+            one layer does not widen the others); None means d_mlp in every layer.
         d_bilinear: bilinear (product) units per layer.
         d_native: units per layer for each declared elementwise function (kind -> count).
         n_ctx: positions, BOS included (max_seq_len + 1).
@@ -54,6 +56,11 @@ class ModelConfig:
     hard_tolerance: float = 0.25
     causal: bool = False
     dtype: str = "float64"
+    mlp_widths: tuple[int, ...] | None = None
+
+    def mlp_width(self, layer: int) -> int:
+        """ReLU units in block ``layer``."""
+        return self.d_mlp if self.mlp_widths is None else self.mlp_widths[layer]
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear"):
@@ -71,11 +78,21 @@ class ModelConfig:
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
         object.__setattr__(self, "attention", AttentionMode(self.attention))
+        if self.mlp_widths is not None:
+            widths = tuple(int(w) for w in self.mlp_widths)
+            if len(widths) != self.n_layers or any(not 0 <= w <= self.d_mlp for w in widths):
+                raise ValueError(
+                    f"ModelConfig.mlp_widths must give 0..d_mlp={self.d_mlp} units for each of "
+                    f"the {self.n_layers} layers, got {self.mlp_widths}"
+                )
+            object.__setattr__(self, "mlp_widths", widths)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d["attention"] = self.attention.value
         d["d_native"] = dict(self.d_native)
+        if self.mlp_widths is not None:
+            d["mlp_widths"] = list(self.mlp_widths)
         return d
 
     @classmethod

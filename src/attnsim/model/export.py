@@ -198,9 +198,10 @@ def to_transformer_lens(model: CompiledModel):
                 out.attn.W_K.copy_(attn.W_K)
                 out.attn.W_V.copy_(attn.W_V)
                 out.attn.W_O.copy_(attn.W_O)
-            if cfg.d_mlp:
-                out.mlp.W_in.copy_(block.mlp.W_in)
-                out.mlp.W_out.copy_(block.mlp.W_out)
+            width = block.mlp.W_in.shape[1]  # layers narrower than d_mlp pad with zero units
+            if width:
+                out.mlp.W_in[:, :width].copy_(block.mlp.W_in)
+                out.mlp.W_out[:width].copy_(block.mlp.W_out)
     return lens
 
 

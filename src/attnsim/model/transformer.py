@@ -97,21 +97,33 @@ class Attention(nn.Module):
         return out
 
     def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int, need_pattern: bool):
-        q = torch.matmul(x[:, None], self.W_Q[hs, :, :wq])  # [batch, head, pos, used d_head]
-        k = torch.matmul(x[:, None], self.W_K[hs, :, :wq])
-        v = torch.matmul(x[:, None], self.W_V[hs, :, :wv])
+        b, n, d = x.shape
+
+        def project(W: torch.Tensor, width: int) -> torch.Tensor:
+            # every head in one matrix product, [batch, pos, head * width], then split; this
+            # does not copy x once per head as a broadcast batched product would
+            w = W[hs, :, :width].permute(1, 0, 2).reshape(d, len(hs) * width)
+            return (x @ w).view(b, n, len(hs), width).transpose(1, 2)
+
+        q = project(self.W_Q, wq)  # [batch, head, pos, used d_head]
+        k = project(self.W_K, wq)
+        v = project(self.W_V, wv)
         scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, query, key]
-        n = x.shape[1]
         if self.cfg.causal:
             future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
         if self.cfg.attention is AttentionMode.HARD:
-            best = scores.amax(dim=-1, keepdim=True)
-            chosen = (scores >= best - self.cfg.hard_tolerance).to(x.dtype)
-            count = chosen.sum(dim=-1, keepdim=True)
-            # the mean over the chosen keys: sum their values, then divide (one pass fewer
-            # over [query, key] than normalising the pattern first)
-            z = torch.matmul(chosen, v) / count
+            threshold = scores.amax(dim=-1, keepdim=True) - self.cfg.hard_tolerance
+            if need_pattern:
+                chosen = (scores >= threshold).to(x.dtype)
+            else:  # scores are not kept: turn them into the 0/1 selection in place
+                chosen = scores.ge_(threshold)
+            # the mean over the chosen keys: one product sums their values and (a column of
+            # ones) counts them, then one division; no pass over [query, key] normalises
+            ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+            zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
+            count = zc[..., -1:]
+            z = zc[..., :-1] / count
             pattern = chosen / count if need_pattern else None
             return scores, pattern, z
         pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
@@ -121,11 +133,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """ReLU units, bilinear (product) units and declared elementwise units, side by side."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, width: int | None = None) -> None:
         super().__init__()
         d = cfg.d_model
-        self.W_in = _param(d, cfg.d_mlp, dtype=dtype)
-        self.W_out = _param(cfg.d_mlp, d, dtype=dtype)
+        width = cfg.d_mlp if width is None else width
+        self.W_in = _param(d, width, dtype=dtype)
+        self.W_out = _param(width, d, dtype=dtype)
         self.W_bil_a = _param(d, cfg.d_bilinear, dtype=dtype)
         self.W_bil_b = _param(d, cfg.d_bilinear, dtype=dtype)
         self.W_bil_out = _param(cfg.d_bilinear, d, dtype=dtype)
@@ -136,9 +149,39 @@ class MLP(nn.Module):
             setattr(self, f"W_{kind}_gate", _param(d, m, dtype=dtype))
             setattr(self, f"W_{kind}_out", _param(m, d, dtype=dtype))
 
+    def _plan(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The residual rows the ReLU units read and the columns they write (cached until the
+        weights change); None when the units read and write most of the stream anyway."""
+        key = (self.W_in.data_ptr(), self.W_in._version, self.W_out.data_ptr(), self.W_out._version)
+        if getattr(self, "_plan_key", None) != key:
+            rows = torch.nonzero(self.W_in.abs().sum(dim=1) > 0).flatten()
+            cols = torch.nonzero(self.W_out.abs().sum(dim=0) > 0).flatten()
+            d = self.W_in.shape[0]
+            small = len(rows) and len(cols) and len(rows) + len(cols) < d
+            self._plan_cache = (rows, cols) if small else None
+            self._plan_key = key
+        return self._plan_cache
+
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
-        post = torch.relu(x @ self.W_in)  # [batch, pos, d_mlp]
-        out = post @ self.W_out
+        plan = self._plan()
+        if plan is None:
+            post = torch.relu(x @ self.W_in)  # [batch, pos, d_mlp]
+            out = post @ self.W_out
+        else:  # the same sums over the non-zero rows and columns only
+            rows, cols = plan
+            w_in, w_out = self.W_in[rows], self.W_out[:, cols]
+            xs = x[..., rows].reshape(-1, len(rows))
+            if cache is None:
+                # a wide layer (a ReLU-realised map) runs over slices of positions, so that
+                # its hidden activations stay small; each position's sums are the same
+                step = max(1, (1 << 21) // max(1, w_in.shape[1]))
+                part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
+            else:
+                post = torch.relu(xs @ w_in)
+                part = post @ w_out
+                post = post.reshape(*x.shape[:-1], -1)
+            out = torch.zeros_like(x)
+            out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
         if cache is not None:
             cache[f"{prefix}.hook_post"] = post
         if self.W_bil_a.shape[1]:
@@ -160,10 +203,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """resid_mid = resid_pre + attn(resid_pre); resid_post = resid_mid + mlp(resid_mid)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, mlp_width: int | None = None) -> None:
         super().__init__()
         self.attn = Attention(cfg, dtype)
-        self.mlp = MLP(cfg, dtype)
+        self.mlp = MLP(cfg, dtype, mlp_width)
 
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         if cache is not None:
@@ -187,7 +230,9 @@ class Transformer(nn.Module):
         self.W_E = _param(cfg.d_vocab, cfg.d_model, dtype=dtype)
         self.W_E_num = _param(cfg.d_model, dtype=dtype)
         self.W_pos = _param(cfg.n_ctx, cfg.d_model, dtype=dtype)
-        self.blocks = nn.ModuleList(Block(cfg, dtype) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(cfg, dtype, cfg.mlp_width(li)) for li in range(cfg.n_layers)
+        )
 
     @property
     def dtype(self) -> torch.dtype:

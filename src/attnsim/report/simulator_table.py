@@ -53,8 +53,9 @@ def forward_flops(model: CompiledModel, positions: int, batch: int = 1) -> dict[
     Per active head: the Q, K, V projections (``3 * 2 * pos * d_model * d_head``), the scores
     and the weighted values (``2 * 2 * pos^2 * d_head``), the selection or softmax
     (``4 * pos^2``) and the output projection (``2 * pos * d_head * d_model``). Per MLP: ReLU
-    units (``2 * 2 * pos * d_model * d_mlp``), bilinear units (three projections and a
-    product) and declared elementwise units (three projections and the function).
+    units (``2 * 2 * pos * d_model`` per unit, each layer with its own width), bilinear units
+    (three projections and a product) and declared elementwise units (three projections and
+    the function).
 
     Args:
         model: a compiled model (its config and its active heads are read).
@@ -75,10 +76,10 @@ def forward_flops(model: CompiledModel, positions: int, batch: int = 1) -> dict[
     heads = sum(active_heads_per_layer(model))
     per_head = 3 * 2 * p * d * k + 2 * 2 * p * p * k + 4 * p * p + 2 * p * k * d
     attention = heads * per_head
-    per_mlp = 2 * 2 * p * d * cfg.d_mlp + p * cfg.d_mlp
-    per_mlp += cfg.d_bilinear * (3 * 2 * p * d + p)
+    relu_units = sum(cfg.mlp_width(li) for li in range(cfg.n_layers))
+    per_mlp = cfg.d_bilinear * (3 * 2 * p * d + p)
     per_mlp += sum(m * (3 * 2 * p * d + 2 * p) for m in cfg.d_native.values())
-    mlp = cfg.n_layers * per_mlp
+    mlp = cfg.n_layers * per_mlp + relu_units * (2 * 2 * p * d + p)
     return {
         "attention": batch * attention,
         "mlp": batch * mlp,

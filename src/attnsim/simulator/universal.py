@@ -31,6 +31,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -246,11 +247,83 @@ Target = Any  # AttentionSpec | MergedAttention | nn.MultiheadAttention
 class UniversalSimulator:
     """One compiled transformer that simulates any attention layer up to its build size."""
 
-    def __init__(self, layout: Layout, program: E.SOp, model: CompiledModel, seconds: float):
+    def __init__(
+        self,
+        layout: Layout,
+        program: E.SOp,
+        model: CompiledModel,
+        seconds: float,
+        logit_bound: float | None = None,
+    ):
         self.layout = layout
         self.program = program
         self.model = model
         self._seconds = seconds
+        self.logit_bound = logit_bound  # maps="relu": the largest |score| U accepts
+
+    @property
+    def maps(self) -> str:
+        """How U realises exp and 1/x: "native" units or "relu" (bounded)."""
+        return "native" if self.logit_bound is None else "relu"
+
+    @property
+    def map_bounds(self) -> dict[str, float]:
+        """maps="relu": the certified relative error of each ReLU-realised map, by label
+        (``e``: the exponentials, ``inv_Z``: 1/Z); empty for native maps."""
+        return {
+            r["label"]: r["bound"]
+            for r in self.model.report().realisations
+            if r.get("level") == "bounded" and r.get("bound") is not None
+        }
+
+    def error_bound(self, target: Target, X: Any, *, causal: bool | None = None) -> torch.Tensor:
+        """A bound on ``|U(T, X) - T(X)|``, entry by entry (attention targets).
+
+        With every exponential within a relative ``eps_e`` and 1/Z within ``eps_r`` (the
+        per-map bounds of maps="relu"; 0 for native maps), each softmax weight is within a
+        relative ``kappa = (1 + eps_e)(1 + eps_r) / (1 - eps_e) - 1`` of the true one, so in
+        exact arithmetic ``|error[i, c]| <= kappa * W[i, c]`` with
+        ``W[i, c] = sum_h sum_j p_hij |v_hjc|``. Rounding adds the standard worst case for
+        sums of ``m`` terms, ``m u`` (``u`` the unit roundoff, ``m`` the widest ReLU map plus
+        d_model plus the sequence length), of ``W + |b_O|``. So the bound is
+        ``(kappa + m u) W + m u |b_O|``.
+        """
+        from attnsim.simulator import reference as R
+
+        spec_ = self._target(target, causal)
+        if isinstance(spec_, S.EncoderLayerSpec):
+            raise ValueError("error_bound covers attention targets; this is an encoder layer")
+        merged = self._merged(spec_, causal)
+        X = self._check_x(X, merged.d_model)
+        if causal is not None:
+            merged = dataclasses.replace(merged, causal=bool(causal))
+        weight = (R.pattern(merged, X) @ R.values(merged, X).abs()).sum(dim=0)  # [n, d]
+        bounds = self.map_bounds
+        eps_e, eps_r = bounds.get("e", 0.0), bounds.get("inv_Z", 0.0)
+        kappa = (1.0 + eps_e) * (1.0 + eps_r) / (1.0 - eps_e) - 1.0
+        cfg = self.model.config
+        m = cfg.d_mlp + cfg.d_model + self.layout.length
+        u = torch.finfo(torch.float64 if cfg.dtype == "float64" else torch.float32).eps / 2
+        return (kappa + m * u) * weight + m * u * merged.b_O.abs()
+
+    def _check_logits(self, merged: S.MergedAttention, X: torch.Tensor) -> None:
+        """maps="relu": every score a query sees must lie within the build's logit bound."""
+        if self.logit_bound is None:
+            return
+        from attnsim.simulator import reference as R
+
+        s = R.scores(merged, X)
+        n = X.shape[0]
+        seen = torch.ones(n, n, dtype=torch.bool)
+        if merged.causal:
+            seen = torch.tril(seen)
+        top = float(s[:, seen].abs().max())
+        if not top <= self.logit_bound:
+            raise ValueError(
+                f"the target's attention scores on this X reach |{top:.4g}|, beyond the logit "
+                f"bound {self.logit_bound:g} this U (maps='relu') was built for: its ReLU exp "
+                "covers only that range; build with a larger logit_bound"
+            )
 
     @property
     def max_n(self) -> int:
@@ -346,6 +419,10 @@ class UniversalSimulator:
         X = self._check_x(X, merged.d_model)
         A_aug, W_aug = merged.augmented()
         is_causal = merged.causal if causal is None else bool(causal)
+        if not isinstance(spec_, S.EncoderLayerSpec):
+            self._check_logits(
+                merged if causal is None else dataclasses.replace(merged, causal=is_causal), X
+            )
         seq = self.layout.encode(
             A_aug.numpy(), W_aug.numpy(), merged.b_O.numpy(), X.numpy(), is_causal
         )
@@ -468,6 +545,8 @@ def build(
     max_ff: int | None = None,
     attention: str = "hard",
     maps: str = "native",
+    logit_bound: float = 50.0,
+    map_tolerance: float = 1e-6,
     dtype: torch.dtype = torch.float64,
 ) -> UniversalSimulator:
     """Builds U for targets with n <= max_n, d <= max_d and at most max_heads heads.
@@ -481,7 +560,15 @@ def build(
             ReLU/GELU feed-forward block).
         max_ff: the largest feed-forward width (encoder only; default 2 * max_d).
         attention: U's own attention: "hard" (average-hard) or "softmax".
-        maps: "native" (exp, 1/x, rsqrt, gelu as declared elementwise units).
+        maps: "native" (exp, 1/x, rsqrt, gelu as declared elementwise units, exact) or
+            "relu" (attention only: exp and 1/x by ReLU units, piecewise linear with
+            certified relative error bounds; see ``map_bounds`` and ``error_bound``).
+        logit_bound: maps="relu": the largest |score| of a target on its X. exp is realised
+            on [-logit_bound, logit_bound] and 1/Z on the row sums that range allows;
+            ``simulate`` refuses targets beyond it.
+        map_tolerance: maps="relu": the relative error allowed to each map. The ReLU widths
+            grow as ``logit_bound / sqrt(map_tolerance)`` (about 35,000 units for exp and
+            52,000 for 1/Z at 50 and 1e-6).
         dtype: torch.float64 or torch.float32.
 
     Returns:
@@ -489,6 +576,21 @@ def build(
     """
     if layer not in ("attention", "encoder"):
         raise ValueError(f"layer must be 'attention' or 'encoder', got {layer!r}")
+    if maps not in ("native", "relu"):
+        raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
+    map_ranges = None
+    if maps == "relu":
+        if layer == "encoder":
+            raise NotImplementedError(
+                "maps='relu' is built for the attention U; the encoder U's LayerNorm and GELU "
+                "would need declared ranges for X and the weights, which are not built yet"
+            )
+        if not (math.isfinite(logit_bound) and 0 < logit_bound <= 700):
+            raise ValueError(f"logit_bound must be in (0, 700], got {logit_bound!r}")
+        B = float(logit_bound)
+        # scores within [-B, B]; masked ones sit near -10^4, where the ReLU exp is exactly 0.
+        # A row sum Z lies in [e^-B (1 - t), max_n e^B (1 + t)]; positions outside P use 1.
+        map_ranges = {"e": (-B, B), "inv_Z": (math.exp(-B) / 2.0, 2.0 * max_n * math.exp(B))}
     start = time.perf_counter()
     tiny = 1e-300 if dtype == torch.float64 else 1e-37
     if layer == "encoder":
@@ -508,11 +610,20 @@ def build(
         fixed_length=True,
         attention=attention,
         maps=maps,
+        map_tolerance=map_tolerance,
+        map_ranges=map_ranges,
+        map_error="relative",
         dtype=dtype,
         # heads average exponentials spanning up to e^(+-700) (float64) or e^(+-88)
         value_scale=math.exp(700.0 if dtype == torch.float64 else 88.0),
     )
-    return UniversalSimulator(layout, program, model, time.perf_counter() - start)
+    return UniversalSimulator(
+        layout,
+        program,
+        model,
+        time.perf_counter() - start,
+        logit_bound=float(logit_bound) if maps == "relu" else None,
+    )
 
 
 __all__ = ["UniversalSimulator", "SimulatorReport", "build", "universal_program", "math"]

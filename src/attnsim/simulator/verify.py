@@ -29,8 +29,15 @@ class VerifyResult:
     Attributes:
         count: targets checked.
         max_error / median_error: relative errors ``max|U - ref| / max|ref|``.
-        failures: ``(seed, error)`` of targets above the tolerance.
-        tolerance: the tolerance used.
+        failures: ``(seed, error)`` of targets above the tolerance (for maps="relu": of
+            targets with an entry above its certified bound).
+        tolerance: the relative error allowed (native maps); for maps="relu" the entrywise
+            certified bound of ``UniversalSimulator.error_bound`` is the criterion instead.
+        map_bounds: maps="relu": the certified relative error of each ReLU-realised map.
+        max_certified: attention targets: the largest relative bound
+            ``max(U.error_bound) / max|ref|`` over the targets.
+        max_bound_ratio: attention targets: the largest ``|U - ref| / U.error_bound`` over
+            all entries (at most 1 when every entry is within its bound).
     """
 
     count: int
@@ -38,6 +45,9 @@ class VerifyResult:
     median_error: float
     tolerance: float
     failures: list[tuple[int, float]] = field(default_factory=list)
+    map_bounds: dict[str, float] = field(default_factory=dict)
+    max_certified: float | None = None
+    max_bound_ratio: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -107,12 +117,17 @@ def verify(
         seed: the random seed.
         max_logit: the largest |score| of a target on its X.
         tolerance: the relative error above which a target is a failure (default 1e-9 in
-            float64, 1e-4 in float32).
+            float64, 1e-4 in float32). For a U with maps="relu" a target fails when any entry
+            is beyond its certified bound (``U.error_bound``) instead.
         batch: targets per forward pass.
         progress: show a progress bar.
     """
+    float64 = U.model.config.dtype == "float64"
     if tolerance is None:
-        tolerance = 1e-9 if U.model.config.dtype == "float64" else 1e-4
+        tolerance = 1e-9 if float64 else 1e-4
+    relu = U.logit_bound is not None
+    if relu:
+        max_logit = min(max_logit, U.logit_bound)
     rng = np.random.default_rng(seed)
     cases = [
         random_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
@@ -120,15 +135,25 @@ def verify(
     ]
     errors: list[float] = []
     failures: list[tuple[int, float]] = []
+    certified: list[float] = []
+    ratios: list[float] = []
     with rich.progress.Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("simulating targets", total=targets)
         for start in range(0, targets, batch):
             chunk = cases[start : start + batch]
             outs = U.simulate_batch([(t, X) for t, X, _ in chunk])
             for (t, X, s), got in zip(chunk, outs):
-                err = relative_error(got, reference(t, X))
+                want = reference(t, X)
+                err = relative_error(got, want)
                 errors.append(err)
-                if not err <= tolerance:
+                ok = err <= tolerance
+                if not U.is_encoder:  # the entrywise bound (rounding only, for native maps)
+                    bound = U.error_bound(t, X)
+                    ratio = float(((got - want).abs() / bound.clamp(min=1e-300)).max())
+                    certified.append(float(bound.max() / want.abs().max().clamp(min=1e-300)))
+                    ratios.append(ratio)
+                    ok = ratio <= 1.0 if relu else ok
+                if not ok:
                     failures.append((s, err))
             bar.advance(task, len(chunk))
     return VerifyResult(
@@ -137,6 +162,9 @@ def verify(
         median_error=statistics.median(errors) if errors else 0.0,
         tolerance=tolerance,
         failures=failures,
+        map_bounds=U.map_bounds,
+        max_certified=max(certified) if certified else None,
+        max_bound_ratio=max(ratios) if ratios else None,
     )
 
 

@@ -1,0 +1,139 @@
+"""The universal simulator U with maps="relu": exp and 1/x by ReLU units, certified bounds.
+
+The oracle is plain-torch attention (``simulator.reference``); the bound under test is
+``U.error_bound`` (the per-map certified relative errors carried through the softmax).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnsim.simulator import spec, universal, verify
+from attnsim.simulator.reference import reference
+
+# small builds and a loose tolerance keep the ReLU widths (and the suite) small
+LOGITS = 12.0
+TOL = 1e-5
+
+
+@functools.cache
+def relu_u(n: int, d: int, h: int, dtype=torch.float64):
+    return universal.build(n, d, h, maps="relu", logit_bound=LOGITS, map_tolerance=TOL, dtype=dtype)
+
+
+def test_relu_u_has_only_relu_and_bilinear_units_and_the_same_depth():
+    U = relu_u(3, 4, 2)
+    cfg = U.model.model.cfg
+    assert cfg.d_native == {}  # no exp or reciprocal units
+    r = U.report()
+    assert (r.layers, r.attention_layers) == (6, 4)  # as the native U
+    assert U.maps == "relu" and U.logit_bound == LOGITS
+    assert set(U.map_bounds) == {"e", "inv_Z"}
+    assert all(0 < b <= TOL for b in U.map_bounds.values())
+    # only the exp and 1/Z layers are wide; the other layers keep their own (small) widths
+    widths = [b.mlp.W_in.shape[1] for b in U.model.model.blocks]
+    assert sorted(widths)[-2] > 1000 and sorted(widths)[0] == 0
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 1), (3, 4, 2)])
+def test_every_entry_is_within_its_certified_bound(sizes):
+    U = relu_u(*sizes)
+    rng = np.random.default_rng(sum(sizes))
+    worst_rel, worst_ratio = 0.0, 0.0
+    for _ in range(15):
+        target, X, _ = verify.random_target(rng, *sizes, LOGITS)
+        got, want = U.simulate(target, X), reference(target, X)
+        bound = U.error_bound(target, X)
+        ratio = float(((got - want).abs() / bound).max())
+        assert ratio <= 1.0
+        worst_ratio = max(worst_ratio, ratio)
+        worst_rel = max(worst_rel, verify.relative_error(got, want))
+    # the bound is not vacuous: it is a few times the tolerance, and the error is real
+    assert worst_rel <= 10 * TOL
+    assert 1e-9 < worst_rel and worst_ratio > 1e-3
+
+
+def test_bound_composition_matches_the_per_map_bounds():
+    U = relu_u(2, 2, 1)
+    target = spec.random_attention(1, 2, seed=3)
+    X = torch.tensor([[0.5, -1.0], [1.5, 0.25]], dtype=torch.float64)
+    eps_e, eps_r = U.map_bounds["e"], U.map_bounds["inv_Z"]
+    kappa = (1 + eps_e) * (1 + eps_r) / (1 - eps_e) - 1
+    from attnsim.simulator.reference import pattern, values
+
+    merged = target.merged()
+    weight = (pattern(merged, X) @ values(merged, X).abs()).sum(0)
+    bound = U.error_bound(target, X)
+    assert torch.all(bound >= kappa * weight) and torch.all(bound <= (kappa + 1e-9) * weight + 1e-9)
+    native = universal.build(2, 2, 1)
+    assert float(native.error_bound(target, X).max()) < 1e-10  # rounding only
+
+
+def test_scores_beyond_the_logit_bound_are_refused():
+    U = relu_u(2, 2, 1)
+    X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    target = spec.MergedAttention(A=torch.eye(2)[None] * 20.0, W_OV=torch.eye(2)[None])
+    with pytest.raises(ValueError, match=r"reach \|20\|, beyond the logit bound 12"):
+        U.simulate(target, X)
+    # causal: a masked (future) score may be large; only the scores a query sees count
+    A = torch.tensor([[[0.0, 30.0], [0.0, 0.0]]], dtype=torch.float64)
+    causal = spec.MergedAttention(A=A, W_OV=torch.eye(2)[None], causal=True)
+    got, want = U.simulate(causal, X), reference(causal, X)
+    assert float((got - want).abs().max()) <= float(U.error_bound(causal, X).max())
+
+
+def test_masked_keys_contribute_exactly_zero():
+    """Padding keys sit 10^4 below the range, where the ReLU exp is exactly 0: a target
+    whose rows see one key gives that key's value up to the 1/Z and exp bounds only."""
+    U = relu_u(3, 2, 1)
+    X = torch.tensor([[0.3, -0.7]], dtype=torch.float64)  # n = 1: two padding keys
+    target = spec.random_attention(1, 2, seed=5)
+    got, want = U.simulate(target, X), reference(target, X)
+    assert float((got - want).abs().max()) <= float(U.error_bound(target, X).max())
+
+
+def test_build_arguments_are_checked():
+    with pytest.raises(NotImplementedError, match="maps='relu' is built for the attention U"):
+        universal.build(2, 2, 1, layer="encoder", maps="relu")
+    with pytest.raises(ValueError, match=r"logit_bound must be in \(0, 700\]"):
+        universal.build(2, 2, 1, maps="relu", logit_bound=math.inf)
+    with pytest.raises(ValueError, match="maps must be 'native' or 'relu'"):
+        universal.build(2, 2, 1, maps="tanh")
+
+
+def test_verify_uses_the_entrywise_bound_for_relu_maps():
+    U = relu_u(2, 2, 1)
+    result = verify.verify(U, targets=6, seed=2, progress=False)
+    assert result.failures == []
+    assert result.map_bounds == U.map_bounds
+    assert 0 < result.max_bound_ratio <= 1.0
+    assert result.max_error <= result.max_certified
+
+
+def test_float32_relu_u_stays_within_its_bound():
+    U = relu_u(2, 2, 1, dtype=torch.float32)
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        target, X, _ = verify.random_target(rng, 2, 2, 1, LOGITS)
+        got, want = U.simulate(target, X), reference(target, X)
+        assert bool(((got - want).abs() <= U.error_bound(target, X)).all())
+
+
+def test_cli_verify_with_relu_maps(capsys, monkeypatch):
+    from attnsim.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the terminal width
+
+    code = main(
+        ["verify", "--max-n", "2", "--max-d", "2", "--maps", "relu", "--logit-bound", "8",
+         "--map-tolerance", "1e-4", "--targets", "3"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ReLU map e: certified relative error <= 0.0001" in out
+    assert "largest |error| / bound" in out and "failures 0" in out
