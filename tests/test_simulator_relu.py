@@ -98,8 +98,8 @@ def test_masked_keys_contribute_exactly_zero():
 
 
 def test_build_arguments_are_checked():
-    with pytest.raises(NotImplementedError, match="maps='relu' is built for the attention U"):
-        universal.build(2, 2, 1, layer="encoder", maps="relu")
+    with pytest.raises(ValueError, match="value_bound must be positive and finite"):
+        universal.build(2, 2, 1, layer="encoder", maps="relu", value_bound=-1.0)
     with pytest.raises(ValueError, match=r"logit_bound must be in \(0, 700\]"):
         universal.build(2, 2, 1, maps="relu", logit_bound=math.inf)
     with pytest.raises(ValueError, match="maps must be 'native' or 'relu'"):
@@ -137,3 +137,49 @@ def test_cli_verify_with_relu_maps(capsys, monkeypatch):
     assert code == 0
     assert "ReLU map e: certified relative error <= 0.0001" in out
     assert "largest |error| / bound" in out and "failures 0" in out
+
+
+@functools.cache
+def relu_encoder():
+    return universal.build(
+        3, 4, 2, layer="encoder", maps="relu", logit_bound=LOGITS, value_bound=10.0,
+        map_tolerance=TOL,
+    )  # fmt: skip
+
+
+def test_encoder_u_with_relu_maps_tracks_torch_encoder_layers():
+    U = relu_encoder()
+    assert U.model.model.cfg.d_native == {}
+    bounds = U.map_bounds
+    assert {"e", "inv_Z", "ln_input_rsqrt", "ln_middle_rsqrt", "ln_output_rsqrt"} <= set(bounds)
+    assert {"ffn_gelu", "ffn_gelu_tanh"} <= set(bounds)
+    assert all(0 < b <= TOL for b in bounds.values())
+    torch.manual_seed(0)
+    worst = 0.0
+    for norm_first in (False, True):
+        for activation in ("relu", "gelu"):
+            layer = torch.nn.TransformerEncoderLayer(
+                4, 2, dim_feedforward=8, dropout=0.0, activation=activation,
+                norm_first=norm_first, batch_first=True, dtype=torch.float64,
+            ).eval()  # fmt: skip
+            X = torch.randn(3, 4, dtype=torch.float64)
+            with torch.no_grad():
+                want = layer(X[None])[0]
+            got = U.simulate(layer, X)
+            worst = max(worst, verify.relative_error(got, want))
+    assert 0 < worst <= 100 * TOL  # bounded maps: a real, small error
+
+
+def test_encoder_ranges_are_checked_before_running():
+    U = relu_encoder()
+    layer = spec.random_encoder_layer(2, 4, 8, seed=1)
+    with pytest.raises(ValueError, match=r"X reach \|30\|, beyond the value bound 10"):
+        U.simulate(layer, torch.full((2, 4), 30.0, dtype=torch.float64))
+    tiny_eps = torch.nn.TransformerEncoderLayer(
+        4, 2, dim_feedforward=8, dropout=0.0, layer_norm_eps=1e-9, dtype=torch.float64
+    ).eval()
+    with pytest.raises(ValueError, match=r"norm1.eps = 1e-09 is outside \[1e-06, 1\]"):
+        U.simulate(tiny_eps, torch.zeros(2, 4, dtype=torch.float64))
+    result = verify.verify(U, targets=4, seed=3, progress=False)
+    assert result.failures == [] and result.max_error <= result.tolerance
+    assert result.tolerance == pytest.approx(1e3 * max(U.map_bounds.values()))

@@ -390,7 +390,10 @@ class Lowerer:
                 "with rasp.numerical(x, value_range=(lo, hi)) on its input or pass "
                 f"map_ranges={{{self.label(inner)!r}: (lo, hi)}}"
             )
-        relative = self.map_error == "relative"
+        # relative where f has no zero on the range; maps that reach 0 (gelu, log) stay absolute
+        relative = self.map_error == "relative" and (
+            kind in approximation.RELATIVE_KINDS and not (kind == "sqrt" and rng[0] <= 0)
+        )
         try:
             pl = approximation.fit(
                 kind,

@@ -53,8 +53,9 @@ def compile_program(
         map_ranges: input ranges of maps by label (of the map or of its input), for
             maps="relu"; the input's ``rasp.numerical(x, value_range=...)`` works too.
         map_error: "absolute" (``|f - f^| <= map_tolerance``) or "relative"
-            (``|f - f^| <= map_tolerance |f|``, for exp, 1/x, 1/sqrt(x) and sqrt above 0:
-            the choice for ranges where f spans many orders of magnitude).
+            (``|f - f^| <= map_tolerance |f|`` for exp, 1/x, 1/sqrt(x) and sqrt above 0: the
+            choice for ranges where f spans many orders of magnitude; maps whose function
+            reaches 0 on the range, such as gelu and log, keep the absolute tolerance).
         fixed_length: inputs always have exactly ``max_seq_len`` tokens (then ``length`` and
             counts over position-only selectors are known in advance).
         dtype: torch.float64 (default) or torch.float32.

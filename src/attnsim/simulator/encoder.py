@@ -108,8 +108,8 @@ def encoder_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
     pre_act = pre_act.named("ffn_pre")
     act = (
         hid_flags["relu"] * E.relu(pre_act)
-        + hid_flags["gelu"] * E.gelu(pre_act)
-        + hid_flags["gelu_tanh"] * E.gelu_tanh(pre_act)
+        + hid_flags["gelu"] * E.gelu(pre_act).named("ffn_gelu")
+        + hid_flags["gelu_tanh"] * E.gelu_tanh(pre_act).named("ffn_gelu_tanh")
     ).named("ffn_act")
     hw = [(act * w2[c]).named(f"ffn_hw{c}") for c in range(D)]
     hid_k = _static(layout, "hid_row_key", lambda r: r["HID"][0] if "HID" in r else -1)

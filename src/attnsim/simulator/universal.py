@@ -50,6 +50,7 @@ from attnsim.simulator import spec as S
 from attnsim.simulator.layout import Layout
 
 MASK = 1.0e4  # exp(s - MASK) == 0 in float64 and float32 for any |s| <= 700
+EPS_RANGE = (1e-6, 1.0)  # maps="relu", encoder: the LayerNorm eps a build accepts
 
 
 def _static(layout: Layout, name: str, fn) -> E.SOp:
@@ -254,12 +255,14 @@ class UniversalSimulator:
         model: CompiledModel,
         seconds: float,
         logit_bound: float | None = None,
+        value_bound: float | None = None,
     ):
         self.layout = layout
         self.program = program
         self.model = model
         self._seconds = seconds
         self.logit_bound = logit_bound  # maps="relu": the largest |score| U accepts
+        self.value_bound = value_bound  # maps="relu", encoder: the largest |value| U accepts
 
     @property
     def maps(self) -> str:
@@ -305,6 +308,39 @@ class UniversalSimulator:
         m = cfg.d_mlp + cfg.d_model + self.layout.length
         u = torch.finfo(torch.float64 if cfg.dtype == "float64" else torch.float32).eps / 2
         return (kappa + m * u) * weight + m * u * merged.b_O.abs()
+
+    def _check_encoder_ranges(self, target: S.EncoderLayerSpec, X: torch.Tensor) -> None:
+        """maps="relu": the values the encoder U's ReLU maps read must be in their ranges."""
+        if self.value_bound is None:
+            return
+        from attnsim.simulator import reference as R
+
+        V = self.value_bound
+        for name, norm in (("norm1", target.norm1), ("norm2", target.norm2)):
+            if not EPS_RANGE[0] <= norm.eps <= EPS_RANGE[1]:
+                raise ValueError(
+                    f"the target's {name}.eps = {norm.eps:g} is outside [{EPS_RANGE[0]:g}, "
+                    f"{EPS_RANGE[1]:g}], the range this U's ReLU 1/sqrt covers (maps='relu')"
+                )
+
+        def check(what: str, values: torch.Tensor) -> None:
+            top = float(values.abs().max())
+            if not top <= V:
+                raise ValueError(
+                    f"{what} reach |{top:.4g}|, beyond the value bound {V:g} this U "
+                    "(maps='relu') was built for; build with a larger value_bound"
+                )
+
+        check("X", X)
+        pre = bool(target.norm_first)
+        a = R.layer_norm(target.norm1, X) if pre else X
+        self._check_logits(target.attention.merged(), a)
+        z1 = X + R.attention(target.attention, a)
+        check("X + attention", z1)
+        u = R.layer_norm(target.norm2 if pre else target.norm1, z1)
+        ffn = target.ffn
+        check("the feed-forward pre-activations", u @ ffn.W1 + ffn.b1)
+        check("the sum after the feed-forward block", (z1 if pre else u) + R.feed_forward(ffn, u))
 
     def _check_logits(self, merged: S.MergedAttention, X: torch.Tensor) -> None:
         """maps="relu": every score a query sees must lie within the build's logit bound."""
@@ -427,6 +463,7 @@ class UniversalSimulator:
             A_aug.numpy(), W_aug.numpy(), merged.b_O.numpy(), X.numpy(), is_causal
         )
         if isinstance(spec_, S.EncoderLayerSpec):
+            self._check_encoder_ranges(spec_, X)
             self._encode_encoder(seq, spec_, merged.d_model)
         return seq
 
@@ -546,6 +583,7 @@ def build(
     attention: str = "hard",
     maps: str = "native",
     logit_bound: float = 50.0,
+    value_bound: float = 20.0,
     map_tolerance: float = 1e-6,
     dtype: torch.dtype = torch.float64,
 ) -> UniversalSimulator:
@@ -561,11 +599,16 @@ def build(
         max_ff: the largest feed-forward width (encoder only; default 2 * max_d).
         attention: U's own attention: "hard" (average-hard) or "softmax".
         maps: "native" (exp, 1/x, rsqrt, gelu as declared elementwise units, exact) or
-            "relu" (attention only: exp and 1/x by ReLU units, piecewise linear with
-            certified relative error bounds; see ``map_bounds`` and ``error_bound``).
+            "relu" (ReLU units only: exp, 1/x and rsqrt piecewise linear with certified
+            relative error bounds, gelu with an absolute one; see ``map_bounds`` and, for
+            attention targets, ``error_bound``).
         logit_bound: maps="relu": the largest |score| of a target on its X. exp is realised
             on [-logit_bound, logit_bound] and 1/Z on the row sums that range allows;
             ``simulate`` refuses targets beyond it.
+        value_bound: maps="relu", encoder: the largest |entry| of X, of the sums after each
+            residual, and of the feed-forward pre-activations (1/sqrt is realised on
+            [1e-6, value_bound^2 + 2] and gelu on [-value_bound, value_bound]); LayerNorm
+            eps must lie in [1e-6, 1]. ``simulate`` checks these on the target first.
         map_tolerance: maps="relu": the relative error allowed to each map. The ReLU widths
             grow as ``logit_bound / sqrt(map_tolerance)`` (about 35,000 units for exp and
             52,000 for 1/Z at 50 and 1e-6).
@@ -580,17 +623,21 @@ def build(
         raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
     map_ranges = None
     if maps == "relu":
-        if layer == "encoder":
-            raise NotImplementedError(
-                "maps='relu' is built for the attention U; the encoder U's LayerNorm and GELU "
-                "would need declared ranges for X and the weights, which are not built yet"
-            )
         if not (math.isfinite(logit_bound) and 0 < logit_bound <= 700):
             raise ValueError(f"logit_bound must be in (0, 700], got {logit_bound!r}")
+        if not (math.isfinite(value_bound) and value_bound > 0):
+            raise ValueError(f"value_bound must be positive and finite, got {value_bound!r}")
         B = float(logit_bound)
         # scores within [-B, B]; masked ones sit near -10^4, where the ReLU exp is exactly 0.
         # A row sum Z lies in [e^-B (1 - t), max_n e^B (1 + t)]; positions outside P use 1.
         map_ranges = {"e": (-B, B), "inv_Z": (math.exp(-B) / 2.0, 2.0 * max_n * math.exp(B))}
+        if layer == "encoder":
+            # LayerNorm: var + eps (+1 outside X) within [EPS_RANGE[0], V^2 + 2]; the
+            # feed-forward pre-activations within [-V, V]
+            V = float(value_bound)
+            for name in ("ln_input", "ln_middle", "ln_output"):
+                map_ranges[f"{name}_rsqrt"] = (EPS_RANGE[0], V * V + EPS_RANGE[1] + 1.0)
+            map_ranges["ffn_pre"] = (-V, V)
     start = time.perf_counter()
     tiny = 1e-300 if dtype == torch.float64 else 1e-37
     if layer == "encoder":
@@ -623,6 +670,7 @@ def build(
         model,
         time.perf_counter() - start,
         logit_bound=float(logit_bound) if maps == "relu" else None,
+        value_bound=float(value_bound) if maps == "relu" and layer == "encoder" else None,
     )
 
 

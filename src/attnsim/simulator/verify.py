@@ -117,15 +117,19 @@ def verify(
         seed: the random seed.
         max_logit: the largest |score| of a target on its X.
         tolerance: the relative error above which a target is a failure (default 1e-9 in
-            float64, 1e-4 in float32). For a U with maps="relu" a target fails when any entry
-            is beyond its certified bound (``U.error_bound``) instead.
+            float64, 1e-4 in float32). For an attention U with maps="relu" a target fails
+            when any entry is beyond its certified bound (``U.error_bound``) instead; for an
+            encoder U with maps="relu" (no composite certificate: LayerNorm divides by the
+            row's spread) the default is 1,000 times the largest per-map bound.
         batch: targets per forward pass.
         progress: show a progress bar.
     """
     float64 = U.model.config.dtype == "float64"
+    relu = U.logit_bound is not None
     if tolerance is None:
         tolerance = 1e-9 if float64 else 1e-4
-    relu = U.logit_bound is not None
+        if relu and U.is_encoder:  # no entrywise certificate: a sanity bound on the maps'
+            tolerance = max(tolerance, 1e3 * max(U.map_bounds.values()))
     if relu:
         max_logit = min(max_logit, U.logit_bound)
     rng = np.random.default_rng(seed)
