@@ -36,7 +36,7 @@ ALLOWED = {
 THIRD_PARTY_IN_LEAVES = {
     "rasp": {"numpy", "lark"},
     "ir": {"numpy"},
-    "model": {"torch", "numpy", "safetensors", "transformer_lens"},
+    "model": {"torch", "numpy", "safetensors", "transformer_lens", "onnx", "onnxruntime"},
 }
 
 

@@ -41,8 +41,16 @@ import torch
 
 from attnsim.model.compiled import CompiledModel
 from attnsim.model.config import AttentionMode
+from attnsim.model.onnx_export import run_onnx, to_onnx  # ONNX export, re-exported
 
-__all__ = ["check_exportable", "lens_config", "to_transformer_lens", "run_lens"]
+__all__ = [
+    "check_exportable",
+    "lens_config",
+    "to_transformer_lens",
+    "run_lens",
+    "to_onnx",
+    "run_onnx",
+]
 
 
 def check_exportable(model: CompiledModel) -> None:

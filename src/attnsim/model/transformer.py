@@ -21,7 +21,7 @@ from torch import nn
 
 from attnsim.model.config import AttentionMode, ModelConfig
 
-_NATIVE = {
+NATIVE_FUNCTIONS = {
     "exp": torch.exp,
     "log": torch.log,
     "sqrt": torch.sqrt,
@@ -193,7 +193,7 @@ class MLP(nn.Module):
             pre = x @ getattr(self, f"W_{kind}_in")
             gate = x @ getattr(self, f"W_{kind}_gate")
             # the gate is 0 where the unit is unused (BOS): keep 0 * inf from becoming NaN
-            val = torch.where(gate != 0, _NATIVE[kind](pre), torch.zeros_like(pre)) * gate
+            val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
             out = out + val @ getattr(self, f"W_{kind}_out")
             if cache is not None:
                 cache[f"{prefix}.hook_{kind}"] = val
