@@ -4,7 +4,7 @@ VENV := .venv
 BENCH_VENV := .venv-bench
 TORCH := torch==2.13.0
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-full clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,16 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	-$(BENCH_VENV)/bin/pip install -q -e '.[bench]' || echo "bench extra unavailable: peer comparisons will be skipped"
 	touch $@
 
+# bench: the slow test sweeps (sampled) and every benchmark at its default size, then
+# docs/benchmarks.md; under 30 minutes on two cores, the venv included
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m pytest -m slow -q
 	$(BENCH_VENV)/bin/python benchmarks/run_all.py
+
+# bench-full: every shape in the slow sweeps and the --full benchmark sizes (hours)
+bench-full: $(BENCH_VENV)/.installed
+	ATTNSIM_FULL_SWEEPS=1 $(BENCH_VENV)/bin/python -m pytest -m slow -q
+	$(BENCH_VENV)/bin/python benchmarks/run_all.py --full
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build dist .pytest_cache .ruff_cache

@@ -2,21 +2,28 @@
 
 For every program of ``tracr.compiler.lib`` (and the same program from ``attnsim.library``),
 at the conformance settings (vocabulary and max_seq_len of tracr's test cases) and at
-max_seq_len 10, 20 and 40 (hist, sort and frac_prevs also at 80 and 160), both compilers
-build a model and we measure, in the same run and on the same inputs:
+max_seq_len 10, 20 and 40 (``--full``: hist, sort and frac_prevs also at 80 and 160), both
+compilers build a model and we measure, in the same run and on the same inputs:
 
-- compile time: cold (the first compile in a fresh process) and warm (compiled again);
+- compile time: cold (the program's first compile in its worker process, see below) and
+  warm (compiled again);
 - d_model, layers (attention + MLP blocks), parameters;
 - forward throughput at batch 256 (sequences per second, one CPU thread each);
 - error against the interpreter (attnsim's ``rasp.evaluate``) on the same 256 random
   full-length inputs: the fraction of wrong positions for categorical outputs, the largest
   absolute error for numerical ones.
 
-Each program runs in its own fresh worker process. Without tracr (the ``bench`` extra:
-tracr-pypi, jax, dm-haiku) the script says so and reports attnsim's numbers alone.
-Writes benchmarks/results/compare_tracr.json and compare_tracr.md.
+Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each: one
+process compiles every program with attnsim (cold = the program's first compile there), and
+each program gets a fresh process for tracr (cold = the first compile in that process, JAX's
+start-up included; the tracr workers do not import torch). A tracr worker may use
+``--cpu-limit`` CPU seconds; tracr's compile time grows steeply with max_seq_len for some
+programs, and the lengths it had not finished by then are recorded as such. Without tracr
+(the ``bench`` extra: tracr-pypi, jax, dm-haiku) the script says so and reports attnsim's
+numbers alone. Writes benchmarks/results/compare_tracr.json and compare_tracr.md.
 
-Usage: python benchmarks/compare_tracr.py [--programs hist,sort] [--quick]
+Usage: python benchmarks/compare_tracr.py [--programs hist,sort] [--quick | --full] [--jobs 2]
+    [--cpu-limit 75]
 """
 
 from __future__ import annotations
@@ -26,17 +33,22 @@ import importlib.util
 import json
 import os
 import random
+import resource
+import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BATCH = 256
-TRACR_SLOW_S = 20.0  # skip tracr at longer lengths once one compile took this long
-LONG = (80, 160)  # attnsim-only lengths unless tracr stays fast
+TRACR_SLOW_S = 20.0  # skip tracr at the --full lengths once one compile took this long
+LONG = (80, 160)  # --full only; attnsim-only lengths unless tracr stays fast
+THROUGHPUT_S = 0.1  # timed forward passes per model: at least this many seconds
+NO_TRACR = "tracr is not installed (pip install -e '.[bench]')"
 
 # name -> (builder(lib, rasp, max_seq_len), conformance vocab, conformance max_seq_len,
 #          numerical output, input kind)
@@ -107,13 +119,19 @@ PROGRAMS: dict[str, tuple] = {
     ),
 }
 LONG_PROGRAMS = {"hist", "sort", "frac_prevs"}
+# the slowest workers start first, so that two jobs finish at about the same time
+SLOW_FIRST = ("shuffle_dyck", "sort_freq", "reverse", "sort", "detect_pattern", "nary_sequencemap")
 
 
-def settings(name: str, quick: bool) -> list[tuple[list, int]]:
-    """(vocab, max_seq_len) pairs for a program: the conformance setting, then 10, 20, 40..."""
+def settings(name: str, quick: bool, full: bool = False) -> list[tuple[list, int]]:
+    """(vocab, max_seq_len) pairs for a program: the conformance setting, then 10, 20, 40...
+
+    >>> [n for _, n in settings("hist", False)], [n for _, n in settings("pair_balance", True)]
+    ([5, 10, 20, 40], [10, 20])
+    """
     _, vocab, conf_len, _, kind = PROGRAMS[name]
     lengths = [conf_len] + [n for n in (10, 20, 40) if n != conf_len]
-    if name in LONG_PROGRAMS and not quick:
+    if name in LONG_PROGRAMS and full and not quick:
         lengths += list(LONG)
     if quick:
         lengths = lengths[:2]
@@ -136,7 +154,7 @@ def error(got: list[list], expected: list[list], numerical: bool) -> float:
     return sum(g != e for g, e in pairs) / max(1, len(pairs))
 
 
-def timed_throughput(fn, min_seconds: float = 0.3) -> float:
+def timed_throughput(fn, min_seconds: float = THROUGHPUT_S) -> float:
     """Calls ``fn`` (one batch) until ``min_seconds`` pass; returns sequences per second."""
     fn()  # warm up
     calls, start = 0, time.perf_counter()
@@ -148,10 +166,21 @@ def timed_throughput(fn, min_seconds: float = 0.3) -> float:
             return BATCH * calls / elapsed
 
 
-# -- the worker: one program, fresh process -----------------------------------------------------
+# -- the workers: attnsim (every program, one process) and tracr (one program, fresh process) --
 
 
-def worker(name: str, quick: bool) -> list[dict]:
+def inputs(name: str, vocab: list, n: int) -> list[list]:
+    """The setting's random full-length inputs: the same in both workers.
+
+    One batch serves the error and the throughput measurement (tracr's jitted forward
+    compiles once per input shape).
+    """
+    rng = random.Random(n)
+    return [draw(rng, vocab, n, PROGRAMS[name][4]) for _ in range(BATCH)]
+
+
+def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
+    """Measures attnsim on every setting of every program; prints one JSON line each."""
     import torch
 
     torch.set_num_threads(1)
@@ -159,59 +188,59 @@ def worker(name: str, quick: bool) -> list[dict]:
     from attnsim import rasp as a_rasp
     from attnsim.compiler import compile_program
 
-    tracr = _import_tracr()
-    build, _, _, numerical, kind = PROGRAMS[name]
-    rows = []
-    tracr_fast = True
-    for i, (vocab, n) in enumerate(settings(name, quick)):
-        rng = random.Random(n)
-        # one batch of full-length inputs serves the error and the throughput measurement
-        # (tracr's jitted forward compiles once per input shape)
-        big = [draw(rng, vocab, n, kind) for _ in range(BATCH)]
-        inputs = [big]
-        program = build(a_lib, a_rasp, n)
-        expected = [a_rasp.evaluate(program, batch) for batch in inputs]
-        row: dict[str, Any] = {"program": name, "max_seq_len": n, "vocab_size": len(vocab)}
-        row["setting"] = "conformance" if i == 0 else "sweep"
-        # attnsim
-        start = time.perf_counter()
-        try:
-            model = compile_program(program, vocab=vocab, max_seq_len=n)
-        except NotImplementedError as exc:  # too large a table, say: record why and go on
-            row["attnsim"] = {"failed": str(exc).splitlines()[-1].strip()[:200]}
-            row["tracr"] = {"skipped": "attnsim did not compile this setting"}
-            rows.append(row)
+    for name in names:
+        build, _, _, numerical, _ = PROGRAMS[name]
+        for i, (vocab, n) in enumerate(settings(name, quick, full)):
+            big = inputs(name, vocab, n)
+            program = build(a_lib, a_rasp, n)
+            expected = a_rasp.evaluate(program, big)
+            row: dict[str, Any] = {"program": name, "max_seq_len": n, "vocab_size": len(vocab)}
+            row["setting"] = "conformance" if i == 0 else "sweep"
+            start = time.perf_counter()
+            try:
+                model = compile_program(program, vocab=vocab, max_seq_len=n)
+            except NotImplementedError as exc:  # too large a table, say: record why and go on
+                row["attnsim"] = {"failed": str(exc).splitlines()[-1].strip(" -")[:200]}
+                print(json.dumps(row), flush=True)
+                continue
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            model = compile_program(build(a_lib, a_rasp, n), vocab=vocab, max_seq_len=n)
+            warm = time.perf_counter() - start
+            report = model.report()
+            ids, vals = model.encode(big)
+            row["attnsim"] = {
+                "compile_cold_s": cold if i == 0 else None,
+                "compile_warm_s": warm,
+                "d_model": report.d_model,
+                "layers": report.layers,
+                "parameters": report.parameters,
+                "throughput_seq_s": timed_throughput(
+                    lambda m=model, i=ids, v=vals: m.forward(i, v)
+                ),
+                "error": error(model.run(big), expected, numerical),
+            }
             print(json.dumps(row), flush=True)
-            continue
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        model = compile_program(build(a_lib, a_rasp, n), vocab=vocab, max_seq_len=n)
-        warm = time.perf_counter() - start
-        report = model.report()
-        got = [row_ for batch in inputs for row_ in model.run(batch)]
-        flat_expected = [r for batch in expected for r in batch]
-        ids, vals = model.encode(big)
-        row["attnsim"] = {
-            "compile_cold_s": cold if i == 0 else None,
-            "compile_warm_s": warm,
-            "d_model": report.d_model,
-            "layers": report.layers,
-            "parameters": report.parameters,
-            "throughput_seq_s": timed_throughput(lambda m=model, i=ids, v=vals: m.forward(i, v)),
-            "error": error(got, flat_expected, numerical),
-        }
-        # tracr
-        if tracr is None:
-            row["tracr"] = {"skipped": "tracr is not installed (pip install -e '.[bench]')"}
-        elif n in LONG and not tracr_fast:
-            row["tracr"] = {"skipped": f"tracr took over {TRACR_SLOW_S:.0f} s at a shorter length"}
+
+
+def tracr_worker(name: str, quick: bool, full: bool) -> None:
+    """Measures tracr on every setting of one program; prints one JSON line each."""
+    from attnsim import library as a_lib  # the interpreter and library need no torch
+    from attnsim import rasp as a_rasp
+
+    tracr = _import_tracr()
+    build = PROGRAMS[name][0]
+    tracr_fast = True
+    for i, (vocab, n) in enumerate(settings(name, quick, full)):
+        if n in LONG and not tracr_fast:
+            t = {"skipped": f"tracr took over {TRACR_SLOW_S:.0f} s at a shorter length"}
         else:
-            row["tracr"] = _run_tracr(tracr, name, vocab, n, inputs, flat_expected, big, i == 0)
-            if row["tracr"].get("compile_warm_s", 0) > TRACR_SLOW_S:
-                tracr_fast = False
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+            big = inputs(name, vocab, n)
+            expected = a_rasp.evaluate(build(a_lib, a_rasp, n), big)
+            t = _run_tracr(tracr, name, vocab, n, big, expected, i == 0)
+            t["worker_cpu_s"] = time.process_time()  # so far, of the --cpu-limit budget
+            tracr_fast = tracr_fast and t.get("compile_warm_s", 0) <= TRACR_SLOW_S
+        print(json.dumps({"program": name, "max_seq_len": n, "tracr": t}), flush=True)
 
 
 def _import_tracr():
@@ -227,7 +256,7 @@ def _import_tracr():
     return {"jax": jax, "compiling": compiling, "lib": lib, "rasp": rasp}
 
 
-def _run_tracr(t, name, vocab, n, inputs, flat_expected, big, first) -> dict:
+def _run_tracr(t, name, vocab, n, big, expected, first) -> dict:
     build, _, _, numerical, _ = PROGRAMS[name]
     jax, compiling, lib, rasp = t["jax"], t["compiling"], t["lib"], t["rasp"]
 
@@ -256,7 +285,7 @@ def _run_tracr(t, name, vocab, n, inputs, flat_expected, big, first) -> dict:
             rows.append(list(dec)[1:])
         return rows
 
-    got = [r for batch in inputs for r in run(batch)]
+    got = run(big)
     ids = jax.numpy.array([model.input_encoder.encode(["BOS", *r]) for r in big])
     leaves = jax.tree_util.tree_leaves(model.params)
     return {
@@ -268,7 +297,7 @@ def _run_tracr(t, name, vocab, n, inputs, flat_expected, big, first) -> dict:
         "throughput_seq_s": timed_throughput(
             lambda: forward(model.params, ids).unembedded_output.block_until_ready()
         ),
-        "error": error(got, flat_expected, numerical),
+        "error": error(got, expected, numerical),
     }
 
 
@@ -322,16 +351,115 @@ def markdown(rows: list[dict], tracr_note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_worker(job: str, names: list[str], args: argparse.Namespace) -> tuple[list[dict], str]:
+    """Runs one worker (``attnsim`` or ``tracr``) in a fresh process; its JSON lines, and why it
+    stopped early ("" if it finished)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", job]
+    cmd += ["--programs", ",".join(names)]
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--full"] if args.full else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    limit = None
+    if job == "tracr" and args.cpu_limit > 0:
+        cpu = int(args.cpu_limit)
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))  # SIGXCPU stops it
+
+    why = ""
+    try:
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=args.wall_limit,
+            env=env,
+            preexec_fn=limit,
+        )
+        out, stderr = proc.stdout, proc.stderr
+        if proc.returncode == -signal.SIGXCPU:
+            why = f"not finished within the {args.cpu_limit:.0f} CPU s given to each tracr worker"
+        elif proc.returncode:
+            why = f"the {job} worker exited with status {proc.returncode}"
+            print(f"{job} {','.join(names)}: {why}\n{stderr[-2000:]}", flush=True)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        why = f"not finished: the {job} worker was stopped after {args.wall_limit:.0f} s"
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")], why
+
+
+def merge(names: list[str], args, attnsim: tuple, tracr: dict[str, tuple]) -> list[dict]:
+    """One row per setting of every program: attnsim's and tracr's measurements side by side.
+
+    ``attnsim`` and each ``tracr[name]`` are what ``run_worker`` returned; a setting a worker
+    did not report gets the reason it stopped.
+    """
+    parts: dict[tuple[str, int], dict] = {}
+    for part in attnsim[0] + [p for lines, _ in tracr.values() for p in lines]:
+        parts.setdefault((part["program"], part["max_seq_len"]), {}).update(part)
+    rows = []
+    for name in names:
+        for i, (vocab, n) in enumerate(settings(name, args.quick, args.full)):
+            row = {
+                "program": name,
+                "max_seq_len": n,
+                "vocab_size": len(vocab),
+                "setting": "conformance" if i == 0 else "sweep",
+                **parts.get((name, n), {}),
+            }
+            row.setdefault("attnsim", {"failed": attnsim[1] or "no result"})
+            why = tracr[name][1] if name in tracr else NO_TRACR
+            row.setdefault("tracr", {"skipped": why or "no result"})
+            rows.append(row)
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    """One line per setting: warm compile seconds and error of each compiler."""
+    for r in rows:
+        name, n, a, t = r["program"], r["max_seq_len"], r["attnsim"], r["tracr"]
+        if "failed" in a:
+            print(f"{name:18s} L={n:<4d} attnsim: {a['failed']}", flush=True)
+            continue
+        tracr = (
+            f"{t['compile_warm_s']:.3f} s err {t['error']:.2g}"
+            if "error" in t
+            else t.get("skipped") or t.get("failed", "")[:80]
+        )
+        print(
+            f"{name:18s} L={n:<4d} attnsim {a['compile_warm_s']:.3f} s err {a['error']:.2g}"
+            f" | tracr {tracr}",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated names")
-    parser.add_argument("--quick", action="store_true", help="two lengths per program")
-    parser.add_argument("--timeout", type=float, default=75.0, help="seconds per program")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    lengths = parser.add_mutually_exclusive_group()
+    lengths.add_argument("--quick", action="store_true", help="two lengths per program")
+    lengths.add_argument("--full", action="store_true", help=f"also lengths {LONG} where offered")
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="workers at a time"
+    )
+    parser.add_argument(
+        "--cpu-limit", type=float, default=75.0, help="CPU seconds per tracr worker (0: none)"
+    )
+    parser.add_argument(
+        "--wall-limit", type=float, default=600.0, help="wall seconds per worker, a safety net"
+    )
+    parser.add_argument("--worker", choices=["attnsim", "tracr"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    names = args.programs.split(",")
+    unknown = [n for n in names if n not in PROGRAMS]
+    if unknown:
+        parser.error(f"unknown programs {unknown}; expected some of {', '.join(PROGRAMS)}")
     if args.worker:
-        worker(args.worker, args.quick)
+        if args.worker == "attnsim":
+            attnsim_worker(names, args.quick, args.full)
+        else:
+            tracr_worker(names[0], args.quick, args.full)
         sys.stdout.flush()
         os._exit(0)  # JAX's thread pools can hold up interpreter shutdown
     has_tracr = importlib.util.find_spec("tracr") is not None
@@ -340,50 +468,38 @@ def main(argv: list[str] | None = None) -> int:
         if has_tracr
         else "tracr is not installed here (pip install -e '.[bench]'): attnsim's numbers only."
     )
-    print(note)
-    rows: list[dict] = []
+    print(note, flush=True)
     start = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    for name in args.programs.split(","):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
-        cmd += ["--quick"] if args.quick else []
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=args.timeout, env=env
-            )
-            out = proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            print(f"{name}: stopped after {args.timeout:.0f} s; keeping the finished lengths")
-        got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        if not got:
-            print(f"{name}: no result\n{proc.stderr[-2000:]}")
-        for r in got:
-            t = r["tracr"]
-            if "failed" in r["attnsim"]:
-                print(f"{name:18s} L={r['max_seq_len']:<4d} attnsim: {r['attnsim']['failed']}")
-                continue
-            print(
-                f"{name:18s} L={r['max_seq_len']:<4d} "
-                f"attnsim {r['attnsim']['compile_warm_s']:.3f} s"
-                f" err {r['attnsim']['error']:.2g} | tracr "
-                + (
-                    f"{t['compile_warm_s']:.3f} s err {t['error']:.2g}"
-                    if "error" in t
-                    else t.get("skipped") or t.get("failed", "")[:80]
-                )
-            )
-        rows.extend(got)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        attnsim = pool.submit(run_worker, "attnsim", names, args)
+        order = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 99)
+        futures = {n: pool.submit(run_worker, "tracr", [n], args) for n in order if has_tracr}
+        attnsim_parts = attnsim.result()
+        tracr_parts = {n: f.result() for n, f in futures.items()}
+    rows = merge(names, args, attnsim_parts, tracr_parts)
+    print_rows(rows)
     summary = {
         "tracr": has_tracr,
         "seconds": round(time.perf_counter() - start, 1),
         "batch": BATCH,
+        "full": args.full,
+        "quick": args.quick,
+        "jobs": args.jobs,
+        "cpu_limit_s": args.cpu_limit,
+        "programs": len(names),
+        "settings": len(rows),
+        "tracr_measured": sum("error" in r["tracr"] for r in rows),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "rows": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compare_tracr.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "compare_tracr.md").write_text(markdown(rows, note))
-    print(f"wrote {args.out / 'compare_tracr.json'} and compare_tracr.md in {summary['seconds']} s")
+    print(
+        f"{summary['tracr_measured']} of {len(rows)} settings measured with both compilers; wrote"
+        f" {args.out / 'compare_tracr.json'} and compare_tracr.md in {summary['seconds']} s"
+    )
     return 0
 
 

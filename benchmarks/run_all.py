@@ -5,13 +5,15 @@ simulator_cost.py, simulator_accuracy.py (a missing one is skipped with a messag
 render_docs.py. Each script writes its JSON under benchmarks/results/. A failing script is
 reported and the others still run; the exit status is 1 if any failed.
 
-Run: ``python benchmarks/run_all.py`` (``--quick`` passes ``--quick`` to the scripts that
-accept it; ``--only NAME ...`` runs a subset).
+Run: ``python benchmarks/run_all.py``. The default sizes fit ``make bench`` in 30 minutes on
+two CPU cores; ``--full`` passes ``--full`` to the scripts that accept it (the larger sweeps:
+``make bench-full``), ``--quick`` passes ``--quick``, and ``--only NAME ...`` runs a subset.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -26,11 +28,11 @@ SCRIPTS = (
     "simulator_cost.py",
     "simulator_accuracy.py",
 )
-QUICK = {
-    "compare_tracr.py",
-    "simulator_cost.py",
-    "simulator_accuracy.py",
-}  # scripts that take --quick
+
+
+def accepts(script: Path, flag: str) -> bool:
+    """Whether a script declares the command-line option ``flag`` (read from its source)."""
+    return f'"{flag}"' in script.read_text(encoding="utf-8")
 
 
 def run(script: Path, extra: list[str]) -> tuple[int, float]:
@@ -42,12 +44,15 @@ def run(script: Path, extra: list[str]) -> tuple[int, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sweeps where offered")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sweeps where offered")
+    size.add_argument("--full", action="store_true", help="the larger sweeps where offered")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts")
     args = parser.parse_args(argv)
 
     selected = [s for s in SCRIPTS if not args.only or s in args.only or s[:-3] in args.only]
     summary: list[tuple[str, str, float]] = []
+    load_start = os.getloadavg()
     for name in selected:
         path = HERE / name
         if not path.exists():
@@ -55,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             summary.append((name, "skipped (missing)", 0.0))
             continue
         print(f"== {name}", flush=True)
-        extra = ["--quick"] if args.quick and name in QUICK else []
+        flag = "--full" if args.full else "--quick" if args.quick else None
+        extra = [flag] if flag and accepts(path, flag) else []
+        if extra:
+            print(f"   ({extra[0]})", flush=True)
         status, seconds = run(path, extra)
         summary.append((name, "ok" if status == 0 else f"failed ({status})", seconds))
     status, seconds = run(HERE / "render_docs.py", [])
@@ -67,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {result} | {seconds:.1f} |")
     total = sum(s for _, _, s in summary)
     print(f"total {total:.0f} s ({total / 60:.1f} min)")
+    load_end = os.getloadavg()
+    print(
+        f"load average (1, 5, 15 min) at start {', '.join(f'{x:.2f}' for x in load_start)}; "
+        f"at end {', '.join(f'{x:.2f}' for x in load_end)} ({os.cpu_count()} CPUs)"
+    )
     return 1 if any(r.startswith("failed") for _, r, _ in summary) else 0
 
 

@@ -157,7 +157,7 @@ def sweep(
         "max_ff": ff or None,
         "attention": attention,
         "dtype": str(dtype).replace("torch.", ""),
-        "maps": "relu" if relu else "native",
+        "maps": "relu" if tolerance is not None else "native",
         "map_tolerance": tolerance,
         "logit_bound": U.logit_bound,
         "map_bounds": U.map_bounds,

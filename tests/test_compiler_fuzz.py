@@ -61,4 +61,4 @@ def test_random_programs_agree_with_interpreter(attention):
     assert bad == 0, examples
 
 
-# the 5,000-program sweep per mode is benchmarks/compiler_fuzz.py (make bench)
+# the 5,000-program sweep per mode is `benchmarks/compiler_fuzz.py --full` (make bench-full)

@@ -4,11 +4,15 @@ Every program is compiled once per shape (float64, fixed input length) and run o
 random inputs. Exact operations (gathers, sums, products, ReLU, native exp and 1/x) must
 match numpy within 1e-12 relative (max norm per example); the inverse within 1e-9 on
 matrices with condition number at most 10, and singular matrices must be flagged. The CI
-tests use a representative set of shapes with 20 inputs each; the slow ones every shape
-from 1x1 to 8x8 with 200 inputs. A few programs are also compiled with softmax attention.
+tests use a representative set of shapes with 20 inputs each. The slow ones (``make bench``)
+take a fixed sample of the shapes from 1x1 to 8x8 with 64 inputs each: every row and column
+count, and for matmul a Latin square of (r, k, c) in which every pair of dimensions occurs
+once. ``ATTNSIM_FULL_SWEEPS=1`` (``make bench-full``) runs every shape with 200 inputs. Inputs
+come from fixed seeds. A few programs are also compiled with softmax attention.
 """
 
 import functools
+import os
 import zlib
 
 import numpy as np
@@ -19,12 +23,21 @@ from attnsim.matrix import layout, programs
 
 EXACT = 1e-12  # relative error of exact operations in float64
 INVERSE = 1e-9  # relative error of the inverse, cond(A) <= 10
-FAST, SLOW = 20, 200
+FULL_SWEEPS = os.environ.get("ATTNSIM_FULL_SWEEPS") == "1"  # every shape, 200 inputs each
+FAST, SLOW = 20, (200 if FULL_SWEEPS else 64)
 DIMS = range(1, 9)
 ALL_SHAPES = [(r, c) for r in DIMS for c in DIMS]
 FAST_SHAPES = [(1, 1), (1, 4), (2, 3), (3, 3), (4, 2), (5, 5), (8, 8)]
 FAST_MATMUL = [(1, 1, 1), (2, 2, 2), (3, 3, 3), (2, 3, 4), (4, 1, 4), (1, 5, 2), (8, 8, 8)]
-SLOW_MATMUL = [(r, k, c) for r in DIMS for k in DIMS for c in DIMS]
+# sampled sweeps: 22 shapes with every r and c in 1..8 (1x7 and 7x1, 2x8 and 8x2, the squares);
+# for matmul the Latin square k = (r + c) mod 8 + 1 (64 shapes; every (r, k), (k, c) and (r, c)
+# occurs once) and the largest shape
+SLOW_SHAPES = ALL_SHAPES if FULL_SWEEPS else [(r, c) for r, c in ALL_SHAPES if (r - c) % 3 == 0]
+SLOW_MATMUL = (
+    [(r, k, c) for r in DIMS for k in DIMS for c in DIMS]
+    if FULL_SWEEPS
+    else [(r, (r + c) % 8 + 1, c) for r in DIMS for c in DIMS] + [(8, 8, 8)]
+)
 
 
 @functools.cache
@@ -239,12 +252,12 @@ def test_softmax_attention_mode_subset():
     check_inverse(4, FAST, attention="softmax")
 
 
-# -- slow: every shape ------------------------------------------------------------------------
+# -- slow: sampled shapes (every shape with ATTNSIM_FULL_SWEEPS=1) ------------------------------
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("r, c", ALL_SHAPES)
-def test_every_shape_compiled(r, c):
+@pytest.mark.parametrize("r, c", SLOW_SHAPES)
+def test_shape_sweep_compiled(r, c):
     check_transpose(r, c, SLOW)
     check_softmax(r, c, SLOW)
     check_elementwise(r, c, SLOW)
@@ -256,7 +269,7 @@ def test_every_shape_compiled(r, c):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("r, k, c", SLOW_MATMUL)
-def test_every_matmul_compiled(r, k, c):
+def test_matmul_sweep_compiled(r, k, c):
     check_matmul(r, k, c, SLOW)
     if (r + k + c) % 5 == 0:
         check_matmul(r, k, c, SLOW, layers=1)
@@ -265,7 +278,7 @@ def test_every_matmul_compiled(r, k, c):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", DIMS)
-def test_every_det_and_inverse_compiled(n):
+def test_det_and_inverse_sweep_compiled(n):
     check_det(n, SLOW)
     check_inverse(n, SLOW)
     if n == 3:
