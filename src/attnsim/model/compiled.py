@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,9 @@ class GuardSpec:
 
 
 @dataclass
-class Report:
-    """What a compiled model is made of (printed as a table)."""
+class Resources:
+    """A compiled transformer's sizes: depth, heads, widths and parameters."""
 
-    name: str
     layers: int
     attention_layers: int
     heads_per_layer: list[int]
@@ -69,8 +68,19 @@ class Report:
     d_native: dict[str, int]
     parameters: int
     nonzero_parameters: int
-    compile_seconds: float
-    attention: str
+
+    def resources(self) -> dict:
+        """Just the fields of :class:`Resources`, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(Resources)}
+
+
+@dataclass
+class Report(Resources):
+    """What a compiled model is made of (printed as a table)."""
+
+    name: str = ""
+    compile_seconds: float = 0.0
+    attention: str = "hard"
     realisations: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:

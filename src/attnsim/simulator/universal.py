@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from attnsim.compiler import compile_program
-from attnsim.model.compiled import CompiledModel
+from attnsim.model.compiled import CompiledModel, Resources
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret
 from attnsim.simulator import spec as S
@@ -207,27 +207,17 @@ def attention_program(layout: Layout, x_source: E.SOp, tiny: float) -> E.SOp:
     return y.named("U")
 
 
-@dataclass(frozen=True)
-class SimulatorReport:
-    """U's resources (from the compiled model) and its sequence length."""
+@dataclass
+class SimulatorReport(Resources):
+    """U's resources (from the compiled model), its build sizes and its sequence length."""
 
-    max_n: int
-    max_d: int
-    max_heads: int
-    max_ff: int
-    layers: int
-    attention_layers: int
-    heads_per_layer: list[int]
-    d_model: int
-    d_head: int
-    d_mlp: int
-    d_bilinear: int
-    d_native: dict[str, int]
-    parameters: int
-    nonzero_parameters: int
-    sequence_length: int
-    input_length: int
-    build_seconds: float
+    max_n: int = 0
+    max_d: int = 0
+    max_heads: int = 0
+    max_ff: int = 0
+    sequence_length: int = 0
+    input_length: int = 0
+    build_seconds: float = 0.0
 
     def __str__(self) -> str:
         return (
@@ -551,22 +541,12 @@ class UniversalSimulator:
 
     def report(self) -> SimulatorReport:
         """Layers, heads per layer, widths, parameters and sequence length."""
-        r = self.model.report()
         return SimulatorReport(
+            **self.model.report().resources(),
             max_n=self.max_n,
             max_d=self.max_d,
             max_heads=self.max_heads,
             max_ff=self.layout.F,
-            layers=r.layers,
-            attention_layers=r.attention_layers,
-            heads_per_layer=r.heads_per_layer,
-            d_model=r.d_model,
-            d_head=r.d_head,
-            d_mlp=r.d_mlp,
-            d_bilinear=r.d_bilinear,
-            d_native=r.d_native,
-            parameters=r.parameters,
-            nonzero_parameters=r.nonzero_parameters,
             sequence_length=self.layout.length,
             input_length=self.layout.input_length,
             build_seconds=self._seconds,
