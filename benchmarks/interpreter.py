@@ -11,13 +11,12 @@ Run: ``python benchmarks/interpreter.py`` (writes benchmarks/results/interpreter
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import Run, write_json
 
 from attnsim import library, rasp
 
@@ -63,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs; the best counts")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
+    run = Run()
 
     rng = np.random.default_rng(0)
     rows = []
@@ -95,10 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['program']} | {r['length']} | {r['batch']} | {r['seconds']:.4f} | "
             f"{r['sequences_per_second']:,.0f} |"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "numpy": np.__version__}
-    args.out.write_text(json.dumps({"machine": meta, "results": rows}, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    write_json(args.out, {"machine": run.machine(), "results": rows})
     return 0
 
 

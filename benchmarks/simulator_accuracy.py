@@ -34,14 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _common import Run, write_json
 
 from attnsim.simulator import universal
 from attnsim.simulator.reference import reference, scores
@@ -252,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    started = time.perf_counter()
+    run = Run()
     sweeps = []
     for name, layer, attention, dtype, tolerance, full, default, goal in SWEEPS:
         if args.only and name not in args.only:
@@ -290,31 +289,21 @@ def main(argv: list[str] | None = None) -> int:
         old["sweeps"] = sorted(
             kept + sweeps, key=lambda r: [n for n, *_ in SWEEPS].index(r["name"])
         )
-        old.setdefault("reruns", []).append(
-            {"sweeps": args.only, "load_average_at_start": list(os.getloadavg())}
-        )
-        args.out.write_text(json.dumps(old, indent=2) + "\n")
-        print(f"updated {args.out}")
+        old.setdefault("reruns", []).append({"sweeps": args.only, "machine": run.machine()})
+        write_json(args.out, old)
         return 0
     depths = depth()
     constant = len({r["layers"] for r in depths}) == 1
     print(f"depth constant across builds: {constant}")
-    meta = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cpus": os.cpu_count(),
-        "load_average_at_start": list(os.getloadavg()),
-        "seconds": time.perf_counter() - started,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "machine": meta,
-        "sweeps": sweeps,
-        "depth": depths,
-        "depth_constant": constant,
-    }
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_json(
+        args.out,
+        {
+            "machine": run.machine(),
+            "sweeps": sweeps,
+            "depth": depths,
+            "depth_constant": constant,
+        },
+    )
     return 0
 
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import statistics
 import time
@@ -35,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _common import Run, write_json
 
 from attnsim.report import simulator_table as st
 from attnsim.simulator import spec, universal
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         sizes = [(n, h) for n, h in sizes if n <= 16]
     rows = []
-    started = time.perf_counter()
+    run = Run()
     for n, h in sizes:
         repeats = 4 if n <= 16 else 0
         row = measure(n, n, h, repeats)
@@ -293,25 +292,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\ngrowth exponents in n = d (one head): " + json.dumps(fits, indent=1))
     print("goal: " + json.dumps(goal))
-    meta = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_start": list(os.getloadavg()),
-        "seconds": time.perf_counter() - started,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "machine": meta,
-        "results": rows,
-        "exponents": fits,
-        "goal": goal,
-        "simulate_profile_n16": internals,
-    }
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_json(
+        args.out,
+        {
+            "machine": run.machine(),
+            "results": rows,
+            "exponents": fits,
+            "goal": goal,
+            "simulate_profile_n16": internals,
+        },
+    )
     return 0
 
 

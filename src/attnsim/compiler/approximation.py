@@ -63,7 +63,11 @@ def curvature_bound(kind: str, a: float, b: float) -> float:
 
 
 def min_abs(kind: str, a: float, b: float) -> float:
-    """A lower bound of ``|f|`` on ``[a, b]`` for the kinds with no zero there (monotone)."""
+    """A lower bound of ``|f|`` on ``[a, b]`` for the kinds with no zero there (monotone).
+
+    >>> min_abs("reciprocal", 2.0, 4.0)
+    0.25
+    """
     f = _f(kind)
     return min(abs(f(a)), abs(f(b)))
 

@@ -70,7 +70,12 @@ class Resources:
     nonzero_parameters: int
 
     def resources(self) -> dict:
-        """Just the fields of :class:`Resources`, by name."""
+        """Just the fields of :class:`Resources`, by name.
+
+        >>> r = Resources(1, 1, [1], 4, 1, 0, 0, {}, 10, 3)
+        >>> r.resources()["nonzero_parameters"]
+        3
+        """
         return {f.name: getattr(self, f.name) for f in fields(Resources)}
 
 

@@ -59,7 +59,13 @@ class ModelConfig:
     mlp_widths: tuple[int, ...] | None = None
 
     def mlp_width(self, layer: int) -> int:
-        """ReLU units in block ``layer``."""
+        """ReLU units in block ``layer``.
+
+        >>> cfg = ModelConfig(n_layers=2, d_model=1, n_heads=1, d_head=1, d_mlp=5,
+        ...                   d_bilinear=0, n_ctx=2, d_vocab=2, mlp_widths=(5, 0))
+        >>> cfg.mlp_width(0), cfg.mlp_width(1)
+        (5, 0)
+        """
         return self.d_mlp if self.mlp_widths is None else self.mlp_widths[layer]
 
     def __post_init__(self) -> None:

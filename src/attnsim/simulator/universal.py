@@ -51,6 +51,7 @@ from attnsim.simulator.layout import Layout
 
 MASK = 1.0e4  # exp(s - MASK) == 0 in float64 and float32 for any |s| <= 700
 EPS_RANGE = (1e-6, 1.0)  # maps="relu", encoder: the LayerNorm eps a build accepts
+EXP, INV_Z = "e", "inv_Z"  # labels of the exponentials and of 1/Z (maps and their bounds)
 
 
 def _static(layout: Layout, name: str, fn) -> E.SOp:
@@ -181,7 +182,7 @@ def attention_program(layout: Layout, x_source: E.SOp, tiny: float) -> E.SOp:
     masked = (pad + flag * future).named("masked")
 
     # layer 3: the exponentials, 0 for masked keys
-    e = E.exp(score - masked * MASK).named("e")
+    e = E.exp(score - masked * MASK).named(EXP)
 
     # layer 4: row sums Z over keys j, then 1/Z and e * v
     def row(r, missing):
@@ -192,7 +193,7 @@ def attention_program(layout: Layout, x_source: E.SOp, tiny: float) -> E.SOp:
     Z = E.SumAggregate(E.Select(row_k, row_q, E.Comparison.EQ).named("sel_row"), e).named("Z")
     # positions outside P sum nothing (Z = 0): add 1 there so every value stays finite
     not_p = _static(layout, "not_p", lambda r: float("P" not in r))
-    inv_z = E.reciprocal(Z + not_p + tiny).named("inv_Z")
+    inv_z = E.reciprocal(Z + not_p + tiny).named(INV_Z)
     pv = [((e * gv[c]) * inv_z).named(f"pv{c}") for c in range(D)]
 
     # layer 6: X position (i, c) sums p*v over j and h and picks component c
@@ -261,8 +262,13 @@ class UniversalSimulator:
 
     @property
     def map_bounds(self) -> dict[str, float]:
-        """maps="relu": the certified relative error of each ReLU-realised map, by label
-        (``e``: the exponentials, ``inv_Z``: 1/Z); empty for native maps."""
+        """maps="relu": the certified error of each ReLU-realised map, by label (``e``: the
+        exponentials, ``inv_Z``: 1/Z, relative; the encoder's ``*_rsqrt`` relative and
+        ``ffn_gelu*`` absolute); empty for native maps.
+
+        >>> sorted(build(2, 2, 1, maps="relu", logit_bound=5.0, map_tolerance=1e-3).map_bounds)
+        ['e', 'inv_Z']
+        """
         return {
             r["label"]: r["bound"]
             for r in self.model.report().realisations
@@ -280,19 +286,33 @@ class UniversalSimulator:
         sums of ``m`` terms, ``m u`` (``u`` the unit roundoff, ``m`` the widest ReLU map plus
         d_model plus the sequence length), of ``W + |b_O|``. So the bound is
         ``(kappa + m u) W + m u |b_O|``.
+
+        Raises:
+            ValueError: an encoder-layer target (use ``relative_error`` against
+                ``reference`` and the per-map ``map_bounds`` there), or a bad X.
+
+        >>> import torch
+        >>> from attnsim.simulator.reference import reference
+        >>> U = build(2, 2, 1, maps="relu", logit_bound=5.0, map_tolerance=1e-4)
+        >>> T, X = S.random_attention(1, 2, seed=0), torch.tensor([[0.5, -1.0], [1.0, 0.2]])
+        >>> bool(((U.simulate(T, X) - reference(T, X)).abs() <= U.error_bound(T, X)).all())
+        True
         """
         from attnsim.simulator import reference as R
 
         spec_ = self._target(target, causal)
         if isinstance(spec_, S.EncoderLayerSpec):
-            raise ValueError("error_bound covers attention targets; this is an encoder layer")
+            raise ValueError(
+                "error_bound covers attention targets, got an encoder layer (LayerNorm has no "
+                "composite bound); compare with reference() and read U.map_bounds instead"
+            )
         merged = self._merged(spec_, causal)
         X = self._check_x(X, merged.d_model)
         if causal is not None:
             merged = dataclasses.replace(merged, causal=bool(causal))
         weight = (R.pattern(merged, X) @ R.values(merged, X).abs()).sum(dim=0)  # [n, d]
         bounds = self.map_bounds
-        eps_e, eps_r = bounds.get("e", 0.0), bounds.get("inv_Z", 0.0)
+        eps_e, eps_r = bounds.get(EXP, 0.0), bounds.get(INV_Z, 0.0)
         kappa = (1.0 + eps_e) * (1.0 + eps_r) / (1.0 - eps_e) - 1.0
         cfg = self.model.config
         m = cfg.d_mlp + cfg.d_model + self.layout.length
@@ -610,7 +630,7 @@ def build(
         B = float(logit_bound)
         # scores within [-B, B]; masked ones sit near -10^4, where the ReLU exp is exactly 0.
         # A row sum Z lies in [e^-B (1 - t), max_n e^B (1 + t)]; positions outside P use 1.
-        map_ranges = {"e": (-B, B), "inv_Z": (math.exp(-B) / 2.0, 2.0 * max_n * math.exp(B))}
+        map_ranges = {EXP: (-B, B), INV_Z: (math.exp(-B) / 2.0, 2.0 * max_n * math.exp(B))}
         if layer == "encoder":
             # LayerNorm: var + eps (+1 outside X) within [EPS_RANGE[0], V^2 + 2]; the
             # feed-forward pre-activations within [-V, V]
