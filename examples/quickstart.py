@@ -1,16 +1,22 @@
-"""The README example: compile a RASP program, then simulate an attention layer with U."""
+"""The README example: compile a RASP program, run a matrix program compiled, then simulate
+an attention layer with U."""
 
+import numpy as np
 import torch
 
+import attnsim
 from attnsim import rasp
-from attnsim.compiler import compile_program
-from attnsim.simulator import universal
 
 hist = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ))
-model = compile_program(hist, vocab=["a", "b", "c"], max_seq_len=40)  # real weights
+model = attnsim.compile_program(hist, vocab=["a", "b", "c"], max_seq_len=40)  # real weights
 assert model.run(list("abcab")) == [2, 2, 1, 2, 2]
 
-U = universal.build(4, 4, 2)  # one U for n, d <= 4, heads <= 2
+T = attnsim.matrix.transpose(2, 3)  # a matrix program (RASP), any shape
+M = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+print(attnsim.matrix.apply.transpose(M, backend="compiled"))
+assert np.array_equal(attnsim.matrix.apply.transpose(M, backend="compiled"), np.transpose(M))
+
+U = attnsim.simulator.build(4, 4, 2)  # one U for n, d <= 4, heads <= 2
 mha = torch.nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64).eval()
 X = torch.randn(3, 4, dtype=torch.float64)
 with torch.no_grad():

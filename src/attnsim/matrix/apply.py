@@ -1,8 +1,10 @@
-"""Run the matrix programs on numpy arrays: lay operands out, interpret, read results back.
+"""Run the matrix programs on numpy arrays: lay operands out, evaluate, read results back.
 
-These wrappers evaluate the RASP programs of :mod:`attnsim.matrix.programs` with the exact
-reference interpreter. Each takes one matrix or a batch (a leading batch axis) and returns
-numpy arrays of the same kind. Programs are built once per shape and cached.
+These wrappers evaluate the RASP programs of :mod:`attnsim.matrix.programs`, with the exact
+reference interpreter (``backend="interpreter"``, the default) or with the compiled
+transformer (``backend="compiled"``: the program compiled to real weights for its input
+length, then run). Each takes one matrix or a batch (a leading batch axis) and returns numpy
+arrays of the same kind. Programs and compiled models are built once per shape and cached.
 
 >>> import numpy as np
 >>> matmul(np.array([[1.0, 2.0]]), np.array([[3.0], [4.0]])).tolist()
@@ -44,29 +46,59 @@ def _program(name: str, *args: object) -> rasp.SOp:
     return getattr(programs, name)(*args)
 
 
-def run(program: rasp.SOp, seqs: np.ndarray) -> np.ndarray:
+BACKENDS = ("interpreter", "compiled")
+
+
+@_build
+def _compiled(program: rasp.SOp, length: int):
+    from attnsim.compiler import pipeline  # torch is imported only for this backend
+
+    return pipeline.compile_program(program, vocab=None, max_seq_len=length, fixed_length=True)
+
+
+def compiled_model(program: rasp.SOp, length: int):
+    """The compiled transformer that ``backend="compiled"`` runs (cached per program, length).
+
+    >>> model = compiled_model(programs.scale(2.0), 2)
+    >>> model.run([[1.0, 2.0]])
+    [[2.0, 4.0]]
+    """
+    return _compiled(program, int(length))
+
+
+def run(program: rasp.SOp, seqs: np.ndarray, backend: str = "interpreter") -> np.ndarray:
     """Evaluates a numerical program on a batch of sequences.
 
     Args:
         program: a RASP S-op.
         seqs: a float array ``[batch, n]``, or one sequence ``[n]``.
+        backend: ``"interpreter"`` (the exact RASP interpreter) or ``"compiled"`` (the
+            program compiled to transformer weights for length ``n``, then run).
 
     Returns:
         A float64 array of the same shape.
 
     Raises:
-        ValueError: ``seqs`` is not 1-D or 2-D.
+        ValueError: ``seqs`` is not 1-D or 2-D, or an unknown backend.
 
     >>> run(programs.scale(2.0), np.array([1.0, 2.0])).tolist()
     [2.0, 4.0]
+    >>> run(programs.scale(2.0), np.array([1.0, 2.0]), backend="compiled").tolist()
+    [2.0, 4.0]
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     arr = np.asarray(seqs, dtype=np.float64)
     if arr.ndim not in (1, 2):
         raise ValueError(f"expected a sequence [n] or a batch [batch, n], got shape {arr.shape}")
     batch = arr[None] if arr.ndim == 1 else arr
     if batch.shape[0] == 0:
         return np.zeros_like(arr)
-    out = np.asarray(rasp.evaluate_batch(program, batch), dtype=np.float64)
+    if backend == "compiled":
+        model = compiled_model(program, batch.shape[1])
+        out = np.asarray(model.run(batch.tolist()), dtype=np.float64)
+    else:
+        out = np.asarray(rasp.evaluate_batch(program, batch), dtype=np.float64)
     return out[0] if arr.ndim == 1 else out
 
 
@@ -85,11 +117,13 @@ def _single(out: np.ndarray, batched: bool) -> np.ndarray:
     return out if batched else out[0]
 
 
-def transpose(m: np.ndarray | list) -> np.ndarray:
+def transpose(m: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     """``m.T`` computed by :func:`attnsim.matrix.programs.transpose`.
 
     Args:
         m: a matrix ``[r, c]`` or a batch ``[batch, r, c]``.
+        backend: ``"interpreter"`` or ``"compiled"``, as in :func:`run` (every runner here
+            takes it).
 
     Returns:
         ``[c, r]`` (or ``[batch, c, r]``).
@@ -99,14 +133,16 @@ def transpose(m: np.ndarray | list) -> np.ndarray:
 
     >>> transpose([[1.0, 2.0]]).tolist()
     [[1.0], [2.0]]
+    >>> transpose([[1.0, 2.0]], backend="compiled").tolist()
+    [[1.0], [2.0]]
     """
     arr, batched = _batched(m, 2, "m")
     _, r, c = arr.shape
-    out = run(_program("transpose", r, c), layout.pack_batch(arr))
+    out = run(_program("transpose", r, c), layout.pack_batch(arr), backend=backend)
     return _single(layout.unflatten(out, (c, r)), batched)
 
 
-def matmul(a: np.ndarray | list, b: np.ndarray | list) -> np.ndarray:
+def matmul(a: np.ndarray | list, b: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     """``a @ b`` computed by :func:`attnsim.matrix.programs.matmul`.
 
     Args:
@@ -129,11 +165,13 @@ def matmul(a: np.ndarray | list, b: np.ndarray | list) -> np.ndarray:
     _, r, k = aa.shape
     c = bb.shape[2]
     length = programs.matmul_input_length(r, k, c)
-    out = run(_program("matmul", r, k, c), layout.pack_batch(aa, bb, length=length))
+    out = run(
+        _program("matmul", r, k, c), layout.pack_batch(aa, bb, length=length), backend=backend
+    )
     return _single(layout.unflatten(out, (r, c)), batched)
 
 
-def softmax(s: np.ndarray | list) -> np.ndarray:
+def softmax(s: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     """Row-wise softmax computed by :func:`attnsim.matrix.programs.softmax`.
 
     Args:
@@ -150,29 +188,31 @@ def softmax(s: np.ndarray | list) -> np.ndarray:
     """
     arr, batched = _batched(s, 2, "s")
     _, r, c = arr.shape
-    out = run(_program("softmax", r, c), layout.pack_batch(arr))
+    out = run(_program("softmax", r, c), layout.pack_batch(arr), backend=backend)
     return _single(layout.unflatten(out, (r, c)), batched)
 
 
-def relu(x: np.ndarray | list) -> np.ndarray:
+def relu(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     """``max(x, 0)`` computed by :func:`attnsim.matrix.programs.relu` (a sequence or a batch).
 
     >>> relu([-1.0, 1.0]).tolist()
     [0.0, 1.0]
     """
-    return run(_program("relu"), np.asarray(x, dtype=np.float64))
+    return run(_program("relu"), np.asarray(x, dtype=np.float64), backend=backend)
 
 
-def maxmin(x: np.ndarray | list) -> np.ndarray:
+def maxmin(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     """GroupSort-2 computed by :func:`attnsim.matrix.programs.maxmin` (a sequence or a batch).
 
     >>> maxmin([1.0, 2.0, 3.0]).tolist()
     [2.0, 1.0, 3.0]
     """
-    return run(_program("maxmin"), np.asarray(x, dtype=np.float64))
+    return run(_program("maxmin"), np.asarray(x, dtype=np.float64), backend=backend)
 
 
-def bias_add(m: np.ndarray | list, bias: np.ndarray | list) -> np.ndarray:
+def bias_add(
+    m: np.ndarray | list, bias: np.ndarray | list, backend: str = "interpreter"
+) -> np.ndarray:
     """``m + bias`` (bias broadcast over rows) computed by :func:`programs.bias_add`.
 
     Args:
@@ -193,7 +233,7 @@ def bias_add(m: np.ndarray | list, bias: np.ndarray | list) -> np.ndarray:
     if batched != batched_b or mm.shape[0] != bb.shape[0] or mm.shape[2] != bb.shape[1]:
         raise ValueError(f"cannot add a bias of shape {np.shape(bias)} to {np.shape(m)}")
     _, r, c = mm.shape
-    out = run(_program("bias_add", r, c), layout.pack_batch(mm, bb))
+    out = run(_program("bias_add", r, c), layout.pack_batch(mm, bb), backend=backend)
     return _single(layout.unflatten(out, (r, c)), batched)
 
 
@@ -204,7 +244,9 @@ def _square(m: np.ndarray | list) -> tuple[np.ndarray, bool, int]:
     return arr, batched, arr.shape[1]
 
 
-def det(m: np.ndarray | list, method: str | None = None) -> np.ndarray | float:
+def det(
+    m: np.ndarray | list, method: str | None = None, backend: str = "interpreter"
+) -> np.ndarray | float:
     """The determinant computed by :func:`attnsim.matrix.programs.det`.
 
     Args:
@@ -221,12 +263,16 @@ def det(m: np.ndarray | list, method: str | None = None) -> np.ndarray | float:
     5.0
     """
     arr, batched, n = _square(m)
-    out = run(_program("det", n, method), layout.pack_batch(arr))[:, 0]
+    out = run(_program("det", n, method), layout.pack_batch(arr), backend=backend)[:, 0]
     return out if batched else float(out[0])
 
 
 def inverse(
-    m: np.ndarray | list, method: str | None = None, check: bool = True, rtol: float = 1e-8
+    m: np.ndarray | list,
+    method: str | None = None,
+    check: bool = True,
+    rtol: float = 1e-8,
+    backend: str = "interpreter",
 ) -> np.ndarray:
     """The inverse computed by :func:`attnsim.matrix.programs.inverse`, certified on request.
 
@@ -249,9 +295,9 @@ def inverse(
     """
     arr, batched, n = _square(m)
     seqs = layout.pack_batch(arr)
-    out = layout.unflatten(run(_program("inverse", n, method), seqs), (n, n))
+    out = layout.unflatten(run(_program("inverse", n, method), seqs, backend=backend), (n, n))
     if check:
-        flag = run(_checker(n, method, float(rtol)), seqs)[:, 0]
+        flag = run(_checker(n, method, float(rtol)), seqs, backend=backend)[:, 0]
         if not np.all(flag == 0):  # nonzero or nan
             bad = np.flatnonzero(~(flag == 0)).tolist()
             where = f" (batch entries {bad[:10]})" if batched else ""
