@@ -220,7 +220,7 @@ def test_report_subcommands(capsys):
     assert args.func(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert [b["max_n"] for b in data["builds"]] == [2, 3]
-    assert data["paper"]["fused U (estimate)"] == 8
+    assert data["paper"]["fused U"] == 8 and data["paper"]["transpose"] == 2
     with pytest.raises(SystemExit):
         parser.parse_args(["simulator", "--builds", "2,2"])
     assert "N,D,H" in capsys.readouterr().err

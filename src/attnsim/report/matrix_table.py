@@ -265,7 +265,7 @@ _COLUMNS = [
     ("blocks", "blocks"),
     ("heads per layer", "heads_per_layer"),
     ("paper layers (w/o length)", None),
-    ("paper heads per layer", "paper_heads"),
+    ("authors' heads per layer", "paper_heads"),
     ("d_model", "d_model"),
     ("d_mlp", "d_mlp"),
     ("d_bilinear", "d_bilinear"),
@@ -349,10 +349,11 @@ How layers are counted:
 - **max rel. error**: the largest max-norm relative error over the samples (inverse:
   condition number at most 10; det: relative to the Hadamard bound `prod_i |row_i|`).
 
-Paper's counts (docs: paper notes, section 5): transpose 2 layers, matmul 3 with heads
-`(1, r+c, rc)`, row softmax 2 with heads `(1, r)`, inverse 3x3 5 with heads `(1, 4, 1, 1, 1)`;
-the paper has no general n x n inverse or determinant and no listing for maxmin (about 3
-layers, inferred).
+Reference counts (docs: paper notes, section 5): the paper's Table 1 gives the layers of
+transpose (2), matmul (3) and the 3x3 inverse (5); the heads per layer (matmul `(1, r+c, rc)`,
+inverse `(1, 4, 1, 1, 1)`) and row softmax (2 layers, heads `(1, r)`) come from the authors'
+RASP code and its compiled flow diagrams, not from the paper's text. Neither has a general
+n x n inverse or determinant, nor a listing for maxmin (about 3 layers, inferred).
 
 Where the compiled model is deeper than its attention layers, and why:
 

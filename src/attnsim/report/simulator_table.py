@@ -1,10 +1,11 @@
 """The universal simulator's resources next to the paper's counts, and forward FLOP counts.
 
-The paper (see docs: paper notes, section 5) reports layer counts per operation: transpose 2,
-matmul 3, inverse 5 attention layers, about 13 layers for the staged simulator of one head
-(each stage a separate program) and an estimate of 8 if the stages were fused. attnsim's U is
-one fused program; :func:`simulator_rows` measures it for several builds and
-:func:`simulator_table` prints both side by side.
+The paper (Table 1; see docs: paper notes, section 5) gives attention-layer counts per
+operation: transpose 2, matmul 3, inverse 5. The authors' RASP code adds softmax 2, and its
+end-to-end demo runs the simulator of one head as separate stages whose layers sum to about 13.
+"About 8 if the stages were fused" is this project's estimate, not a figure of the paper.
+attnsim's U is one fused program; :func:`simulator_rows` measures it for several builds and
+:func:`simulator_table` prints it beside those counts, each with its source.
 
 FLOPs are counted for the dense forward pass as it runs (zero weights are multiplied too):
 a multiply-add is 2 FLOPs, an elementwise operation 1.
@@ -23,16 +24,21 @@ from typing import Any
 
 from attnsim.model.compiled import CompiledModel
 
-# Layer counts from the paper (Table 1 and the compiled flow diagrams), attention layers
-# including the one that computes `length`.
-PAPER_COUNTS: dict[str, int] = {
-    "transpose": 2,
-    "matmul": 3,
-    "softmax": 2,
-    "inverse (3x3)": 5,
-    "staged U (one head)": 13,
-    "fused U (estimate)": 8,
+# Reference layer counts, attention layers including the one that computes `length`:
+# operation -> (count, source). Only the first three are the paper's own (Table 1).
+PAPER = "paper (Table 1)"
+AUTHORS_CODE = "authors' RASP code"
+AUTHORS_DEMO = "authors' demo code (sum over its stages)"
+OURS = "our estimate, not the paper's"
+REFERENCE_COUNTS: dict[str, tuple[int, str]] = {
+    "transpose": (2, PAPER),
+    "matmul": (3, PAPER),
+    "inverse (3x3)": (5, PAPER),
+    "softmax": (2, AUTHORS_CODE),
+    "staged U (one head)": (13, AUTHORS_DEMO),
+    "fused U": (8, OURS),
 }
+PAPER_COUNTS: dict[str, int] = {op: n for op, (n, _) in REFERENCE_COUNTS.items()}
 
 DEFAULT_BUILDS: tuple[tuple[int, int, int], ...] = ((2, 2, 1), (4, 4, 2), (8, 8, 4))
 
@@ -147,17 +153,18 @@ def simulator_rows(
 
 
 def simulator_table(rows: Sequence[dict[str, Any]]) -> str:
-    """A Markdown table of U's resources per build, with the paper's layer counts beside.
+    """A Markdown table of U's resources per build, with the reference layer counts beside
+    (the authors' staged demo and our fused estimate; see :data:`REFERENCE_COUNTS`).
 
     >>> print(simulator_table([]).splitlines()[1][:19])
     |---|---:|---:|---|
     """
     staged = PAPER_COUNTS["staged U (one head)"]
-    fused = PAPER_COUNTS["fused U (estimate)"]
+    fused = PAPER_COUNTS["fused U"]
     lines = [
         "| build (N, D, H) | layers | attention layers | heads per layer | d_model | d_head "
         "| MLP units (ReLU / bilinear / native) | parameters (nonzero) | sequence length "
-        "| forward FLOPs | paper: staged U layers | paper: fused estimate |",
+        "| forward FLOPs | authors' demo: staged layers | fused estimate (ours) |",
         "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -173,11 +180,11 @@ def simulator_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def paper_table() -> str:
-    """The paper's layer counts per operation as a Markdown table.
+    """The reference layer counts per operation, each with its source, as a Markdown table.
 
     >>> print(paper_table().splitlines()[2])
-    | transpose | 2 |
+    | transpose | 2 | paper (Table 1) |
     """
-    lines = ["| operation (paper) | attention layers |", "|---|---:|"]
-    lines += [f"| {op} | {n} |" for op, n in PAPER_COUNTS.items()]
+    lines = ["| operation | attention layers | source |", "|---|---:|---|"]
+    lines += [f"| {op} | {n} | {src} |" for op, (n, src) in REFERENCE_COUNTS.items()]
     return "\n".join(lines)
