@@ -1,6 +1,6 @@
 """Runs every benchmark in this folder, then regenerates docs/benchmarks.md.
 
-Scripts, in order: interpreter.py, rasp_text.py, compare_tracr.py, compiler_fuzz.py,
+Scripts, in order: startup.py, interpreter.py, rasp_text.py, compare_tracr.py, compiler_fuzz.py,
 simulator_cost.py, simulator_accuracy.py (a missing one is skipped with a message), then
 render_docs.py. Each script writes its JSON under benchmarks/results/. A failing script is
 reported and the others still run; the exit status is 1 if any failed.
@@ -21,6 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = (
+    "startup.py",
     "interpreter.py",
     "rasp_text.py",
     "compare_tracr.py",
