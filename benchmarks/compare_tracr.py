@@ -1,29 +1,50 @@
 """attnsim's compiler side by side with tracr on tracr's own library programs.
 
 For every program of ``tracr.compiler.lib`` (and the same program from ``attnsim.library``),
-at the conformance settings (vocabulary and max_seq_len of tracr's test cases) and at
-max_seq_len 10, 20 and 40 (``--full``: hist, sort and frac_prevs also at 80 and 160), both
-compilers build a model and we measure, in the same run and on the same inputs:
+at the conformance setting (vocabulary and max_seq_len of tracr's test cases) and at
+max_seq_len 10, 20, 40, 80 and 160, both compilers build a model and we measure, in the same
+run and on the same inputs:
 
 - compile time: cold (the program's first compile in its worker process, see below) and
   warm (compiled again);
 - d_model, layers (attention + MLP blocks), parameters;
-- forward throughput at batch 256 (sequences per second, one CPU thread each);
+- forward throughput at batch 256 (sequences per second, one CPU thread each, of the fastest
+  of the timed calls);
 - error against the interpreter (attnsim's ``rasp.evaluate``) on the same 256 random
   full-length inputs: the fraction of wrong positions for categorical outputs, the largest
   absolute error for numerical ones.
+
+tracr is measured twice per setting. First at its default ``mlp_exactness`` (100), which is
+wrong at long lengths: its selector-width and numerical MLPs approximate a step function with
+slopes of that size, and the steps get closer as max_seq_len grows. Then at the smallest
+``mlp_exactness`` on the ladder 100, 200, 500, ..., 100000 that is correct on the check
+inputs (no wrong position; for numerical outputs, a largest absolute error of at most
+``NUMERICAL_TOL``, as float32 cannot be exact), searched upwards and stopped at the first
+correct rung, with the compile time (warm: every rung is compiled in a process that has
+compiled the program already), d_model, parameters and throughput at that setting. A setting
+that no rung makes correct is recorded as such, with the error of every rung tried; when the
+second rung gives tracr the very same weights as the default, the search stops there
+(``mlp_exactness`` does not reach that error: numerical aggregates, for instance).
+
+Lengths by default: the conformance setting and 10, 20, 40 for every program, and 80 and 160
+for ``LONG_DEFAULT`` (length, hist, sort_unique, count, frac_prevs, shift_by); ``--full``
+adds 80 and 160 for every program, ``--quick`` keeps two settings per program. Once one of a
+program's tracr compiles took over ``TRACR_SLOW_S`` seconds, tracr skips its 80 and 160.
+The default run (66 settings) took 706 s with ``--jobs 2`` on two CPU cores shared with other
+work (load average 2.5 at the start, 6.8 at the end), within ``make bench``'s budget.
 
 Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each: one
 process compiles every program with attnsim (cold = the program's first compile there), and
 each program gets a fresh process for tracr (cold = the first compile in that process, JAX's
 start-up included; the tracr workers do not import torch). A tracr worker may use
-``--cpu-limit`` CPU seconds; tracr's compile time grows steeply with max_seq_len for some
-programs, and the lengths it had not finished by then are recorded as such. Without tracr
-(the ``bench`` extra: tracr-pypi, jax, dm-haiku) the script says so and reports attnsim's
-numbers alone. Writes benchmarks/results/compare_tracr.json and compare_tracr.md.
+``--cpu-limit`` CPU seconds (default 120) for all its settings and searches; tracr's compile
+time grows steeply with max_seq_len for some programs, and what a worker had not finished by
+then is recorded as such. Without tracr (the ``bench`` extra: tracr-pypi, jax, dm-haiku) the
+script says so and reports attnsim's numbers alone. Writes benchmarks/results/compare_tracr.json
+and compare_tracr.md.
 
 Usage: python benchmarks/compare_tracr.py [--programs hist,sort] [--quick | --full] [--jobs 2]
-    [--cpu-limit 75]
+    [--cpu-limit 120]
 """
 
 from __future__ import annotations
@@ -45,8 +66,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 BATCH = 256
-TRACR_SLOW_S = 20.0  # skip tracr at the --full lengths once one compile took this long
-LONG = (80, 160)  # --full only; attnsim-only lengths unless tracr stays fast
+TRACR_SLOW_S = 20.0  # skip tracr at 80 and 160 once one of its compiles took this long
+LENGTHS = (10, 20, 40)  # every program, beside its conformance setting
+LONG = (80, 160)  # LONG_DEFAULT programs by default, every program with --full
+LONG_DEFAULT = ("length", "hist", "sort_unique", "count", "frac_prevs", "shift_by")
+DEFAULT_EXACTNESS = 100  # tracr's default mlp_exactness
+LADDER = (100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+NUMERICAL_TOL = 1e-4  # a numerical output is correct within this (float32 is never exact)
 THROUGHPUT_S = 0.1  # timed forward passes per model: at least this many seconds
 NO_TRACR = "tracr is not installed (pip install -e '.[bench]')"
 
@@ -118,20 +144,21 @@ PROGRAMS: dict[str, tuple] = {
         "any",
     ),
 }
-LONG_PROGRAMS = {"hist", "sort", "frac_prevs"}
 # the slowest workers start first, so that two jobs finish at about the same time
-SLOW_FIRST = ("shuffle_dyck", "sort_freq", "reverse", "sort", "detect_pattern", "nary_sequencemap")
+SLOW_FIRST = ("sort_freq", "shuffle_dyck", "reverse", "sort", "sort_unique", "nary_sequencemap")
 
 
 def settings(name: str, quick: bool, full: bool = False) -> list[tuple[list, int]]:
     """(vocab, max_seq_len) pairs for a program: the conformance setting, then 10, 20, 40...
 
     >>> [n for _, n in settings("hist", False)], [n for _, n in settings("pair_balance", True)]
-    ([5, 10, 20, 40], [10, 20])
+    ([5, 10, 20, 40, 80, 160], [10, 20])
+    >>> [n for _, n in settings("reverse", False)], [n for _, n in settings("reverse", False, True)]
+    ([5, 10, 20, 40], [5, 10, 20, 40, 80, 160])
     """
     _, vocab, conf_len, _, kind = PROGRAMS[name]
-    lengths = [conf_len] + [n for n in (10, 20, 40) if n != conf_len]
-    if name in LONG_PROGRAMS and full and not quick:
+    lengths = [conf_len] + [n for n in LENGTHS if n != conf_len]
+    if (full or name in LONG_DEFAULT) and not quick:
         lengths += list(LONG)
     if quick:
         lengths = lengths[:2]
@@ -147,23 +174,38 @@ def draw(rng: random.Random, vocab: list, n: int, kind: str) -> list:
 
 
 def error(got: list[list], expected: list[list], numerical: bool) -> float:
-    """Wrong-position fraction (categorical) or max absolute error (numerical); None ignored."""
+    """Wrong-position fraction (categorical) or max absolute error (numerical); None ignored.
+
+    >>> error([[1, 2], [3, 4]], [[1, 2], [3, 5]], False), error([[0.5]], [[0.25]], True)
+    (0.25, 0.25)
+    """
     pairs = [(g, e) for gr, er in zip(got, expected) for g, e in zip(gr, er) if e is not None]
     if numerical:
         return max((abs(float(g) - float(e)) for g, e in pairs), default=0.0)
     return sum(g != e for g, e in pairs) / max(1, len(pairs))
 
 
+def correct(err: float, numerical: bool) -> bool:
+    """Whether an error counts as correct: none wrong, or numerical within ``NUMERICAL_TOL``.
+
+    >>> correct(0.0, False), correct(0.004, False), correct(2e-8, True), correct(5e-3, True)
+    (True, False, True, False)
+    """
+    return err <= NUMERICAL_TOL if numerical else err == 0
+
+
 def timed_throughput(fn, min_seconds: float = THROUGHPUT_S) -> float:
-    """Calls ``fn`` (one batch) until ``min_seconds`` pass; returns sequences per second."""
+    """Calls ``fn`` (one batch) for ``min_seconds`` (three calls at least) after one warm-up;
+    returns the sequences per second of the fastest call, the one least disturbed by other
+    work on a shared machine."""
     fn()  # warm up
-    calls, start = 0, time.perf_counter()
-    while True:
+    best, total, calls = float("inf"), 0.0, 0
+    while total < min_seconds or calls < 3:
+        start = time.perf_counter()
         fn()
-        calls += 1
         elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return BATCH * calls / elapsed
+        best, total, calls = min(best, elapsed), total + elapsed, calls + 1
+    return BATCH / best
 
 
 # -- the workers: attnsim (every program, one process) and tracr (one program, fresh process) --
@@ -224,7 +266,8 @@ def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
 
 
 def tracr_worker(name: str, quick: bool, full: bool) -> None:
-    """Measures tracr on every setting of one program; prints one JSON line each."""
+    """Measures tracr on every setting of one program, at the default mlp_exactness and at the
+    smallest correct one; prints JSON lines (one per rung of the search as it goes)."""
     from attnsim import library as a_lib  # the interpreter and library need no torch
     from attnsim import rasp as a_rasp
 
@@ -232,15 +275,22 @@ def tracr_worker(name: str, quick: bool, full: bool) -> None:
     build = PROGRAMS[name][0]
     tracr_fast = True
     for i, (vocab, n) in enumerate(settings(name, quick, full)):
+        row: dict[str, Any] = {"program": name, "max_seq_len": n}
         if n in LONG and not tracr_fast:
-            t = {"skipped": f"tracr took over {TRACR_SLOW_S:.0f} s at a shorter length"}
-        else:
-            big = inputs(name, vocab, n)
-            expected = a_rasp.evaluate(build(a_lib, a_rasp, n), big)
-            t = _run_tracr(tracr, name, vocab, n, big, expected, i == 0)
-            t["worker_cpu_s"] = time.process_time()  # so far, of the --cpu-limit budget
-            tracr_fast = tracr_fast and t.get("compile_warm_s", 0) <= TRACR_SLOW_S
-        print(json.dumps({"program": name, "max_seq_len": n, "tracr": t}), flush=True)
+            why = f"tracr took over {TRACR_SLOW_S:.0f} s to compile at a shorter length"
+            print(json.dumps({**row, "tracr": {"skipped": why}}), flush=True)
+            continue
+        big = inputs(name, vocab, n)
+        expected = a_rasp.evaluate(build(a_lib, a_rasp, n), big)
+        checker = _Checker(tracr, name, vocab, n, big, expected)
+        t = checker.measure(DEFAULT_EXACTNESS, first=i == 0)
+        t["worker_cpu_s"] = time.process_time()  # so far, of the --cpu-limit budget
+        print(json.dumps({**row, "tracr": t}), flush=True)
+        tracr_fast = tracr_fast and t.get("compile_warm_s", 0) <= TRACR_SLOW_S
+        if "error" in t:
+            exact = checker.search(t)
+            exact["worker_cpu_s"] = time.process_time()
+            print(json.dumps({**row, "tracr_exact": exact}), flush=True)
 
 
 def _import_tracr():
@@ -256,58 +306,172 @@ def _import_tracr():
     return {"jax": jax, "compiling": compiling, "lib": lib, "rasp": rasp}
 
 
-def _run_tracr(t, name, vocab, n, big, expected, first) -> dict:
-    build, _, _, numerical, _ = PROGRAMS[name]
-    jax, compiling, lib, rasp = t["jax"], t["compiling"], t["lib"], t["rasp"]
+class _Checker:
+    """tracr on one setting: compiles at a given mlp_exactness, checks and measures."""
 
-    def compile_once():
+    def __init__(self, t: dict, name: str, vocab: list, n: int, big: list, expected: list):
+        self.t, self.name, self.vocab, self.n = t, name, vocab, n
+        self.big, self.expected = big, expected
+        self.numerical = PROGRAMS[name][3]
+        self.model = None  # the last model compiled, and its jitted forward
+        self.forward = None
+
+    def compile(self, exactness: int):
+        build, compiling = PROGRAMS[self.name][0], self.t["compiling"]
+        program = build(self.t["lib"], self.t["rasp"], self.n)
         return compiling.compile_rasp_to_model(
-            build(lib, rasp, n), vocab=set(vocab), max_seq_len=n, compiler_bos="BOS"
+            program,
+            vocab=set(self.vocab),
+            max_seq_len=self.n,
+            compiler_bos="BOS",
+            mlp_exactness=exactness,
         )
 
-    try:
-        start = time.perf_counter()
-        model = compile_once()
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        model = compile_once()
-        warm = time.perf_counter() - start
-    except Exception as exc:  # tracr refuses some programs: record why
-        return {"failed": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    forward = jax.jit(model.forward)
+    def adopt(self, model) -> None:
+        """Makes ``model`` current; keeps the jitted forward when only the weights changed
+        (same residual space and config: the forward function is then the same one)."""
+        old = self.model
+        same = (
+            old is not None
+            and old.residual_labels == model.residual_labels
+            and old.model_config == model.model_config
+        )
+        if not same:
+            self.forward = self.t["jax"].jit(model.forward)
+        self.model = model
+        self.ids = self.t["jax"].numpy.array(
+            [model.input_encoder.encode(["BOS", *r]) for r in self.big]
+        )
 
-    def run(batch):
-        ids = jax.numpy.array([model.input_encoder.encode(["BOS", *r]) for r in batch])
-        out = forward(model.params, ids).unembedded_output
+    def error(self) -> float:
+        model = self.model
+        out = self.forward(model.params, self.ids).unembedded_output
         rows = []
         for r in out.tolist():
             dec = model.output_encoder.decode(r) if model.output_encoder else r
             rows.append(list(dec)[1:])
-        return rows
+        return error(rows, self.expected, self.numerical)
 
-    got = run(big)
-    ids = jax.numpy.array([model.input_encoder.encode(["BOS", *r]) for r in big])
-    leaves = jax.tree_util.tree_leaves(model.params)
-    return {
-        "compile_cold_s": cold if first else None,
-        "compile_warm_s": warm,
-        "d_model": len(model.residual_labels),
-        "layers": model.model_config.num_layers,
-        "parameters": int(sum(x.size for x in leaves)),
-        "throughput_seq_s": timed_throughput(
-            lambda: forward(model.params, ids).unembedded_output.block_until_ready()
-        ),
-        "error": error(got, expected, numerical),
-    }
+    def sizes(self) -> dict:
+        model = self.model
+        leaves = self.t["jax"].tree_util.tree_leaves(model.params)
+        return {
+            "d_model": len(model.residual_labels),
+            "layers": model.model_config.num_layers,
+            "parameters": int(sum(x.size for x in leaves)),
+            "throughput_seq_s": timed_throughput(
+                lambda: self.forward(model.params, self.ids).unembedded_output.block_until_ready()
+            ),
+        }
+
+    def measure(self, exactness: int, first: bool) -> dict:
+        """Cold and warm compile at ``exactness``, sizes, throughput and error."""
+        try:
+            start = time.perf_counter()
+            self.compile(exactness)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            model = self.compile(exactness)
+            warm = time.perf_counter() - start
+        except Exception as exc:  # tracr refuses some programs: record why
+            return {"failed": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        self.adopt(model)
+        err = self.error()
+        return {
+            "mlp_exactness": exactness,
+            "compile_cold_s": cold if first else None,
+            "compile_warm_s": warm,
+            **self.sizes(),
+            "error": err,
+        }
+
+    def search(self, default: dict) -> dict:
+        """The smallest rung of ``LADDER`` that is correct; ``default`` measured the first.
+
+        Each rung tried is printed as it finishes, so that a worker stopped for its CPU limit
+        still tells how far it got.
+        """
+        tried = [[DEFAULT_EXACTNESS, default["error"], default["compile_warm_s"]]]
+        if correct(default["error"], self.numerical):
+            return {**default, "compile_cold_s": None, "tried": tried}
+        weights = self.model.params
+        for exactness in LADDER[1:]:
+            start = time.perf_counter()
+            try:
+                model = self.compile(exactness)
+            except Exception as exc:
+                why = f"{type(exc).__name__} at mlp_exactness {exactness}: {str(exc)[:150]}"
+                return {"none_correct_up_to": tried[-1][0], "why": why, "tried": tried}
+            seconds = time.perf_counter() - start
+            if exactness == LADDER[1] and _same_weights(self.t["jax"], weights, model.params):
+                tried.append([exactness, default["error"], seconds])
+                why = (
+                    f"mlp_exactness {exactness} gives the same weights as {DEFAULT_EXACTNESS}:"
+                    " the setting does not reach this error"
+                )
+                return {"none_correct_up_to": None, "why": why, "tried": tried}
+            self.adopt(model)
+            err = self.error()
+            tried.append([exactness, err, seconds])
+            line = {"program": self.name, "max_seq_len": self.n, "tracr_exact_try": tried[-1]}
+            print(json.dumps(line), flush=True)
+            if correct(err, self.numerical):
+                return {
+                    "mlp_exactness": exactness,
+                    "compile_warm_s": seconds,
+                    **self.sizes(),
+                    "error": err,
+                    "tried": tried,
+                }
+        why = f"every rung up to {LADDER[-1]} is wrong on the check inputs"
+        return {"none_correct_up_to": LADDER[-1], "why": why, "tried": tried}
+
+
+def _same_weights(jax, a, b) -> bool:
+    import numpy as np
+
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        x.shape == y.shape and np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb)
+    )
 
 
 # -- the driver -------------------------------------------------------------------------------
 
 
 def ratio(a, b):
+    """``a / b``, or None when either is missing or ``b`` is 0.
+
+    >>> ratio(1.0, 4.0), ratio(None, 2.0), ratio(3.0, 0)
+    (0.25, None, None)
+    """
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def exactness_label(x: dict) -> str:
+    """What the search found, in a few words.
+
+    >>> exactness_label({"mlp_exactness": 2000, "error": 0.0})
+    '2000'
+    >>> exactness_label({"none_correct_up_to": 100000, "why": "every rung..."})
+    'none correct up to 100000'
+    >>> exactness_label({"none_correct_up_to": None, "why": "same weights"})
+    'none (same weights)'
+    >>> exactness_label({"unfinished": "CPU limit", "tried": [[100, 1.0, 0.1], [200, 0.5, 0.1]]})
+    'unfinished: wrong up to 200'
+    """
+    if "mlp_exactness" in x and "error" in x:
+        return str(x["mlp_exactness"])
+    if "unfinished" in x:
+        tried = x.get("tried") or []
+        return f"unfinished: wrong up to {tried[-1][0]}" if tried else "unfinished"
+    if "none_correct_up_to" in x:
+        if x["none_correct_up_to"] is None:
+            return f"none ({x.get('why', '')[:40]})"
+        return f"none correct up to {x['none_correct_up_to']}"
+    return x.get("skipped") or x.get("failed", "-")
 
 
 def markdown(rows: list[dict], tracr_note: str) -> str:
@@ -319,34 +483,44 @@ def markdown(rows: list[dict], tracr_note: str) -> str:
         "",
         tracr_note,
         "",
-        "Ratios are attnsim / tracr, measured in the same run. Error: wrong-position fraction"
+        f"tracr at its default mlp_exactness ({DEFAULT_EXACTNESS}) and at the smallest one on"
+        f" the ladder {', '.join(map(str, LADDER))} that is correct on the check inputs"
+        f" (numerical outputs: max absolute error at most {NUMERICAL_TOL:g}). Ratios are"
+        " attnsim / tracr, measured in the same run. Error: wrong-position fraction"
         " (categorical) or max absolute error (numerical) against the interpreter. Throughput:"
         f" sequences per second at batch {BATCH}, one CPU thread each.",
         "",
-        "| program | L | compile cold s (a / t) | compile warm s (a / t) | warm ratio | d_model"
-        " (a / t) | layers (a / t) | params (a / t) | params ratio | throughput ratio |"
-        " error attnsim | error tracr |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| program | L | error attnsim | error tracr default | exactness | error tracr there"
+        " | compile warm s (a / t default / t there) | d_model (a / t / t) | params (a / t / t)"
+        " | throughput seq/s (a / t / t) | warm ratio (default / there) | params ratio"
+        " | throughput ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        a, t = r["attnsim"], r.get("tracr", {})
+        a, t, x = r["attnsim"], r.get("tracr", {}), r.get("tracr_exact", {})
         if "failed" in a:
             lines.append(f"| {r['program']} | {r['max_seq_len']} | attnsim: {a['failed']} |")
             continue
-        ok = "error" in t
-        tr = t if ok else {}
-        err_t = fmt(tr.get("error")) if ok else t.get("skipped") or t.get("failed", "-")[:60]
+        t = t if "error" in t else {"why": t.get("skipped") or t.get("failed", "-")}
+        found = x if "error" in x and "mlp_exactness" in x else {}
+
+        def three(key, spec=".3g", t=t, found=found, a=a):
+            return (
+                f"{fmt(a.get(key), spec)} / {fmt(t.get(key), spec)} / {fmt(found.get(key), spec)}"
+            )
+
+        def ratios(key, t=t, found=found, a=a):
+            return (
+                f"{fmt(ratio(a.get(key), t.get(key)))} / {fmt(ratio(a.get(key), found.get(key)))}"
+            )
+
+        err_t = fmt(t.get("error")) if "error" in t else t["why"][:60]
         lines.append(
-            f"| {r['program']} | {r['max_seq_len']} "
-            f"| {fmt(a['compile_cold_s'])} / {fmt(tr.get('compile_cold_s'))} "
-            f"| {fmt(a['compile_warm_s'])} / {fmt(tr.get('compile_warm_s'))} "
-            f"| {fmt(ratio(a['compile_warm_s'], tr.get('compile_warm_s')))} "
-            f"| {a['d_model']} / {fmt(tr.get('d_model'), 'd')} "
-            f"| {a['layers']} / {fmt(tr.get('layers'), 'd')} "
-            f"| {a['parameters']} / {fmt(tr.get('parameters'), 'd')} "
-            f"| {fmt(ratio(a['parameters'], tr.get('parameters')))} "
-            f"| {fmt(ratio(a['throughput_seq_s'], tr.get('throughput_seq_s')))} "
-            f"| {fmt(a['error'])} | {err_t} |"
+            f"| {r['program']} | {r['max_seq_len']} | {fmt(a['error'])} | {err_t} "
+            f"| {exactness_label(x) if x else '-'} | {fmt(found.get('error'))} "
+            f"| {three('compile_warm_s')} | {three('d_model', 'd')} | {three('parameters', 'd')} "
+            f"| {three('throughput_seq_s', '.0f')} | {ratios('compile_warm_s')} "
+            f"| {ratios('parameters')} | {ratios('throughput_seq_s')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -392,11 +566,17 @@ def merge(names: list[str], args, attnsim: tuple, tracr: dict[str, tuple]) -> li
     """One row per setting of every program: attnsim's and tracr's measurements side by side.
 
     ``attnsim`` and each ``tracr[name]`` are what ``run_worker`` returned; a setting a worker
-    did not report gets the reason it stopped.
+    did not report gets the reason it stopped, and a search it did not finish the rungs it
+    had tried.
     """
     parts: dict[tuple[str, int], dict] = {}
+    tries: dict[tuple[str, int], list] = {}
     for part in attnsim[0] + [p for lines, _ in tracr.values() for p in lines]:
-        parts.setdefault((part["program"], part["max_seq_len"]), {}).update(part)
+        key = (part["program"], part["max_seq_len"])
+        if "tracr_exact_try" in part:
+            tries.setdefault(key, []).append(part["tracr_exact_try"])
+        else:
+            parts.setdefault(key, {}).update(part)
     rows = []
     for name in names:
         for i, (vocab, n) in enumerate(settings(name, args.quick, args.full)):
@@ -408,8 +588,16 @@ def merge(names: list[str], args, attnsim: tuple, tracr: dict[str, tuple]) -> li
                 **parts.get((name, n), {}),
             }
             row.setdefault("attnsim", {"failed": attnsim[1] or "no result"})
-            why = tracr[name][1] if name in tracr else NO_TRACR
-            row.setdefault("tracr", {"skipped": why or "no result"})
+            why = (tracr[name][1] if name in tracr else NO_TRACR) or "no result"
+            row.setdefault("tracr", {"skipped": why})
+            if "tracr_exact" not in row:
+                t = row["tracr"]
+                if "error" in t:  # measured at the default, stopped during the search
+                    first = [DEFAULT_EXACTNESS, t["error"], t["compile_warm_s"]]
+                    tried = [first, *tries.get((name, n), [])]
+                    row["tracr_exact"] = {"unfinished": why, "tried": tried}
+                else:
+                    row["tracr_exact"] = {"skipped": t.get("skipped") or t.get("failed")}
             rows.append(row)
     return rows
 
@@ -418,6 +606,7 @@ def print_rows(rows: list[dict]) -> None:
     """One line per setting: warm compile seconds and error of each compiler."""
     for r in rows:
         name, n, a, t = r["program"], r["max_seq_len"], r["attnsim"], r["tracr"]
+        x = r["tracr_exact"]
         if "failed" in a:
             print(f"{name:18s} L={n:<4d} attnsim: {a['failed']}", flush=True)
             continue
@@ -426,9 +615,12 @@ def print_rows(rows: list[dict]) -> None:
             if "error" in t
             else t.get("skipped") or t.get("failed", "")[:80]
         )
+        exact = exactness_label(x)
+        if "error" in x and "mlp_exactness" in x:
+            exact = f"{exact}: {x['compile_warm_s']:.3f} s err {x['error']:.2g}"
         print(
             f"{name:18s} L={n:<4d} attnsim {a['compile_warm_s']:.3f} s err {a['error']:.2g}"
-            f" | tracr {tracr}",
+            f" | tracr {tracr} | correct at mlp_exactness {exact}",
             flush=True,
         )
 
@@ -438,15 +630,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated names")
     lengths = parser.add_mutually_exclusive_group()
     lengths.add_argument("--quick", action="store_true", help="two lengths per program")
-    lengths.add_argument("--full", action="store_true", help=f"also lengths {LONG} where offered")
+    lengths.add_argument("--full", action="store_true", help=f"lengths {LONG} for every program")
     parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="workers at a time"
     )
     parser.add_argument(
-        "--cpu-limit", type=float, default=75.0, help="CPU seconds per tracr worker (0: none)"
+        "--cpu-limit", type=float, default=120.0, help="CPU seconds per tracr worker (0: none)"
     )
     parser.add_argument(
-        "--wall-limit", type=float, default=600.0, help="wall seconds per worker, a safety net"
+        "--wall-limit", type=float, default=900.0, help="wall seconds per worker, a safety net"
     )
     parser.add_argument("--worker", choices=["attnsim", "tracr"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -469,27 +661,51 @@ def main(argv: list[str] | None = None) -> int:
         else "tracr is not installed here (pip install -e '.[bench]'): attnsim's numbers only."
     )
     print(note, flush=True)
-    start = time.perf_counter()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    start, cpu_start = time.perf_counter(), os.times()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         attnsim = pool.submit(run_worker, "attnsim", names, args)
         order = sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else 99)
         futures = {n: pool.submit(run_worker, "tracr", [n], args) for n in order if has_tracr}
         attnsim_parts = attnsim.result()
         tracr_parts = {n: f.result() for n, f in futures.items()}
+    cpu_end = os.times()
     rows = merge(names, args, attnsim_parts, tracr_parts)
     print_rows(rows)
     summary = {
         "tracr": has_tracr,
         "seconds": round(time.perf_counter() - start, 1),
+        "worker_cpu_seconds": round(
+            cpu_end.children_user
+            + cpu_end.children_system
+            - cpu_start.children_user
+            - cpu_start.children_system,
+            1,
+        ),
         "batch": BATCH,
         "full": args.full,
         "quick": args.quick,
         "jobs": args.jobs,
         "cpu_limit_s": args.cpu_limit,
+        "lengths": list(LENGTHS),
+        "long_lengths": list(LONG),
+        "long_programs": list(PROGRAMS) if args.full else list(LONG_DEFAULT),
+        "slow_s": TRACR_SLOW_S,
+        "default_exactness": DEFAULT_EXACTNESS,
+        "exactness_ladder": list(LADDER),
+        "numerical_tolerance": NUMERICAL_TOL,
         "programs": len(names),
         "settings": len(rows),
         "tracr_measured": sum("error" in r["tracr"] for r in rows),
+        "tracr_default_correct": sum(
+            "error" in r["tracr"] and correct(r["tracr"]["error"], PROGRAMS[r["program"]][3])
+            for r in rows
+        ),
+        "tracr_exact_found": sum(
+            "error" in r["tracr_exact"] and "mlp_exactness" in r["tracr_exact"] for r in rows
+        ),
         "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "rows": rows,
     }
@@ -497,8 +713,11 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "compare_tracr.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "compare_tracr.md").write_text(markdown(rows, note))
     print(
-        f"{summary['tracr_measured']} of {len(rows)} settings measured with both compilers; wrote"
-        f" {args.out / 'compare_tracr.json'} and compare_tracr.md in {summary['seconds']} s"
+        f"{summary['tracr_measured']} of {len(rows)} settings measured with both compilers,"
+        f" tracr correct at its default mlp_exactness in {summary['tracr_default_correct']}"
+        f" and at a larger one in {summary['tracr_exact_found'] - summary['tracr_default_correct']}"
+        f" more; wrote {args.out / 'compare_tracr.json'} and compare_tracr.md in"
+        f" {summary['seconds']} s"
     )
     return 0
 

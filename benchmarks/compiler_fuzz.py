@@ -1,151 +1,140 @@
-"""Differential fuzzing of the compiler at scale: compiled model == interpreter.
+"""Differential fuzzing of the compiler at scale, on programs of the whole RASP language.
 
-Draws random well-typed RASP programs (``tests.fuzz_programs``), compiles each one, runs it on
-random inputs and compares with ``rasp.evaluate``, in both attention modes (hard and
-softmax). Prints the number of programs compiled and the number of disagreements (the goal is
-0), and writes benchmarks/results/compiler_fuzz.json.
+Draws random programs (``tests.fuzz_programs``: every S-op and selector kind, numerical and
+categorical, causal and not, vocabularies of ints, strings, floats, bools, None and real
+numbers), including programs the compiler may refuse. Each one is compiled; a compile error
+counts as a refusal only when it is clear (``fuzz_programs.is_clear_error``), otherwise as an
+unclear error. A compiled program runs on random inputs against ``rasp.evaluate``: equal
+outputs (numbers within 1e-9), or both raise (agreed by error); a run-time refusal where the
+interpreter has an answer is a refusal; anything else is a disagreement.
 
-By default 1,000 programs per mode (about a minute on one core); ``--full`` compiles 5,000 per
-mode, 10,000 in all.
+Prints, per attention mode: drawn, compiled (and ran), agreed, agreed by error, refused (by
+reason), disagreements, unclear errors; writes benchmarks/results/compiler_fuzz.json. The exit
+status is 1 if there is any disagreement or unclear error.
 
-Usage: python benchmarks/compiler_fuzz.py [--programs N | --full] [--seed 12345] [--attention hard]
+By default 5,000 programs per attention mode (10,000 in all, about a minute on one core);
+``--quick`` draws 1,000 per mode, ``--full`` 25,000.
+
+Usage: python benchmarks/compiler_fuzz.py [--programs N | --quick | --full] [--seed 12345]
+    [--attention hard|softmax|both]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import platform
-import random
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
-from tests.fuzz_programs import random_inputs, random_program  # noqa: E402
-
-from attnsim import rasp  # noqa: E402
-from attnsim.compiler import compile_program  # noqa: E402
+from _common import Run, write_json  # noqa: E402
+from tests import fuzz_programs as fp  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "compiler_fuzz.json"
-DEFAULT_PROGRAMS, FULL_PROGRAMS = 1000, 5000  # per attention mode
+QUICK_PROGRAMS, DEFAULT_PROGRAMS, FULL_PROGRAMS = 1000, 5000, 25000  # per attention mode
 
 
-def same(a, b) -> bool:
-    """Equal categorical values; numerical values within 1e-9 (relative or absolute)."""
-    if isinstance(a, float) or isinstance(b, float):
-        if a is None or b is None:
-            return False
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    return a == b
-
-
-def fuzz(n_programs: int, seed: int, attention: str) -> dict:
-    """Compiles ``n_programs`` random programs and counts disagreements with the interpreter."""
-    rng = random.Random(seed)
-    counts = {"drawn": 0, "not_evaluable": 0, "not_compiled": 0, "compiled": 0}
-    counts.update({"refused_at_run_time": 0, "agreed": 0, "disagreements": 0})
-    examples, not_compiled_reasons = [], {}
-    compile_s = run_s = 0.0
-    while counts["compiled"] < n_programs and counts["drawn"] < 20 * n_programs:
-        counts["drawn"] += 1
-        prog, vocab, max_seq_len = random_program(rng)
-        inputs = random_inputs(rng, vocab, max_seq_len)
-        try:
-            expected = rasp.evaluate(prog, inputs)
-        except (rasp.RASPEvaluationError, ValueError, ZeroDivisionError, OverflowError):
-            counts["not_evaluable"] += 1
-            continue
-        start = time.perf_counter()
-        try:
-            model = compile_program(prog, vocab=vocab, max_seq_len=max_seq_len, attention=attention)
-        except NotImplementedError as exc:
-            counts["not_compiled"] += 1
-            reason = str(exc).splitlines()[1].split(": ", 1)[-1][:60] if "\n" in str(exc) else ""
-            not_compiled_reasons[reason] = not_compiled_reasons.get(reason, 0) + 1
-            continue
-        compile_s += time.perf_counter() - start
-        counts["compiled"] += 1
-        start = time.perf_counter()
-        try:
-            got = model.run(inputs)
-        except ValueError as exc:
-            if "run-time check" not in str(exc):
-                raise
-            counts["refused_at_run_time"] += 1
-            continue
-        finally:
-            run_s += time.perf_counter() - start
-        if all(same(a, b) for ra, rb in zip(got, expected) for a, b in zip(ra, rb)):
-            counts["agreed"] += 1
-        else:
-            counts["disagreements"] += 1
-            if len(examples) < 10:
-                examples.append(
-                    {
-                        "program": prog.label,
-                        "input": inputs[0],
-                        "got": got[0],
-                        "expected": expected[0],
-                    }
-                )
+def run_mode(n_programs: int, seed: int, attention: str) -> dict:
+    """Fuzzes one attention mode; returns its counts, reasons, coverage and examples."""
+    start = time.perf_counter()
+    t = fp.fuzz(n_programs, seed, attention)
+    compile_refusals = {
+        k.removeprefix("compile: "): v for k, v in t.refusals.items() if k.startswith("compile: ")
+    }
+    run_refusals = {
+        k.removeprefix("run: "): v for k, v in t.refusals.items() if k.startswith("run: ")
+    }
     return {
         "attention": attention,
         "seed": seed,
-        **counts,
-        "compile_seconds": round(compile_s, 2),
-        "run_seconds": round(run_s, 2),
-        "not_compiled_reasons": dict(sorted(not_compiled_reasons.items(), key=lambda kv: -kv[1])),
-        "examples": examples,
+        "drawn": t.drawn,
+        "compiled": t.compiled,  # compiled, then ran on its inputs
+        "agreed": t.statuses["agreed"],
+        "agreed_by_error": t.statuses["agreed_by_error"],
+        "refused": t.statuses["refused"],
+        "not_compiled": sum(compile_refusals.values()),
+        "refused_at_run_time": sum(run_refusals.values()),
+        "disagreements": t.disagreements,
+        "unclear_errors": t.unclear_errors,
+        "not_evaluable": t.not_evaluable,  # the interpreter raised on every input
+        "compile_seconds": round(t.compile_seconds, 2),
+        "run_seconds": round(t.run_seconds, 2),
+        "seconds": round(time.perf_counter() - start, 1),
+        "not_compiled_reasons": _sorted(compile_refusals),
+        "run_time_refusal_reasons": _sorted(run_refusals),
+        "failure_reasons": _sorted(t.bad_reasons),
+        "coverage": _sorted(t.features),  # programs using each construct
+        "examples": t.examples,
     }
+
+
+def _sorted(counts: dict) -> dict:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
-        "--programs", type=int, default=DEFAULT_PROGRAMS, help="programs to compile per mode"
+        "--programs", type=int, default=DEFAULT_PROGRAMS, help="programs to draw per mode"
     )
+    size.add_argument("--quick", action="store_true", help=f"{QUICK_PROGRAMS} programs per mode")
     size.add_argument("--full", action="store_true", help=f"{FULL_PROGRAMS} programs per mode")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--attention", choices=["hard", "softmax", "both"], default="both")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    run = Run()
     # the compiled models are small: one thread avoids thread start-up costs per matmul
     torch.set_num_threads(1)
     modes = ["hard", "softmax"] if args.attention == "both" else [args.attention]
-    n_programs = FULL_PROGRAMS if args.full else args.programs
-    start = time.perf_counter()
+    n = FULL_PROGRAMS if args.full else QUICK_PROGRAMS if args.quick else args.programs
     runs = []
     for i, mode in enumerate(modes):
-        res = fuzz(n_programs, args.seed + i, mode)
+        res = run_mode(n, args.seed + i, mode)
         runs.append(res)
         print(
-            f"{mode:8s} compiled {res['compiled']} programs ({res['drawn']} drawn), "
-            f"disagreements {res['disagreements']}, refused by run-time checks "
-            f"{res['refused_at_run_time']}; compile {res['compile_seconds']} s, "
-            f"run {res['run_seconds']} s"
+            f"{mode:8s} drawn {res['drawn']}: compiled and ran {res['compiled']}, agreed "
+            f"{res['agreed']}, agreed by error {res['agreed_by_error']}, refused "
+            f"{res['refused']} ({res['not_compiled']} at compile, {res['refused_at_run_time']} "
+            f"at run time), disagreements {res['disagreements']}, unclear errors "
+            f"{res['unclear_errors']} ({res['seconds']} s)",
+            flush=True,
         )
+        for reason, count in list(res["not_compiled_reasons"].items())[:12]:
+            print(f"    refused {count:5d}  {reason}")
+        for reason, count in list(res["run_time_refusal_reasons"].items())[:5]:
+            print(f"    refused {count:5d}  run: {reason}")
+        for reason, count in res["failure_reasons"].items():
+            print(f"    FAILED  {count:5d}  {reason}")
+    totals = {
+        k: sum(r[k] for r in runs)
+        for k in ("drawn", "compiled", "agreed", "agreed_by_error", "refused")
+    }
     summary = {
-        "programs_per_mode": n_programs,
-        "compiled": sum(r["compiled"] for r in runs),
+        "programs_per_mode": n,
+        **totals,
         "disagreements": sum(r["disagreements"] for r in runs),
-        "seconds": round(time.perf_counter() - start, 1),
+        "unclear_errors": sum(r["unclear_errors"] for r in runs),
+        "seconds": round(time.perf_counter() - run.started, 1),
         "machine": f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}",
+        "environment": run.machine(),
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
     print(
-        f"total: {summary['compiled']} compiled, {summary['disagreements']} disagreements "
-        f"in {summary['seconds']} s -> {args.out}"
+        f"total: {summary['drawn']} drawn, {summary['compiled']} compiled and ran, "
+        f"{summary['refused']} refused, {summary['disagreements']} disagreements, "
+        f"{summary['unclear_errors']} unclear errors in {summary['seconds']} s"
     )
-    return 1 if summary["disagreements"] else 0
+    write_json(args.out, summary)
+    return 1 if summary["disagreements"] or summary["unclear_errors"] else 0
 
 
 if __name__ == "__main__":

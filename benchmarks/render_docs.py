@@ -312,28 +312,97 @@ def _ratio(a: dict, t: dict, key: str) -> float | None:
     return a[key] / t[key]
 
 
+def _tracr_correct(t: dict, numerical_tol: float) -> bool:
+    """Whether tracr's measurement counts as correct (numerical: within the run's tolerance).
+
+    >>> _tracr_correct({"error": 0.0}, 1e-4), _tracr_correct({"error": 3e-5}, 1e-4)
+    (True, True)
+    >>> _tracr_correct({"error": 0.5}, 1e-4), _tracr_correct({"skipped": "slow"}, 1e-4)
+    (False, False)
+    """
+    return "error" in t and t["error"] <= numerical_tol
+
+
+def _found(x: dict) -> dict:
+    """tracr at the smallest correct mlp_exactness, or {} when the search found none.
+
+    >>> _found({"mlp_exactness": 500, "error": 0.0}), _found({"none_correct_up_to": 100000})
+    ({'mlp_exactness': 500, 'error': 0.0}, {})
+    """
+    return x if "mlp_exactness" in x and "error" in x else {}
+
+
+def _exactness_text(x: dict) -> str:
+    """The search's outcome for one setting, for the table.
+
+    >>> _exactness_text({"mlp_exactness": 2000, "error": 0.0})
+    '2,000'
+    >>> _exactness_text({"none_correct_up_to": 100000, "why": "every rung is wrong"})
+    'none correct up to 100,000'
+    >>> _exactness_text({"none_correct_up_to": None, "why": "200 gives the same weights"})
+    'none: no effect'
+    >>> _exactness_text({"unfinished": "CPU limit", "tried": [[100, 1.0, 0.1], [500, 1.0, 0.1]]})
+    'unfinished (wrong up to 500)'
+    """
+    if _found(x):
+        return fmt(x["mlp_exactness"])
+    if "unfinished" in x:
+        tried = x.get("tried") or []
+        return f"unfinished (wrong up to {fmt(tried[-1][0])})" if tried else "unfinished"
+    if "none_correct_up_to" in x:
+        up_to = x["none_correct_up_to"]
+        return "none: no effect" if up_to is None else f"none correct up to {fmt(up_to)}"
+    return "-"
+
+
+def _pair(a, t, x) -> str:
+    return " / ".join(fmt(v) for v in (a, t, x))
+
+
 def compare_tracr(data: dict) -> str:
     rows = data["rows"]
-    both = [r for r in rows if "error" in r["tracr"] and "failed" not in r["attnsim"]]
+    tol = data.get("numerical_tolerance", 0.0)
+    default_ex = data.get("default_exactness", 100)
+    ladder = data.get("exactness_ladder") or []
+    ok = [r for r in rows if "failed" not in r["attnsim"]]
+    both = [r for r in ok if "error" in r["tracr"]]
+    wrong = [r for r in both if not _tracr_correct(r["tracr"], tol)]
+    fixed = [r for r in wrong if _found(r.get("tracr_exact", {}))]
+    fair = [r for r in both if _found(r.get("tracr_exact", {}))]
+    never = [r for r in wrong if "none_correct_up_to" in r.get("tracr_exact", {})]
     programs = list(dict.fromkeys(r["program"] for r in rows))
     lengths = sorted({r["max_seq_len"] for r in rows if r["setting"] == "sweep"})
+    long_lengths = data.get("long_lengths") or []
     out = ["## attnsim vs tracr on tracr's library programs", ""]
     if not data.get("tracr"):
         out += ["tracr was not installed for this run: attnsim's numbers only.", ""]
     limit = data.get("cpu_limit_s")
     limit_note = f" with {fmt(limit)} CPU seconds to use" if limit else ""
+    long_programs = data.get("long_programs") or []
+    long_note = ""
+    if long_lengths and set(long_programs) != set(programs):
+        long_note = (
+            f" (max_seq_len {', '.join(map(str, long_lengths))} for "
+            f"{', '.join(p for p in programs if p in long_programs)} only; `--full` for all)"
+        )
+    load, load_end = data.get("load_average_at_start"), data.get("load_average_at_end")
+    load_note = f", load average {load[0]:.1f} at the start" if load else ""
+    load_note += f" and {load_end[0]:.1f} at the end" if load and load_end else ""
     out.append(
         f"{len(programs)} programs of `tracr.compiler.lib`, each at its conformance setting and "
-        f"at max_seq_len {', '.join(map(str, lengths))}: {len(rows)} settings, "
+        f"at max_seq_len {', '.join(map(str, lengths))}{long_note}: {len(rows)} settings, "
         f"{len(both)} of them measured with both compilers in the same run "
-        f"({fmt(data.get('seconds'))} s in all; attnsim compiles every program in one worker "
-        f"process, tracr each program in a fresh one{limit_note}; "
-        f"{data.get('jobs', 1)} workers at a time, one CPU thread each). Ratios are attnsim / "
-        "tracr. Error: wrong-position fraction (categorical) or max absolute error (numerical) "
-        f"against the interpreter on {data.get('batch')} random full-length inputs; throughput: "
-        f"sequences per second at batch {data.get('batch')}."
+        f"({fmt(data.get('seconds'))} s in all on {data.get('cpus')} CPUs{load_note}; attnsim "
+        f"compiles every program in one worker process, tracr each program in a fresh "
+        f"one{limit_note}; {data.get('jobs', 1)} workers at a time, one CPU thread each). "
+        "Ratios are attnsim / tracr. Error: wrong-position fraction (categorical) or max "
+        f"absolute error (numerical) against the interpreter on {data.get('batch')} random "
+        f"full-length inputs; throughput: sequences per second at batch {data.get('batch')} "
+        "(the fastest of the timed calls)."
     )
-    out += ["", "Medians of the ratios over the programs measured with both:", ""]
+    if data.get("tracr") and ladder:
+        out += ["", _compare_tracr_finding(data, both, wrong, fixed, fair, never, default_ex)]
+    out += ["", "Per length, over the settings measured with both compilers:", ""]
     groups = [("conformance", [r for r in both if r["setting"] == "conformance"])]
     groups += [(f"max_seq_len {n}", [r for r in both if r["max_seq_len"] == n]) for n in lengths]
     summary = []
@@ -341,20 +410,23 @@ def compare_tracr(data: dict) -> str:
         if not sel:
             continue
 
-        def med(key: str, sel: list[dict] = sel) -> float | None:
-            vals = [_ratio(r["attnsim"], r["tracr"], key) for r in sel]
+        def med(key: str, which: str, sel: list[dict] = sel) -> float | None:
+            vals = [_ratio(r["attnsim"], _side(r, which), key) for r in sel]
             return _median([v for v in vals if v is not None])
 
+        exact = [_found(r.get("tracr_exact", {})).get("mlp_exactness") for r in sel]
         summary.append(
             [
                 label,
                 len(sel),
-                med("compile_warm_s"),
-                med("d_model"),
-                med("parameters"),
-                med("throughput_seq_s"),
-                max(r["attnsim"]["error"] for r in sel),
-                max(r["tracr"]["error"] for r in sel),
+                sum(r["attnsim"]["error"] <= tol for r in sel),
+                sum(_tracr_correct(r["tracr"], tol) for r in sel),
+                sum(e is not None for e in exact),
+                max((e for e in exact if e is not None), default=None),
+                f"{fmt(med('compile_warm_s', 'default'))} / {fmt(med('compile_warm_s', 'fair'))}",
+                f"{fmt(med('parameters', 'default'))} / {fmt(med('parameters', 'fair'))}",
+                f"{fmt(med('throughput_seq_s', 'default'))} / "
+                f"{fmt(med('throughput_seq_s', 'fair'))}",
             ]
         )
     out.append(
@@ -362,42 +434,68 @@ def compare_tracr(data: dict) -> str:
             [
                 "setting",
                 "programs",
-                "compile (warm)",
-                "d_model",
-                "parameters",
-                "throughput",
-                "worst error attnsim",
-                "worst error tracr",
+                "attnsim correct",
+                f"tracr correct at {default_ex}",
+                "tracr correct at some exactness",
+                "largest exactness needed",
+                "compile ratio (default / fair)",
+                "parameter ratio (default / fair)",
+                "throughput ratio (default / fair)",
             ],
             summary,
         )
     )
-    missing = [r for r in rows if r not in both]
+    out += [
+        "",
+        "Medians of the ratios; 'default' is tracr at mlp_exactness "
+        f"{default_ex}, 'fair' tracr at the smallest correct one (settings where one was found).",
+    ]
+    missing = [r for r in rows if r not in both or "unfinished" in r.get("tracr_exact", {})]
     if missing:
-        out += ["", "Settings without both measurements:", ""]
+        out += ["", "Not measured or not finished:", ""]
         for r in missing:
-            a, t = r["attnsim"], r["tracr"]
-            why = a.get("failed") or t.get("skipped") or t.get("failed")
+            a, t, x = r["attnsim"], r["tracr"], r.get("tracr_exact", {})
+            if "unfinished" in x and "error" in t:
+                why = f"search for a correct mlp_exactness: {x['unfinished']}"
+                tried = ", ".join(f"{fmt(e)}: {fmt(err)}" for e, err, _ in x.get("tried", []))
+                why += f" (error per exactness tried: {tried})" if tried else ""
+            else:
+                why = "; ".join(
+                    f"{who}: {text}"
+                    for who, text in (
+                        ("attnsim", a.get("failed")),
+                        ("tracr", t.get("skipped") or t.get("failed")),
+                    )
+                    if text
+                )
             out.append(f"- {r['program']} at max_seq_len {r['max_seq_len']}: {why}")
-    out += ["", "Every setting:", ""]
+    out += [
+        "",
+        f"Every setting. Three values: attnsim / tracr at mlp_exactness {default_ex} / tracr at "
+        "the smallest correct mlp_exactness ('exactness'); two ratios: against tracr at the "
+        "default / at that exactness.",
+        "",
+    ]
     table_rows = []
-    for r in rows:
+    for r in ok:
         a, t = r["attnsim"], r["tracr"] if "error" in r["tracr"] else {}
-        if "failed" in a:
-            continue
+        x = r.get("tracr_exact", {})
+        f = _found(x)
         table_rows.append(
             [
                 r["program"],
                 r["max_seq_len"],
-                f"{fmt(a['compile_cold_s'])} / {fmt(t.get('compile_cold_s'))}",
-                f"{fmt(a['compile_warm_s'])} / {fmt(t.get('compile_warm_s'))}",
-                f"{fmt(a['d_model'])} / {fmt(t.get('d_model'))}",
-                f"{fmt(a['layers'])} / {fmt(t.get('layers'))}",
-                f"{fmt(a['parameters'])} / {fmt(t.get('parameters'))}",
-                _ratio(a, t, "parameters"),
-                _ratio(a, t, "throughput_seq_s"),
                 a["error"],
-                t.get("error"),
+                t.get("error") if t else r["tracr"].get("skipped") or r["tracr"].get("failed"),
+                _exactness_text(x),
+                f.get("error"),
+                _pair(a["compile_warm_s"], t.get("compile_warm_s"), f.get("compile_warm_s")),
+                _pair(a["d_model"], t.get("d_model"), f.get("d_model")),
+                _pair(a["parameters"], t.get("parameters"), f.get("parameters")),
+                _pair(a["throughput_seq_s"], t.get("throughput_seq_s"), f.get("throughput_seq_s")),
+                " / ".join(fmt(_ratio(a, s, "compile_warm_s")) for s in (t, f)),
+                " / ".join(fmt(_ratio(a, s, "parameters")) for s in (t, f)),
+                " / ".join(fmt(_ratio(a, s, "throughput_seq_s")) for s in (t, f)),
             ]
         )
     out.append(
@@ -405,20 +503,150 @@ def compare_tracr(data: dict) -> str:
             [
                 "program",
                 "max_seq_len",
-                "compile cold s (a / t)",
-                "compile warm s (a / t)",
-                "d_model (a / t)",
-                "layers (a / t)",
-                "parameters (a / t)",
+                "error attnsim",
+                f"error tracr ({default_ex})",
+                "exactness",
+                "error tracr there",
+                "compile warm s",
+                "d_model",
+                "parameters",
+                "throughput seq/s",
+                "compile ratio",
                 "parameter ratio",
                 "throughput ratio",
-                "error attnsim",
-                "error tracr",
             ],
             table_rows,
         )
     )
+    pairs = [(r["tracr"], _found(r.get("tracr_exact", {}))) for r in both]
+    pairs = [(t, f) for t, f in pairs if f and f["mlp_exactness"] != t.get("mlp_exactness")]
+    if pairs and all(
+        (t["parameters"], t["d_model"]) == (f["parameters"], f["d_model"]) for t, f in pairs
+    ):
+        out += [
+            "",
+            "Where tracr's two settings differ, their models have the same d_model and parameters; "
+            "the differences between their throughputs are the noise of a shared machine.",
+        ]
     return "\n".join(out)
+
+
+def _side(r: dict, which: str) -> dict:
+    """tracr's measurement of a row: at the default exactness, or at the smallest correct."""
+    if which == "default":
+        return r["tracr"] if "error" in r["tracr"] else {}
+    return _found(r.get("tracr_exact", {}))
+
+
+def _median_of(xs) -> float | None:
+    """The median of the values in ``xs`` that are not None.
+
+    >>> _median_of([None, 2.0, 4.0, None]), _median_of([None])
+    (3.0, None)
+    """
+    return _median([x for x in xs if x is not None])
+
+
+def _compare_tracr_finding(data, both, wrong, fixed, fair, never, default_ex) -> str:
+    """The paragraph on tracr's mlp_exactness: wrong at the default, fixed by raising it."""
+    tol = data.get("numerical_tolerance", 0.0)
+    ladder = data["exactness_ladder"]
+    parts = []
+    if not wrong:
+        parts.append(
+            f"tracr at its default mlp_exactness ({default_ex}) was correct on every one of the "
+            f"{len(both)} settings measured."
+        )
+    else:
+        short = min(r["max_seq_len"] for r in wrong)
+        longest = max(r["max_seq_len"] for r in both)
+        at_longest = [r for r in both if r["max_seq_len"] == longest]
+        wrong_longest = [r for r in at_longest if r in wrong]
+        wrong_programs = list(dict.fromkeys(r["program"] for r in wrong))
+        worst = max(wrong, key=lambda r: (r["tracr"]["error"], r["max_seq_len"]))
+        parts.append(
+            f"**tracr at its default mlp_exactness ({default_ex}) is wrong at long lengths.** "
+            f"It gives wrong outputs on {len(wrong)} of the {len(both)} settings measured with "
+            f"both compilers, from max_seq_len {short} on, in {len(wrong_programs)} programs "
+            f"({', '.join(wrong_programs)}), and on {len(wrong_longest)} of the "
+            f"{len(at_longest)} programs measured at max_seq_len {longest}; the worst is "
+            f"{worst['program']} at max_seq_len {worst['max_seq_len']}, error "
+            f"{fmt(worst['tracr']['error'])} (correct means no wrong position, or for numerical "
+            f"outputs a largest error of at most {fmt(tol)})."
+        )
+    if fixed:
+        same = [
+            r
+            for r in fixed
+            if _found(r["tracr_exact"]).get("parameters") == r["tracr"].get("parameters")
+            and _found(r["tracr_exact"]).get("d_model") == r["tracr"].get("d_model")
+        ]
+        steps = []
+        for name in dict.fromkeys(r["program"] for r in fixed):
+            sel = sorted((r for r in fixed if r["program"] == name), key=lambda r: r["max_seq_len"])
+            at = ", ".join(
+                f"{fmt(r['tracr_exact']['mlp_exactness'])} at {r['max_seq_len']}" for r in sel
+            )
+            steps.append(f"{name}: {at}")
+        compile_cost = _median_of(
+            _ratio(_found(r["tracr_exact"]), r["tracr"], "compile_warm_s") for r in fixed
+        )
+        speed = _median_of(
+            _ratio(_found(r["tracr_exact"]), r["tracr"], "throughput_seq_s") for r in fixed
+        )
+        parts.append(
+            "Raising mlp_exactness, as tracr's maintainers advise (google-deepmind/tracr#7), "
+            f"fixes {len(fixed)} of them. The smallest correct value on the ladder "
+            f"{', '.join(fmt(x) for x in ladder)} grows with max_seq_len ({'; '.join(steps)}). "
+            f"The cost: {len(same)} of these {len(fixed)} models keep tracr's default d_model "
+            "and parameter count (the setting scales MLP weights, it adds none), and against "
+            f"the default setting the median warm compile time is {fmt(compile_cost)} times and "
+            f"the median throughput {fmt(speed)} times as much (every rung of the search is a "
+            "full compile, so finding the setting costs a compile per rung tried)."
+        )
+    if never:
+        no_effect = [r for r in never if r["tracr_exact"].get("none_correct_up_to") is None]
+        rest = [r for r in never if r not in no_effect]
+        text = []
+        if no_effect:
+            text.append(
+                ", ".join(f"{r['program']} at {r['max_seq_len']}" for r in no_effect)
+                + f" (mlp_exactness {fmt(ladder[1])} gives the same weights as {default_ex}: the "
+                "error is not the MLPs')"
+            )
+        if rest:
+            text.append(
+                ", ".join(f"{r['program']} at {r['max_seq_len']}" for r in rest)
+                + f" (wrong at every rung up to {fmt(ladder[-1])})"
+            )
+        parts.append(
+            f"No mlp_exactness on the ladder makes {len(never)} settings correct: "
+            + "; ".join(text)
+            + "."
+        )
+    unfinished = [r for r in wrong if "unfinished" in r.get("tracr_exact", {})]
+    if unfinished:
+        parts.append(
+            f"For {len(unfinished)} more the search did not finish (tracr's CPU limit): "
+            + ", ".join(f"{r['program']} at {r['max_seq_len']}" for r in unfinished)
+            + "."
+        )
+    if fair:
+        a_ok = sum(r["attnsim"]["error"] <= tol for r in fair)
+
+        def med(key: str) -> str:
+            return fmt(
+                _median_of(_ratio(r["attnsim"], _found(r["tracr_exact"]), key) for r in fair)
+            )
+
+        parts.append(
+            f"Compared fairly, with tracr at the smallest correct mlp_exactness ({len(fair)} "
+            f"settings: tracr correct at its default or at a larger value), attnsim is correct "
+            f"on {a_ok} of them and its median ratios (attnsim / tracr) are: warm compile time "
+            f"{med('compile_warm_s')}, d_model {med('d_model')}, parameters "
+            f"{med('parameters')}, throughput {med('throughput_seq_s')}."
+        )
+    return " ".join(parts)
 
 
 def compiler_fuzz(data: dict) -> str:
@@ -484,6 +712,28 @@ def interpreter(data: dict) -> str:
             ["program", "length", "batch", "seconds", "sequences/s"],
             [
                 [r["program"], r["length"], r["batch"], r["seconds"], r["sequences_per_second"]]
+                for r in data["results"]
+            ],
+        )
+    )
+    out += ["", machine_line(data.get("machine", {}))]
+    return "\n".join(out)
+
+
+def startup(data: dict) -> str:
+    out = [
+        "## Start-up of the command line",
+        "",
+        "Each command runs as a fresh process; the median of "
+        f"{data.get('repeats', '?')} runs, against bare Python importing numpy in the same run "
+        "(goal: `attnsim --help` within 3x). `imports torch` is read from `-X importtime`.",
+        "",
+    ]
+    out.append(
+        table(
+            ["command", "median s", "ratio to baseline", "imports torch"],
+            [
+                [r["command"], r["median_s"], r["ratio_to_baseline"], r["imports_torch"]]
                 for r in data["results"]
             ],
         )
@@ -571,6 +821,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "compiler_fuzz": compiler_fuzz,
     "interpreter": interpreter,
     "rasp_text": rasp_text,
+    "startup": startup,
 }
 ORDER = (
     "simulator_cost",

@@ -15,6 +15,11 @@ Then full encoder layers (torch.nn.TransformerEncoderLayer's computation, feed-f
 to 16), native and with ReLU maps (logit bound 50, value bound 20, tolerance 1e-6; the goal for
 these is 1,000 times the per-map tolerance, as there is no composite certificate).
 
+Then shifted rows: every row of scores of a target moved by its own amount, anywhere within
+U's score bound (1e4 in float64; in float32 the build's limit, 511 for (8, 8, 4)): float64
+hard (goal 1e-9), float32 hard (goal 1e-3: a score of size 500 carries a rounding of about
+3e-5 into its exponential) and float64 ReLU maps (the certified bound).
+
 Targets per sweep are in ``SWEEPS``: the ``--full`` counts (1,000 for the float64 attention
 sweeps and the native encoder) or the default counts (which fit ``make bench``); ``--quick``
 runs a tenth of the default.
@@ -44,7 +49,7 @@ from _common import Run, write_json
 
 from attnsim.simulator import universal
 from attnsim.simulator.reference import reference, scores
-from attnsim.simulator.verify import random_target, relative_error
+from attnsim.simulator.verify import random_shifted_target, random_target, relative_error
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_accuracy.json"
 BUILD = (8, 8, 4)
@@ -64,7 +69,13 @@ SWEEPS = (
     ("float64 relu 1e-4", "attention", "hard", torch.float64, 1e-4, 1000, 40, 1.0),
     ("encoder float64", "encoder", "hard", torch.float64, None, 1000, 20, 1e-9),
     ("encoder float64 relu 1e-6", "encoder", "hard", torch.float64, 1e-6, 300, 10, 1e-3),
+    ("float64 hard shifted", "attention", "hard", torch.float64, None, 1000, 60, 1e-9),
+    ("float32 hard shifted", "attention", "hard", torch.float32, None, 300, 30, 1e-3),
+    ("float64 relu 1e-6 shifted", "attention", "hard", torch.float64, 1e-6, 300, 20, 1.0),
 )
+# sweeps whose every row of scores is shifted by its own amount, anywhere within U's score
+# bound (``verify.random_shifted_target``): U subtracts each row's maximum before exp
+SHIFTED = {name for name, *_ in SWEEPS if name.endswith(" shifted")}
 
 
 def sweep(
@@ -91,7 +102,10 @@ def sweep(
     ratios: list[float] = []
     certified: list[float] = []
     rng = np.random.default_rng(seed)
-    cases = [random_target(rng, *BUILD, MAX_LOGIT, ff) for _ in range(count)]
+    if name in SHIFTED:
+        cases = [random_shifted_target(rng, *BUILD, U.score_bound) for _ in range(count)]
+    else:
+        cases = [random_target(rng, *BUILD, MAX_LOGIT, ff) for _ in range(count)]
     errors: list[float] = []
     kinds: list[tuple[int, int, int, bool]] = []
     start = time.perf_counter()
@@ -168,6 +182,8 @@ def sweep(
         "d_mlp": U.model.config.d_mlp,
         "targets": count,
         "max_logit": MAX_LOGIT,
+        "score_bound": U.score_bound,
+        "rows_shifted_within": U.score_bound if name in SHIFTED else None,
         "max_error": _max(errors),
         "median_error": statistics.median(errors),
         "p99_error": float(np.quantile([e for e in errors if math.isfinite(e)] or [0.0], 0.99)),

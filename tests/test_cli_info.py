@@ -64,20 +64,34 @@ def test_info_user_errors(capsys, argv, message):
     assert re.search(message, err), err
 
 
+def _rows(text: str, sep: str) -> dict[str, list[str]]:
+    return {
+        cells[0]: cells
+        for line in text.splitlines()
+        if line.count(sep) > 2 and (cells := [c.strip() for c in line.split(sep)[1:-1]])[0]
+    }
+
+
 def test_demo_lists_every_program(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["demo", "--library"]) == 0
-    out = capsys.readouterr().out
-    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    rows = _rows(capsys.readouterr().out, "|")  # not a terminal: a Markdown table
     assert set(rows) >= set(library.PROGRAMS)
-    cells = [c.strip() for c in rows["sort_by_most_freq"].split("│")[1:-1]]
-    assert cells == ["sort_by_most_freq", "3", "2/1/1", "3", "a b b c c c", "c b a § § §"]
-    cells = [c.strip() for c in rows["make_dyck1_ptf"].split("│")[1:-1]]
+    assert rows["sort_by_most_freq"] == [
+        "sort_by_most_freq",
+        "3",
+        "2/1/1",
+        "3",
+        "a b b c c c",
+        "c b a § § §",
+    ]
+    cells = rows["make_dyck1_ptf"]
     assert cells[1:3] == ["2", "1/1"] and cells[5] == "P P P T P T F F"
 
 
 def test_library_demo_prints_brackets_verbatim():
-    console = rich.console.Console(width=200, record=True, color_system=None)
+    console = rich.console.Console(width=200, record=True, color_system=None, force_terminal=True)
     assert demo.library_demo(console) == 0
     text = console.export_text()
+    assert "┃ program " in text  # a terminal wide enough: a rich table
     assert "( [ { ) ] }" in text  # not swallowed as rich markup

@@ -500,3 +500,94 @@ def test_float32_within_1e_5(case):
                     assert abs(g - e) <= 1e-5 * max(1.0, abs(e)), (g, e)
                 else:
                     assert g == e
+
+
+# -- SelectMax: a head whose score is G * base + score -----------------------------------------
+
+
+def _row_max_program(bound: float = 100.0):
+    x = rasp.numerical(rasp.tokens, value_range=(-bound, bound))
+    row = rasp.indices // 3
+    sel = rasp.expr.SelectMax(rasp.Select(row, row, rasp.Comparison.EQ), x)
+    return x, sel, rasp.numerical(rasp.Aggregate(sel, x, default=0))
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_select_max_row_maximum_matches_the_interpreter(attention, causal):
+    """Integer scores (ties included) are apart by at least 1 > the hard tolerance: exact."""
+    _, sel, program = _row_max_program()
+    model = compile_program(program, vocab=None, max_seq_len=6, causal=causal, attention=attention)
+    rng = random.Random(0)
+    for _ in range(20):
+        n = rng.randint(1, 6)
+        xs = [float(rng.randint(-100, 100)) for _ in range(n)]
+        xs[rng.randrange(n)] = 100.0 if rng.random() < 0.3 else xs[0]
+        want = rasp.evaluate(program, xs, causal=causal)
+        got = model.run(xs)
+        assert max(abs(g - w) for g, w in zip(got, want)) <= 1e-9
+    # a categorical aggregate over the argmax: the position of the largest key of each row
+    argmax = rasp.Aggregate(sel, rasp.indices)
+    model = compile_program(argmax, vocab=None, max_seq_len=6, attention=attention)
+    xs = [3.0, -7.0, 1.0, -2.0, -9.0, -5.0]
+    assert model.run(xs) == rasp.evaluate(argmax, xs) == [0, 0, 0, 3, 3, 3]
+
+
+def test_select_max_is_within_the_tolerance_for_close_scores():
+    """Scores closer than the hard tolerance (0.25) are averaged: the aggregate is within
+    the tolerance below the maximum, as the report says (bounded)."""
+    _, _, program = _row_max_program()
+    model = compile_program(program, vocab=None, max_seq_len=3)
+    xs = [5.0, 5.1, -3.0]
+    got, want = model.run(xs), rasp.evaluate(program, xs)
+    assert all(w - 0.25 <= g <= w for g, w in zip(got, want)) and got != want
+    levels = {r["label"]: r["level"] for r in model.report().realisations}
+    assert "bounded" in levels.values()
+
+
+def test_select_max_checks_its_declared_score_range_at_run_time():
+    _, _, program = _row_max_program(bound=10.0)
+    model = compile_program(program, vocab=None, max_seq_len=3)
+    assert model.run([1.0, -10.0, 10.0]) == [10.0, 10.0, 10.0]
+    with pytest.raises(ValueError, match=r"= 11\.0 at position 1 .* declared range \[-10, 10\]"):
+        model.run([1.0, 11.0, 2.0])
+
+
+def test_select_max_needs_a_declared_score_bound_and_a_mean_aggregate():
+    x = rasp.numerical(rasp.tokens)
+    everything = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.TRUE)
+    no_range = rasp.numerical(rasp.Aggregate(rasp.expr.SelectMax(everything, x), x))
+    with pytest.raises(
+        NotImplementedError,
+        match=r"SelectMax needs a declared bound on its "
+        r"score .*rasp.numerical\(score, value_range=\(lo, hi\)\)",
+    ):
+        compile_program(no_range, vocab=None, max_seq_len=3)
+    xr = rasp.numerical(rasp.tokens, value_range=(-1, 1))
+    sel = rasp.expr.SelectMax(everything, xr)
+    for bad, msg in [
+        (rasp.numerical(rasp.Aggregate(sel & everything, xr)), "inside a conjunction"),
+        (rasp.numerical(rasp.Aggregate(sel | everything, xr)), "inside Or/Not"),
+        (rasp.SelectorWidth(sel), "width .* of a SelectMax"),
+        (rasp.SumAggregate(sel, xr), "width .* of a SelectMax"),
+        (rasp.numerical(rasp.Aggregate(rasp.expr.SelectMax(sel, xr), xr)), "another SelectMax"),
+    ]:
+        with pytest.raises(NotImplementedError, match=msg):
+            compile_program(bad, vocab=None, max_seq_len=3)
+
+
+def test_eq_against_a_constant_reads_one_side_only():
+    """Select(x, Full(c), EQ) scores 1 - (c - x)^2 with no query-side directions."""
+    x = rasp.numerical(
+        rasp.Aggregate(
+            rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.EQ), rasp.numerical(rasp.tokens)
+        )
+    )
+    sel = rasp.Select(x, rasp.Full(2), rasp.Comparison.EQ)
+    program = rasp.numerical(rasp.Aggregate(sel, rasp.numerical(rasp.indices), default=0))
+    model = compile_program(program, vocab=None, max_seq_len=5)
+    for xs in ([1, 2, 3, 2, 0], [0, 1, 1, 0, 5], [2, 2, 2, 2, 2]):
+        assert model.run(xs) == pytest.approx(rasp.evaluate(program, xs), abs=1e-12)
+    # integer check on the (unknown) x values still applies
+    with pytest.raises(ValueError, match="is not an integer"):
+        model.run([1.5, 2, 3, 2, 0])

@@ -354,3 +354,78 @@ def test_random_programs_match_python(program, rows, causal):
             assert out == want
     # a numpy batch gives the same answers
     assert rasp.evaluate_batch(program, np.array(rows), causal=causal) == got
+
+
+# -- SelectMax ---------------------------------------------------------------------------------
+
+
+def _select_max_oracle(base: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """``[query, key]``: base[q, k] and score[k] == max of score over base[q, :]."""
+    out = np.zeros_like(base)
+    for q in range(base.shape[0]):
+        keys = np.flatnonzero(base[q])
+        if len(keys):
+            top = max(score[k] for k in keys)
+            out[q, keys] = score[keys] == top
+    return out
+
+
+def _base_matrix(xs: list, pred) -> np.ndarray:
+    n = len(xs)
+    return np.array([[bool(pred(k, q)) for k in range(n)] for q in range(n)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-3, 3), min_size=1, max_size=7),
+    st.sampled_from(["prefix", "everything", "nothing", "previous", "same-parity"]),
+    st.booleans(),
+)
+def test_select_max_against_a_numpy_oracle(xs, base_name, causal):
+    """Ties (small integer scores), empty base selections and causal masking."""
+    preds = {
+        "prefix": (C.LEQ, lambda k, q: k <= q),
+        "everything": (C.TRUE, lambda k, q: True),
+        "nothing": (C.FALSE, lambda k, q: False),
+        "previous": (lambda k, q: k == q - 1, lambda k, q: k == q - 1),
+        "same-parity": (lambda k, q: k % 2 == q % 2, lambda k, q: k % 2 == q % 2),
+    }
+    rasp_pred, py_pred = preds[base_name]
+    base = rasp.Select(idx, idx, rasp_pred)
+    sel = rasp.expr.SelectMax(base, num)
+    got = np.array(rasp.evaluate(sel, xs, causal=causal), dtype=bool)
+    pred = py_pred if not causal else (lambda k, q: py_pred(k, q) and k <= q)
+    want = _select_max_oracle(_base_matrix(xs, pred), np.asarray(xs, dtype=float))
+    assert (got == want).all()
+    # aggregating the score itself gives the row maximum exactly (0 where nothing is chosen)
+    row_max = rasp.numerical(rasp.Aggregate(sel, num))
+    means = rasp.evaluate(row_max, xs, causal=causal)
+    for q, m in enumerate(means):
+        keys = np.flatnonzero(want[q])
+        assert m == (float(xs[keys[0]]) if len(keys) else 0.0)
+
+
+def test_select_max_with_a_categorical_numeric_score_and_a_batch():
+    # indices as the score: the last key the base selects
+    last = rasp.expr.SelectMax(rasp.Select(idx, idx, C.LEQ), idx)
+    assert rasp.evaluate(rasp.Aggregate(last, tok), [["a", "b", "c"], ["x", "y", "z"]]) == [
+        ["a", "b", "c"],
+        ["x", "y", "z"],
+    ]
+
+
+def test_select_max_refuses_scores_that_are_not_numbers():
+    sel = rasp.expr.SelectMax(everything, tok)
+    with pytest.raises(
+        rasp.RASPEvaluationError, match=r"score of SelectMax .* holds the value 'a'"
+    ):
+        rasp.evaluate(rasp.Aggregate(sel, tok), ["a", "b"])
+    with pytest.raises(rasp.RASPEvaluationError, match=r"key position 1 is NaN"):
+        rasp.evaluate(
+            rasp.numerical(rasp.Aggregate(rasp.expr.SelectMax(everything, num), num)),
+            [1.0, math.nan],
+        )
+    with pytest.raises(TypeError, match=r"SelectMax \(base\) expects a RASP Selector"):
+        rasp.expr.SelectMax(num, num)
+    with pytest.raises(TypeError, match=r"SelectMax \(score\) expects a RASP SOp"):
+        rasp.expr.SelectMax(everything, everything)

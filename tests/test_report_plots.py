@@ -204,7 +204,7 @@ def test_write_report_links_every_image(tmp_path):
     for link in links:
         _png(path.parent / link)
     assert "Input `['a', 'b', 'b', 'c', 'a', 'b']` gives `[2, 3, 3, 1, 2, 3]`" in text
-    assert "| (2, 2, 1) | 6 | 4 |" in text
+    assert "| (2, 2, 1) | 6 | 5 |" in text
     assert "## Bounded maps" in text
     rows = [line for line in text.splitlines() if line.startswith("| exp |")]
     assert len(rows) == 5  # measured error <= certified bound in every row

@@ -59,6 +59,26 @@ def test_smaller_targets_and_interpreter_agree():
     assert relative_error(U.interpret(target, X), want) <= 1e-9
 
 
+def test_layer_norm_variance_in_two_passes():
+    """Rows with a large mean and a small spread (mean(x^2) - mean^2 would cancel almost
+    every digit) and width-1 rows (variance exactly 0, so any rounding left in x - mean is
+    magnified by 1/sqrt(eps)): the encoder U stays within 1e-13 of torch."""
+    U = encoder_U()
+    rng = np.random.default_rng(5)
+    for k, norm_first in enumerate((True, False, True, False)):
+        d = 4 if k < 2 else 1
+        target = spec.random_encoder_layer(
+            1 if d == 1 else 2, d, 6, seed=k, norm_first=norm_first, activation="gelu"
+        )
+        X = torch.tensor(1e3 + 1e-2 * rng.standard_normal((3, d)))
+        if not norm_first:  # keep the attention scores of the raw rows small
+            X = X - 1e3
+        want = reference(target, X)
+        assert relative_error(U.simulate(target, X), want) <= 1e-13, (d, norm_first)
+    worst = verify(U, targets=40, seed=11, progress=False).max_error
+    assert worst <= 1e-13
+
+
 def test_float32_encoder():
     U = encoder_U(dtype=torch.float32)
     result = verify(U, targets=4, seed=5, progress=False, max_logit=10.0)
@@ -107,6 +127,8 @@ def test_cli_simulates_saved_modules(tmp_path, capsys):
         "4",
         "--max-heads",
         "2",
+        "--activation",
+        "relu",
         "--json",
     ]
     assert main(argv) == 0

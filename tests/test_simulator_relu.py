@@ -6,6 +6,7 @@ The oracle is plain-torch attention (``simulator.reference``); the bound under t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -31,13 +32,15 @@ def test_relu_u_has_only_relu_and_bilinear_units_and_the_same_depth():
     cfg = U.model.model.cfg
     assert cfg.d_native == {}  # no exp or reciprocal units
     r = U.report()
-    assert (r.layers, r.attention_layers) == (6, 4)  # as the native U
+    assert (r.layers, r.attention_layers) == (6, 5)  # as the native U
     assert U.maps == "relu" and U.logit_bound == LOGITS
     assert set(U.map_bounds) == {"e", "inv_Z"}
     assert all(0 < b <= TOL for b in U.map_bounds.values())
-    # only the exp and 1/Z layers are wide; the other layers keep their own (small) widths
-    widths = [b.mlp.W_in.shape[1] for b in U.model.model.blocks]
-    assert sorted(widths)[-2] > 1000 and sorted(widths)[0] == 0
+    # only the exp and 1/Z layers are wide; the other layers keep their own (small) widths.
+    # 1/Z covers [1/2, 2 e max_n] only (the row sums of a shifted softmax), so it is far
+    # narrower than exp
+    widths = sorted(b.mlp.W_in.shape[1] for b in U.model.model.blocks)
+    assert widths[-1] > 2000 and 100 < widths[-2] < widths[-1] / 4 and widths[0] == 0
 
 
 @pytest.mark.parametrize("sizes", [(2, 2, 1), (3, 4, 2)])
@@ -74,21 +77,37 @@ def test_bound_composition_matches_the_per_map_bounds():
     assert float(native.error_bound(target, X).max()) < 1e-10  # rounding only
 
 
-def test_scores_beyond_the_logit_bound_are_refused():
+def test_rows_far_beyond_the_logit_bound_stay_within_the_certificate():
+    """U shifts each row by its maximum: scores of size 20 (or 5,000) with logit_bound 12
+    are fine, and a key far below its row's maximum is within e^-24 absolutely."""
     U = relu_u(2, 2, 1)
     X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
-    target = spec.MergedAttention(A=torch.eye(2)[None] * 20.0, W_OV=torch.eye(2)[None])
-    with pytest.raises(ValueError, match=r"reach \|20\|, beyond the logit bound 12"):
-        U.simulate(target, X)
-    # causal: a masked (future) score may be large; only the scores a query sees count
+    for scale in (20.0, 5000.0, -5000.0):
+        target = spec.MergedAttention(A=torch.eye(2)[None] * scale, W_OV=torch.eye(2)[None])
+        got, want = U.simulate(target, X), reference(target, X)
+        assert bool(((got - want).abs() <= U.error_bound(target, X)).all())
+        assert verify.relative_error(got, want) <= 10 * TOL
+    # causal: a masked (future) score may be large
     A = torch.tensor([[[0.0, 30.0], [0.0, 0.0]]], dtype=torch.float64)
     causal = spec.MergedAttention(A=A, W_OV=torch.eye(2)[None], causal=True)
     got, want = U.simulate(causal, X), reference(causal, X)
     assert float((got - want).abs().max()) <= float(U.error_bound(causal, X).max())
 
 
+def test_scores_beyond_the_score_bound_are_refused_by_the_run_time_check():
+    U = relu_u(2, 2, 1)
+    X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    target = spec.MergedAttention(A=torch.eye(2)[None] * 2e4, W_OV=torch.eye(2)[None])
+    with pytest.raises(
+        ValueError,
+        match=r"score of query row 0 and key row 0 in head 0 is 20000, beyond \+-10000, the "
+        r"score bound this U was built for .*build U with a larger score_bound",
+    ):
+        U.simulate(target, X)
+
+
 def test_masked_keys_contribute_exactly_zero():
-    """Padding keys sit 10^4 below the range, where the ReLU exp is exactly 0: a target
+    """Padding keys sit 2,000 below the range, where the ReLU exp is exactly 0: a target
     whose rows see one key gives that key's value up to the 1/Z and exp bounds only."""
     U = relu_u(3, 2, 1)
     X = torch.tensor([[0.3, -0.7]], dtype=torch.float64)  # n = 1: two padding keys
@@ -100,8 +119,12 @@ def test_masked_keys_contribute_exactly_zero():
 def test_build_arguments_are_checked():
     with pytest.raises(ValueError, match="value_bound must be positive and finite"):
         universal.build(2, 2, 1, layer="encoder", maps="relu", value_bound=-1.0)
-    with pytest.raises(ValueError, match=r"logit_bound must be in \(0, 700\]"):
+    with pytest.raises(ValueError, match=r"logit_bound must be in \(0, 350\]"):
         universal.build(2, 2, 1, maps="relu", logit_bound=math.inf)
+    with pytest.raises(ValueError, match=r"score_bound must be in \(0, 1e\+06\]"):
+        universal.build(2, 2, 1, score_bound=1e7)
+    with pytest.raises(ValueError, match=r"score_bound must be in \(0, \d+\] .* float32"):
+        universal.build(2, 2, 1, score_bound=1e5, dtype=torch.float32)
     with pytest.raises(ValueError, match="maps must be 'native' or 'relu'"):
         universal.build(2, 2, 1, maps="tanh")
 
@@ -170,11 +193,29 @@ def test_encoder_u_with_relu_maps_tracks_torch_encoder_layers():
     assert 0 < worst <= 100 * TOL  # bounded maps: a real, small error
 
 
-def test_encoder_ranges_are_checked_before_running():
+def test_encoder_ranges_are_checked_while_u_runs():
+    """U's own run-time checks watch what its ReLU maps read; no reference is consulted."""
     U = relu_encoder()
-    layer = spec.random_encoder_layer(2, 4, 8, seed=1)
-    with pytest.raises(ValueError, match=r"X reach \|30\|, beyond the value bound 10"):
-        U.simulate(layer, torch.full((2, 4), 30.0, dtype=torch.float64))
+    layer = spec.random_encoder_layer(2, 4, 8, seed=1, activation="gelu")
+    X = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    big = dataclasses.replace(layer, ffn=dataclasses.replace(layer.ffn, W1=layer.ffn.W1 * 1e3))
+    with pytest.raises(
+        ValueError,
+        match=r"feed-forward pre-activations reach -?[\d.e+]+ for row \d and hidden unit \d+, "
+        r"beyond the value bound 10 .*build U with a larger value_bound",
+    ):
+        U.simulate(big, X)
+    with pytest.raises(
+        ValueError,
+        match=r"LayerNorm '\w+' \(.*\): the variance plus eps .* outside \[1e-06, 102\].*"
+        r"build U with a larger value_bound",
+    ):
+        U.simulate(layer, X * 30.0)
+    # a pre-norm layer normalises X first: rows of 30 (variance 0) stay in every map's range
+    # and are simulated within the maps' bounds (the old up-front check refused |X| > 10)
+    pre = spec.random_encoder_layer(2, 4, 8, seed=1, activation="gelu", norm_first=True)
+    flat = torch.full((2, 4), 30.0, dtype=torch.float64)
+    assert verify.relative_error(U.simulate(pre, flat), reference(pre, flat)) <= 100 * TOL
     tiny_eps = torch.nn.TransformerEncoderLayer(
         4, 2, dim_feedforward=8, dropout=0.0, layer_norm_eps=1e-9, dtype=torch.float64
     ).eval()

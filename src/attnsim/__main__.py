@@ -2,7 +2,12 @@
 
 import sys
 
-from attnsim.cli import main
-
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        from attnsim.cli import main
+
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C before a command started (e.g. while importing)
+        print("attnsim: interrupted (Ctrl-C)", file=sys.stderr)
+        status = 130
+    sys.exit(status)

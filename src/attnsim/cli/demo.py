@@ -1,25 +1,28 @@
 """``attnsim demo``: the universal simulator; ``--library``: the RASP library programs.
 
->>> import io, rich.console
+>>> import contextlib, io
 >>> buffer = io.StringIO()
->>> library_demo(rich.console.Console(file=buffer, width=200))
+>>> with contextlib.redirect_stdout(buffer):  # not a terminal: a Markdown table
+...     status = library_demo()
+>>> status
 0
 >>> row = next(line for line in buffer.getvalue().splitlines() if " make_hist " in line)
->>> [cell.strip() for cell in row.split("│")[1:-1]]
+>>> [cell.strip() for cell in row.split("|")[1:-1]]
 ['make_hist', '1', '1', '0', 'a b b c a b', '2 3 3 1 2 3']
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-import rich.console
-import rich.table
-import rich.text
-
+from attnsim.cli import _output
 from attnsim.rasp import analysis, interpret
 from attnsim.rasp import library as lib
+
+if TYPE_CHECKING:  # rich is imported where it is used: ``attnsim --help`` stays fast
+    import rich.console
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,11 +39,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    console = rich.console.Console()
     if args.library:
-        return library_demo(console)
+        return library_demo()
+    import rich.console
+
     from attnsim.simulator.verify import demo
 
+    # soft_wrap: report lines stay whole (not broken mid-list at 80 columns through a pipe)
+    console = rich.console.Console(soft_wrap=True)
+    if not _output.is_terminal(sys.stderr):  # on a terminal the demo shows a spinner
+        # a whole line: the demo prints its results while it works
+        print(
+            "attnsim demo: building U(4,4,2), then simulating a MultiheadAttention and 20 "
+            "random targets (a few seconds)...",
+            file=sys.stderr,
+            flush=True,
+        )
     return demo(console)
 
 
@@ -51,36 +65,44 @@ def _show(values: list[Any]) -> str:
     return " ".join(one(v) for v in values)
 
 
-def library_demo(console: rich.console.Console) -> int:
+def library_demo(console: rich.console.Console | None = None) -> int:
     """Prints a table of the library programs: layers, heads per layer, MLPs, example run.
 
+    Every program name appears in full (it is what ``attnsim info`` takes): a rich table on
+    a terminal wide enough, else a Markdown table (a pipe, a narrow terminal).
+
     Args:
-        console: where to print.
+        console: where to print (default: stdout).
 
     Returns:
         0 (the exit status).
     """
-    table = rich.table.Table(title="RASP library programs (reference interpreter)")
-    table.add_column("program", style="bold")
-    table.add_column("layers", justify="right")
-    table.add_column("heads/layer")
-    table.add_column("MLPs", justify="right")
-    table.add_column("input")
-    table.add_column("output")
+    rows = []
     for name, entry in lib.PROGRAMS.items():
         program = entry.factory()
         stats = analysis.analyze(program)
         out = interpret.evaluate(
             program, entry.example, vocab=entry.vocab, max_seq_len=entry.max_seq_len
         )
-        table.add_row(
-            name,
-            str(stats.n_layers),
-            "/".join(map(str, stats.heads_per_layer)) or "-",
-            str(stats.n_mlps),
-            rich.text.Text(_show(entry.example)),  # Text: brackets are not markup
-            rich.text.Text(_show(out)),
+        rows.append(
+            [
+                name,
+                str(stats.n_layers),
+                "/".join(map(str, stats.heads_per_layer)) or "-",
+                str(stats.n_mlps),
+                _show(entry.example),
+                _show(out),
+            ]
         )
-    console.print(table)
-    console.print("Details of one program: attnsim info PROGRAM (attnsim info --list)")
+    _output.print_table(
+        "RASP library programs (reference interpreter)",
+        ["program", "layers", "heads/layer", "MLPs", "input", "output"],
+        rows,
+        right=["layers", "MLPs"],
+        wrap=["input", "output"],
+        console=console,
+    )
+    _output.print_lines(
+        "Details of one program: attnsim info PROGRAM (attnsim info --list)", console=console
+    )
     return 0

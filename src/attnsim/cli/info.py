@@ -1,10 +1,17 @@
 """``attnsim info PROGRAM``: a library program's layers, heads, MLPs and a sample evaluation.
 
+Two counts of the transformer a program needs, each labelled: ``analysis`` (every RASP
+operation as early as possible: attention layers, heads per layer, Map/SequenceMap nodes
+per layer, as the RASP paper counts) and ``compiled`` (the model ``attnsim.compiler``
+builds, from its own report: blocks, heads per block, widths). In ``--json`` every
+per-layer list has one entry per layer of its section.
+
 >>> from attnsim.cli import main
 >>> main(["info", "make_hist", "--input", "a b a"])  # doctest: +ELLIPSIS
 make_hist: How often each position's token occurs in the whole input.
 program hist: 1 attention layer(s), 1 head(s) (at most 1 per layer), 0 MLP(s)
 ...
+compiled: 1 layer (1 with attention), heads per layer [1], d_model 16, d_mlp 17, ...
 input:  ['a', 'b', 'a']
 output: [2, 1, 2]
 0
@@ -80,6 +87,58 @@ def parse_tokens(text: str, vocab: tuple) -> list[Any]:
     return tokens
 
 
+def schedule(program: Any) -> dict[str, Any]:
+    """The as-early-as-possible schedule as JSON: per-layer lists of length ``n_layers``.
+
+    ``mlps_per_layer[i]`` counts the Map/SequenceMap nodes in attention layer ``i + 1``'s
+    MLP; those that need no attention (on tokens, indices, constants) are
+    ``mlps_before_layer_1``.
+
+    >>> from attnsim import library
+    >>> s = schedule(library.make_hist())
+    >>> s["n_layers"], s["heads_per_layer"], s["mlps_per_layer"], s["mlps_before_layer_1"]
+    (1, [1], [0], 0)
+    """
+    a = analysis.analyze(program).to_dict()
+    before, *per_layer = a.pop("mlps_per_layer")
+    a["mlps_per_layer"] = per_layer
+    a["mlps_before_layer_1"] = before
+    assert len(a["heads_per_layer"]) == len(per_layer) == a["n_layers"]
+    return a
+
+
+def compiled_report(entry: lib.LibraryProgram, causal: bool = False) -> dict[str, Any]:
+    """What ``attnsim.compiler`` builds for a library program: its model's own report.
+
+    ``layers`` counts every block (attention sublayer + MLP, the attention possibly
+    empty); ``heads_per_layer`` has one entry per block. ``{"error": ...}`` when the
+    program cannot be compiled.
+    """
+    from attnsim.compiler import compile_program  # imports torch: only when asked
+
+    try:
+        model = compile_program(
+            entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, causal=causal
+        )
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        return {"error": str(exc)}
+    r = model.report()
+    out = {k: v for k, v in r.resources().items()}
+    out["heads_per_layer"] = list(out["heads_per_layer"])
+    assert len(out["heads_per_layer"]) == out["layers"]
+    return out
+
+
+def _compiled_line(c: dict[str, Any]) -> str:
+    if "error" in c:
+        return f"compiled: not compilable: {c['error']}"
+    return (
+        f"compiled: {c['layers']} layer{'s' if c['layers'] != 1 else ''} "
+        f"({c['attention_layers']} with attention), heads per layer {c['heads_per_layer']}, "
+        f"d_model {c['d_model']}, d_mlp {c['d_mlp']}, {c['parameters']:,} parameters"
+    )
+
+
 def describe(name: str, xs: list | None = None, causal: bool = False) -> dict[str, Any]:
     """Analysis and a sample evaluation of the library program ``name`` as a dictionary."""
     entry = lookup(name)
@@ -94,7 +153,8 @@ def describe(name: str, xs: list | None = None, causal: bool = False) -> dict[st
     return {
         "program": name,
         "summary": summary(name),
-        "analysis": analysis.analyze(program).to_dict(),
+        "analysis": schedule(program),
+        "compiled": compiled_report(entry, causal=causal),
         "vocab": list(entry.vocab),
         "max_seq_len": entry.max_seq_len,
         "causal": causal,
@@ -105,6 +165,21 @@ def describe(name: str, xs: list | None = None, causal: bool = False) -> dict[st
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        extra = [
+            flag
+            for flag, on in (
+                (f"the program name {args.program!r}", args.program is not None),
+                ("--input", args.input is not None),
+                ("--causal", args.causal),
+            )
+            if on
+        ]
+        if extra:
+            raise UserError(
+                f"--list lists every program, so {' and '.join(extra)} would be ignored; "
+                f"leave {'it' if len(extra) == 1 else 'them'} out, or run "
+                f"`attnsim info PROGRAM` for one program"
+            )
         rows = [{"program": name, "summary": summary(name)} for name in lib.PROGRAMS]
         if args.json:
             print(json.dumps(rows, indent=2))
@@ -123,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{info['program']}: {info['summary']}")
     print(analysis.analyze(entry.factory()))
+    print(_compiled_line(info["compiled"]))
     print(f"vocab:  {' '.join(str(v) for v in info['vocab'])}   max_seq_len: {entry.max_seq_len}")
     print(f"input:  {info['input']!r}")
     print(f"output: {info['output']!r}")

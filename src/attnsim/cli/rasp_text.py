@@ -5,6 +5,10 @@ original RASP REPL does; ``--eval EXPR`` evaluates one expression after running 
 (``--json``: its value as one JSON list on the last line); ``--compile NAME`` compiles an
 S-op and checks the compiled model against the interpreter on the example.
 
+RASP files may come from anyone: a run stops with a clear error after ``--max-steps`` steps
+or at an integer of more than ``--max-value-digits`` digits (see
+:mod:`attnsim.rasp.text.limits`), and Ctrl-C ends it with one line (status 130).
+
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (d / "p.rasp").write_text("set example [3, 1, 2]\\ns = sort(tokens_int, tokens_int);\\n")
@@ -18,11 +22,19 @@ s([3, 1, 2]) = [1, 2, 3] (ints)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import sys
+from collections.abc import Iterator
 from typing import Any
 
-from attnsim.cli import UserError
+from attnsim.cli import LibraryError, UserError, at_least, fits_in_memory, only_with
+
+# the defaults of attnsim.rasp.text.limits.Limits (a test keeps them equal), written out so
+# that building the parser does not import the RASP front end (its parser, lark)
+DEFAULT_MAX_STEPS = 10_000_000
+DEFAULT_MAX_VALUE_DIGITS = 4300
 
 __all__ = ["register", "run_rasp", "run_repl_command"]
 
@@ -31,24 +43,77 @@ def register(subparsers: Any) -> None:
     """Adds the ``rasp`` and ``repl`` commands."""
     p = subparsers.add_parser(
         "rasp",
-        help="run a textual RASP program (.rasp)",
-        description="Run a RASP program and print each S-op on the running example.",
+        help="run a textual RASP program (.rasp); without a file: the interactive prompt",
+        description="Run a RASP program and print each S-op on the running example. Without "
+        "a FILE, at a terminal: the interactive prompt (as `attnsim repl`).",
     )
-    p.add_argument("file", help="the .rasp file to run")
+    p.add_argument("file", nargs="?", help="the .rasp file to run (none: the interactive prompt)")
     p.add_argument("--eval", metavar="EXPR", help="evaluate EXPR after running the file")
     p.add_argument("--json", action="store_true", help="with --eval: end with one JSON list")
     p.add_argument(
         "--example", metavar="LIST", help='run with this example, e.g. "[1, 2, 3]" or \'"abc"\''
     )
     p.add_argument("--compile", metavar="NAME", help="compile the S-op NAME and check it")
-    p.add_argument("--vocab", metavar="V1,V2,...", help="with --compile: the input vocabulary")
-    p.add_argument("--max-seq-len", type=int, help="with --compile: the longest input")
+    p.add_argument(
+        "--vocab",
+        metavar="V1,V2,...",
+        help="with --compile: the input vocabulary, in this order (default: the example's "
+        "tokens, in order of appearance)",
+    )
+    p.add_argument(
+        "--max-seq-len", type=int, help="with --compile: the longest input (default: the example's)"
+    )
+    _limit_args(p)
     p.set_defaults(func=run_rasp)
     r = subparsers.add_parser(
         "repl", help="an interactive RASP prompt", description="An interactive RASP prompt."
     )
     r.add_argument("files", nargs="*", help=".rasp files to run first")
+    _limit_args(r)
     r.set_defaults(func=run_repl_command)
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help="stop a run after N steps: statements, expressions, items built "
+        f"(default {DEFAULT_MAX_STEPS:,}, a few seconds)",
+    )
+    p.add_argument(
+        "--max-value-digits",
+        type=int,
+        default=DEFAULT_MAX_VALUE_DIGITS,
+        metavar="D",
+        help=f"refuse integers of more than D digits (default {DEFAULT_MAX_VALUE_DIGITS})",
+    )
+
+
+def _runtime(args: argparse.Namespace, echo: bool) -> Any:
+    from attnsim.rasp.text import Runtime
+    from attnsim.rasp.text import limits as L
+
+    at_least(args.max_steps, "--max-steps", 1)
+    at_least(args.max_value_digits, "--max-value-digits", 1)
+    limits = L.Limits(max_steps=args.max_steps, max_value_digits=args.max_value_digits)
+    return Runtime(echo=echo, limits=limits)
+
+
+@contextlib.contextmanager
+def _int_digits(digits: int) -> Iterator[None]:
+    """Lets Python print integers of up to ``digits`` digits while the block runs."""
+    get = getattr(sys, "get_int_max_str_digits", None)
+    old = get() if get is not None else 0
+    if get is None or old == 0 or digits <= old:
+        yield
+        return
+    sys.set_int_max_str_digits(digits)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(old)
 
 
 def _jsonable(v: Any) -> Any:
@@ -73,19 +138,95 @@ def _parse_token(s: str) -> Any:
     return s
 
 
-def run_rasp(args: argparse.Namespace) -> int:
-    """Runs ``attnsim rasp`` (see the module docstring)."""
-    from attnsim.rasp.text import RASPTextError, Runtime
-    from attnsim.rasp.text import values as V
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuses options that would be ignored, and bad sizes."""
+    if args.eval is None:
+        only_with({"--json": args.json}, "--eval EXPR")
+    if not args.compile:
+        only_with(
+            {"--vocab": args.vocab is not None, "--max-seq-len": args.max_seq_len is not None},
+            "--compile NAME",
+        )
+    if args.eval is not None and args.compile:
+        raise UserError(
+            "--eval and --compile are separate runs: --compile checks the compiled model on "
+            "the example, --eval prints an expression; give one of them"
+        )
+    at_least(args.max_seq_len, "--max-seq-len", 1)
 
-    quiet = bool(args.eval or args.compile)
-    rt = Runtime(echo=not quiet)
+
+def run_rasp(args: argparse.Namespace) -> int:
+    """Runs ``attnsim rasp`` (see the module docstring); without a file, the prompt."""
+    if args.file is None:
+        return _prompt_instead(args)
+    _check_options(args)
+    rt = _runtime(args, echo=not (args.eval or args.compile))
+    with _int_digits(args.max_value_digits):
+        return _run_rasp(rt, args)
+
+
+def _prompt_instead(args: argparse.Namespace) -> int:
+    """``attnsim rasp`` without a file: the prompt at a terminal, else how to give input."""
+    given = [
+        flag
+        for flag, on in (
+            ("--eval", args.eval is not None),
+            ("--json", args.json),
+            ("--example", args.example is not None),
+            ("--compile", args.compile is not None),
+            ("--vocab", args.vocab is not None),
+            ("--max-seq-len", args.max_seq_len is not None),
+        )
+        if on
+    ]
+    if given:
+        raise UserError(
+            f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a program: give the "
+            f".rasp file, e.g. attnsim rasp prog.rasp {given[0]} ..."
+        )
+    if not _stdin_is_terminal():
+        raise UserError(
+            "no FILE given, and the input is not a terminal, so there is no prompt to "
+            "start; give the program as a file (attnsim rasp prog.rasp), or run "
+            "`attnsim repl` to read statements from this input"
+        )
+    args.files = []
+    return run_repl_command(args)
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # a closed stdin
+        return False
+
+
+def _file_error(exc: Any, path: str) -> str:
+    """A syntax error from running ``path``, at the line that lacks its ';' if one does."""
+    from attnsim.rasp.text.repl import missing_semicolon
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError):
+        return str(exc)
+    if exc.filename is not None and exc.filename != path:
+        return str(exc)  # the error is in a file the program loads
+    return str(missing_semicolon(exc, source))
+
+
+def _run_rasp(rt: Any, args: argparse.Namespace) -> int:
+    from attnsim.rasp.text import RASPTextError
+    from attnsim.rasp.text import values as V
+    from attnsim.rasp.text.errors import OpError
+
     try:
         if args.example is not None:
             ex = rt.eval(args.example, "<--example>")
-            if not isinstance(ex, (list, str)) or not ex:
-                raise UserError(f"--example must be a non-empty list or string, got {args.example}")
-            rt.set_example(ex)
+            try:
+                rt.set_example(ex)
+            except RASPTextError as exc:
+                raise UserError(f"--example {args.example}: {exc.message}") from None
         rt.run_file(args.file)
         if args.example is not None:
             rt.set_example(ex)
@@ -113,13 +254,9 @@ def run_rasp(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(_jsonable(result)))
     except RASPTextError as exc:
-        raise UserError(str(exc)) from None
-    except Exception as exc:  # an OpError outside a statement (e.g. --eval application)
-        from attnsim.rasp.text.errors import OpError
-
-        if isinstance(exc, OpError):
-            raise UserError(exc.message + (f"\n  {exc.hint}" if exc.hint else "")) from None
-        raise
+        raise UserError(_file_error(exc, args.file)) from None
+    except OpError as exc:  # outside a statement (e.g. applying the --eval value)
+        raise UserError(exc.message + (f"\n  {exc.hint}" if exc.hint else "")) from None
     return 0
 
 
@@ -142,17 +279,41 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
         )
     program = rt.sop(args.compile)
     example = list(rt.seq_example)
-    vocab = (
-        {_parse_token(t) for t in args.vocab.split(",") if t.strip()}
-        if args.vocab
-        else set(example)
-    )
+    if args.vocab is not None:
+        # the user's order (a set would lose it): it is the order of the model's token
+        # directions and of the vocabulary the model reports
+        vocab = list(dict.fromkeys(_parse_token(t) for t in args.vocab.split(",") if t.strip()))
+        if not vocab:
+            raise UserError(
+                f"--vocab {args.vocab!r} holds no tokens; give them separated by commas, "
+                f"e.g. --vocab a,b,c"
+            )
+        outside = [t for t in dict.fromkeys(example) if t not in vocab]
+        if outside:
+            shown = ", ".join(repr(t) for t in outside)
+            raise UserError(
+                f"the example {example} has token(s) {shown} outside --vocab {args.vocab}; "
+                f"add them to --vocab or set an example that uses only its tokens"
+            )
+    else:
+        vocab = list(dict.fromkeys(example))  # in order of first appearance
     max_len = args.max_seq_len or len(example)
-    model = compile_program(program, vocab=vocab, max_seq_len=max_len)
+    if len(example) > max_len:
+        raise UserError(
+            f"the example has {len(example)} tokens, more than --max-seq-len {max_len}; pass "
+            f"--max-seq-len {len(example)} or more"
+        )
+    _check_compile_memory(program, vocab, max_len, args.max_seq_len is not None)
+    try:
+        model = compile_program(program, vocab=vocab, max_seq_len=max_len)
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        raise LibraryError(f"cannot compile {args.compile}: {exc}") from None
     compiled = model.run(example)
     if compiled and isinstance(compiled[0], (list, tuple, np.ndarray)) and len(compiled) == 1:
         compiled = list(compiled[0])
-    interpreted = rasp.evaluate(program, example)
+    with rt.budget():
+        interpreted = rasp.evaluate(program, example)
+    print(f"vocab:       {list(model.vocab) if model.vocab is not None else None}")
     print(f"example:     {example}")
     print(f"interpreted: {interpreted}")
     print(f"compiled:    {list(compiled)}")
@@ -163,6 +324,37 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+def _uses_positions(program: Any) -> bool:
+    """Whether the program reads ``indices`` or ``length`` (one direction per position)."""
+    from attnsim import rasp
+
+    seen: set[int] = set()
+    stack = [program]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (rasp.IndicesType, rasp.LengthType)):
+            return True
+        stack.extend(e.children)
+    return False
+
+
+def _check_compile_memory(program: Any, vocab: list, max_len: int, given: bool) -> None:
+    """Refuses a --max-seq-len whose positional embedding alone would not fit in memory."""
+    # W_pos is [max_len + 1, d_model] float64; d_model counts the vocabulary, and one
+    # direction per position when the program reads indices or length
+    width = len(vocab) + 2 + (max_len if _uses_positions(program) else 0)
+    if given:
+        fits_in_memory(
+            8.0 * (max_len + 1) * width,
+            f"compiling with --max-seq-len {max_len:,} (a positional embedding of "
+            f"{max_len + 1:,} x {width:,} float64 values)",
+            "pass a smaller --max-seq-len",
+        )
+
+
 def _close(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-6)
@@ -171,12 +363,13 @@ def _close(a: Any, b: Any) -> bool:
 
 def run_repl_command(args: argparse.Namespace) -> int:
     """Runs ``attnsim repl``: the given files, then an interactive prompt."""
-    from attnsim.rasp.text import RASPTextError, Runtime, run_repl
+    from attnsim.rasp.text import RASPTextError, run_repl
 
-    rt = Runtime(echo=True)
-    for f in args.files:
-        try:
-            rt.run_file(f)
-        except RASPTextError as exc:
-            raise UserError(str(exc)) from None
-    return run_repl(rt)
+    rt = _runtime(args, echo=True)
+    with _int_digits(args.max_value_digits):
+        for f in args.files:
+            try:
+                rt.run_file(f)
+            except RASPTextError as exc:
+                raise UserError(str(exc)) from None
+        return run_repl(rt)

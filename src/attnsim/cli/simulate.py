@@ -1,5 +1,8 @@
 """``attnsim simulate`` and ``attnsim verify``: the universal simulator from the shell.
 
+Every option is checked before U is built: sizes must be positive and fit in memory, options
+that would be ignored are refused, and a ``--module`` file must agree with the flags given.
+
 >>> main(["simulate", "--max-n", "2", "--max-d", "2", "--json"])  # doctest: +ELLIPSIS
 {...
 0
@@ -9,11 +12,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
-import rich.console
-import torch
+from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memory
 
-from attnsim.cli import UserError
+DEFAULT_MAX_N = 4
+DEFAULT_MAX_D = 4
+DEFAULT_LOGIT_BOUND = 50.0  # maps=relu: the largest |score| U accepts
+DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
+DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
+LOGIT_LIMIT = 350.0  # maps=relu: the largest --logit-bound (simulator.universal.LOGIT_LIMIT)
+MAX_SEED = 2**63 - 1
+
+_MODULE_HELP = """\
+--module FILE: a torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer saved with
+torch.save(module, FILE) or torch.save(module.state_dict(), FILE), read with weights_only=True
+(no code from the file is run). A whole module records its heads, activation, norm_first and
+LayerNorm eps; a state_dict records only the weights (so d, the feed-forward width and the
+biases), so give --heads for it, and for an encoder layer also --activation and --norm-first
+or --no-norm-first (--layer-norm-eps defaults to torch's 1e-5). Flags that disagree with the
+file are refused. Sizes of the build (--max-d, --max-heads, --max-ff) default to the module's.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,24 +42,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the universal simulator U on a random target (or a saved torch module)",
         description="Build U, simulate one attention layer T on an input X, and print T(X), "
         "U's output, the error and U's size.",
+        epilog=_MODULE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _build_args(sim)
     sim.add_argument(
         "--module",
-        help="a state_dict of torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer "
-        "saved with torch.save(module.state_dict(), FILE); loaded with weights_only=True",
+        metavar="FILE",
+        help="simulate this saved MultiheadAttention or TransformerEncoderLayer (see below)",
     )
-    sim.add_argument("--heads", type=int, default=1, help="heads of the saved module")
     sim.add_argument(
-        "--norm-first", action="store_true", help="the saved encoder layer is pre-norm"
+        "--heads",
+        type=int,
+        default=None,
+        help="the target's heads: required for a --module state_dict (it does not record "
+        "them); random targets: default --max-heads",
+    )
+    sim.add_argument(
+        "--norm-first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="encoder target: pre-norm (--norm-first) or post-norm (--no-norm-first); "
+        "required for a --module state_dict; random targets: default post-norm",
     )
     sim.add_argument(
         "--activation",
-        choices=["relu", "gelu"],
-        default="relu",
-        help="the saved encoder layer's activation",
+        choices=["relu", "gelu", "gelu_tanh"],
+        default=None,
+        help="encoder target: the feed-forward activation; required for a --module "
+        "state_dict; random targets: default relu",
     )
-    sim.add_argument("--n", type=int, default=None, help="rows of X (default: max-n)")
+    sim.add_argument(
+        "--layer-norm-eps",
+        type=float,
+        default=None,
+        help="encoder --module state_dict: the LayerNorm eps (default torch's 1e-5)",
+    )
+    sim.add_argument("--n", type=int, default=None, help="rows of X (default: --max-n)")
     sim.add_argument("--causal", action="store_true", help="apply a causal mask")
     sim.set_defaults(func=_simulate)
 
@@ -51,15 +89,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "biases, |scores| up to 50) and report the max and median relative error.",
     )
     _build_args(ver)
-    ver.add_argument("--targets", type=int, default=100)
+    ver.add_argument("--targets", type=int, default=100, help="how many random targets")
     ver.set_defaults(func=_verify)
 
 
 def _build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-n", type=int, default=4, help="largest n (rows of X) U serves")
-    p.add_argument("--max-d", type=int, default=4, help="largest width d U serves")
-    p.add_argument("--max-heads", type=int, default=1, help="most heads U serves")
-    p.add_argument("--attention", choices=["hard", "softmax"], default="hard")
+    p.add_argument(
+        "--max-n",
+        type=int,
+        default=None,
+        help=f"largest n (rows of X) U serves (default {DEFAULT_MAX_N})",
+    )
+    p.add_argument(
+        "--max-d",
+        type=int,
+        default=None,
+        help=f"largest width d U serves (default {DEFAULT_MAX_D}, or the --module's d)",
+    )
+    p.add_argument(
+        "--max-heads",
+        type=int,
+        default=None,
+        help="most heads U serves (default 1, or the --module's heads)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=["hard", "softmax"],
+        default="hard",
+        help="U's own attention: average-hard or softmax",
+    )
     p.add_argument("--float32", action="store_true", help="build U in float32")
     p.add_argument(
         "--maps",
@@ -70,86 +128,365 @@ def _build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--logit-bound",
         type=float,
-        default=50.0,
-        help="maps=relu: the largest |score| U accepts (default 50)",
+        default=None,
+        help=f"--maps relu: the largest |score| U accepts (default {DEFAULT_LOGIT_BOUND:g})",
     )
     p.add_argument(
         "--map-tolerance",
         type=float,
-        default=1e-6,
-        help="maps=relu: relative error of each ReLU map (default 1e-6)",
+        default=None,
+        help=f"--maps relu: relative error of each ReLU map (default {DEFAULT_MAP_TOLERANCE:g})",
+    )
+    p.add_argument(
+        "--value-bound",
+        type=float,
+        default=None,
+        help="--maps relu --layer encoder: the scale of the values U's ReLU maps read "
+        f"(LayerNorm inputs, feed-forward pre-activations; default {DEFAULT_VALUE_BOUND:g})",
+    )
+    p.add_argument(
+        "--score-bound",
+        type=float,
+        default=None,
+        help="the largest |attention score| of a target that U accepts (default 1e4 in "
+        "float64, 1e3 with --float32, at most what the build's precision allows)",
     )
     p.add_argument(
         "--layer",
         choices=["attention", "encoder"],
-        default="attention",
-        help="simulate attention layers or full encoder layers",
+        default=None,
+        help="simulate attention layers or full encoder layers (default attention, or the "
+        "--module's kind)",
     )
     p.add_argument(
         "--max-ff",
         type=int,
         default=None,
-        help="largest feed-forward width (encoder; default 2 * max-d)",
+        help="--layer encoder: largest feed-forward width (default 2 * max-d, or the module's)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _build(args):
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_build_args(args: argparse.Namespace) -> None:
+    """Checks the build options that do not depend on a --module."""
+    for name in ("max_n", "max_d", "max_heads", "max_ff"):
+        at_least(getattr(args, name), _flag(name), 1)
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed must be in [0, 2^63 - 1], got {args.seed}")
+    if args.score_bound is not None and not (
+        math.isfinite(args.score_bound) and args.score_bound > 0
+    ):
+        raise UserError(f"--score-bound must be positive, got {args.score_bound}")
+    if args.maps == "native":
+        given = [
+            f
+            for f in ("logit_bound", "map_tolerance", "value_bound")
+            if getattr(args, f) is not None
+        ]
+        if given:
+            flags = " and ".join(_flag(f) for f in given)
+            raise UserError(
+                f"{flags} appl{'ies' if len(given) == 1 else 'y'} only with --maps relu "
+                f"(native maps are exact); add --maps relu or leave {flags} out"
+            )
+    else:
+        bound = DEFAULT_LOGIT_BOUND if args.logit_bound is None else args.logit_bound
+        tol = DEFAULT_MAP_TOLERANCE if args.map_tolerance is None else args.map_tolerance
+        if not (math.isfinite(bound) and 0 < bound <= LOGIT_LIMIT):
+            raise UserError(
+                f"--logit-bound must be in (0, {LOGIT_LIMIT:g}] (U realises exp down to "
+                f"e^(-2 x bound)), got {bound:g}"
+            )
+        if not (math.isfinite(tol) and 0 < tol < 1):
+            raise UserError(f"--map-tolerance must be in (0, 1), e.g. 1e-6, got {tol}")
+        value = DEFAULT_VALUE_BOUND if args.value_bound is None else args.value_bound
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"--value-bound must be positive, got {value:g}")
+        args.logit_bound, args.map_tolerance = bound, tol
+
+
+def _resolve_sizes(args: argparse.Namespace) -> None:
+    """Fills the build sizes left to their defaults (random targets)."""
+    args.layer = args.layer or "attention"
+    args.max_n = args.max_n or DEFAULT_MAX_N
+    args.max_d = args.max_d or DEFAULT_MAX_D
+    args.max_heads = args.max_heads or 1
+    _check_encoder_only(args)
+
+
+def _check_encoder_only(args: argparse.Namespace) -> None:
+    """Refuses the encoder-only build options for an attention U."""
+    if args.value_bound is not None and args.layer != "encoder":
+        raise UserError(
+            "--value-bound applies only to encoder layers (--layer encoder) with --maps relu; "
+            "add --layer encoder or leave --value-bound out"
+        )
+    if args.max_ff is not None and args.layer != "encoder":
+        raise UserError(
+            "--max-ff applies only to encoder layers (--layer encoder); add --layer encoder "
+            "or leave --max-ff out"
+        )
+
+
+def _check_memory(args: argparse.Namespace) -> None:
+    """Refuses builds whose score matrices alone would not fit in memory (before building)."""
+    from attnsim.simulator.layout import Layout
+
+    ff = (args.max_ff or 2 * args.max_d) if args.layer == "encoder" else 0
+    try:
+        length = Layout(args.max_n, args.max_d, args.max_heads, ff).length
+    except (ValueError, OverflowError) as exc:
+        raise UserError(f"cannot lay out U for these sizes: {exc}") from None
+    item = 4 if args.float32 else 8
+    need = float(item) * length * length  # one attention score matrix [pos, pos]
+    sizes = f"--max-n {args.max_n} --max-d {args.max_d} --max-heads {args.max_heads}"
+    fits_in_memory(
+        need,
+        f"U for {sizes} reads a sequence of {length:,} positions; running it",
+        "use smaller --max-n, --max-d or --max-heads",
+    )
+    if args.maps == "relu":
+        # ReLU maps: about (35,000 + 52,000) units at bound 50 and tolerance 1e-6, growing as
+        # bound / sqrt(tolerance); each unit has a row and a column of the residual width
+        units = 87_000 * (args.logit_bound / 50.0) * math.sqrt(1e-6 / args.map_tolerance)
+        width = 40 + 20 * args.max_d  # U's residual width grows about so with max-d
+        fits_in_memory(
+            2.0 * item * units * width,
+            f"--maps relu with --logit-bound {args.logit_bound:g} and --map-tolerance "
+            f"{args.map_tolerance:g} ({units:,.0f} ReLU units)",
+            "use a larger --map-tolerance or a smaller --logit-bound",
+        )
+
+
+def _describe_build(args: argparse.Namespace) -> str:
+    """``U(4,4,2) for encoder layers with ReLU maps``: what a build is for (n, d, heads)."""
+    text = f"U({args.max_n},{args.max_d},{args.max_heads})"
+    if args.layer == "encoder":
+        text += f" for encoder layers (feed-forward <= {args.max_ff or 2 * args.max_d})"
+    if args.maps == "relu":
+        text += " with ReLU maps"
+    return text
+
+
+def _build(args: argparse.Namespace, bar: _output.Progress):
+    import torch
+
     from attnsim.simulator import universal
 
-    for name in ("max_n", "max_d", "max_heads"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1")
-    return universal.build(
-        args.max_n,
-        args.max_d,
-        args.max_heads,
-        attention=args.attention,
-        layer=args.layer,
-        max_ff=args.max_ff if args.layer == "encoder" else None,
-        maps=args.maps,
-        logit_bound=args.logit_bound,
-        map_tolerance=args.map_tolerance,
-        dtype=torch.float32 if args.float32 else torch.float64,
-    )
-
-
-def _simulate(args) -> int:
-    from attnsim.simulator import spec
-    from attnsim.simulator.reference import reference
-    from attnsim.simulator.verify import relative_error
-
-    if args.module:
-        module = _load_module(args)
-        if isinstance(module, torch.nn.TransformerEncoderLayer):
-            args.layer = "encoder"
-            if args.max_ff is None:
-                args.max_ff = module.linear1.out_features
-        target = spec.from_torch(module, causal=args.causal)
-    elif args.layer == "encoder":
-        target = spec.random_encoder_layer(
+    _check_memory(args)
+    bar.step(f"building {_describe_build(args)}")
+    try:
+        return universal.build(
+            args.max_n,
+            args.max_d,
             args.max_heads,
+            attention=args.attention,
+            layer=args.layer,
+            max_ff=args.max_ff if args.layer == "encoder" else None,
+            maps=args.maps,
+            logit_bound=args.logit_bound if args.maps == "relu" else DEFAULT_LOGIT_BOUND,
+            map_tolerance=args.map_tolerance if args.maps == "relu" else DEFAULT_MAP_TOLERANCE,
+            dtype=torch.float32 if args.float32 else torch.float64,
+            value_bound=DEFAULT_VALUE_BOUND if args.value_bound is None else args.value_bound,
+            score_bound=args.score_bound,
+        )
+    except (ValueError, NotImplementedError) as exc:
+        raise LibraryError(f"cannot build U: {exc}") from None
+
+
+def _module_target(args: argparse.Namespace):
+    """The --module file as a spec; resolves the flags against what the file records."""
+    from attnsim.simulator import adapters, spec
+
+    try:
+        saved = adapters.read_layer(args.module)
+    except OSError as exc:
+        raise UserError(f"--module {args.module}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UserError(f"--module {exc}") from None
+    name = args.module
+    what = "nn.MultiheadAttention" if saved.kind == "attention" else "nn.TransformerEncoderLayer"
+    if args.layer is not None and args.layer != saved.kind:
+        raise UserError(
+            f"--layer {args.layer} disagrees with --module {name}, which holds an {what}; "
+            f"leave --layer out or pass --layer {saved.kind}"
+        )
+    args.layer = saved.kind
+    if saved.kind == "attention":
+        extra = [
+            flag
+            for flag, value in (
+                ("--activation", args.activation),
+                ("--norm-first/--no-norm-first", args.norm_first),
+                ("--layer-norm-eps", args.layer_norm_eps),
+                ("--max-ff", args.max_ff),
+                ("--value-bound", args.value_bound),
+            )
+            if value is not None
+        ]
+        if extra:
+            raise UserError(
+                f"{', '.join(extra)} appl{'ies' if len(extra) == 1 else 'y'} to encoder layers; "
+                f"--module {name} holds an nn.MultiheadAttention: leave "
+                f"{'it' if len(extra) == 1 else 'them'} out"
+            )
+    # each fact: the flag, the value given, what the file records, how to pass it
+    facts = [("--heads", "heads", args.heads, saved.heads)]
+    if saved.kind == "encoder":
+        facts += [
+            ("--activation", "activation", args.activation, saved.activation),
+            ("--norm-first", "norm_first", args.norm_first, saved.norm_first),
+            ("--layer-norm-eps", "layer_norm_eps", args.layer_norm_eps, saved.layer_norm_eps),
+        ]
+    for flag, attr, given, recorded in facts:
+        if given is not None and recorded is not None and given != recorded:
+            shown = _shown(flag, recorded)
+            raise UserError(
+                f"{_shown(flag, given)} disagrees with --module {name}: its layer has "
+                f"{attr.replace('_', ' ')} = {recorded}; leave the flag out or pass {shown}"
+            )
+    if saved.is_state_dict:
+        missing = [
+            flag for flag, attr, given, _ in facts if given is None and attr != "layer_norm_eps"
+        ]
+        if missing:
+            need = {
+                "--heads": f"--heads H (H divides d = {saved.d_model}: "
+                f"{', '.join(map(str, adapters.divisors(saved.d_model)))})",
+                "--activation": "--activation relu|gelu|gelu_tanh",
+                "--norm-first": "--norm-first or --no-norm-first",
+            }
+            said = {
+                "--heads": "its number of heads",
+                "--activation": "its activation",
+                "--norm-first": "whether it is pre-norm",
+            }
+            raise UserError(
+                f"--module {name} is a state_dict of an {what}, which does not record "
+                f"{' or '.join(said[f] for f in missing)}; pass "
+                f"{'; '.join(need[f] for f in missing)}"
+            )
+        if args.heads < 1 or saved.d_model % args.heads:
+            raise UserError(
+                f"--heads {args.heads} does not divide the width d = {saved.d_model} of "
+                f"--module {name}; pass one of "
+                f"{', '.join(map(str, adapters.divisors(saved.d_model)))}"
+            )
+        if args.layer_norm_eps is not None and not (
+            math.isfinite(args.layer_norm_eps) and args.layer_norm_eps > 0
+        ):
+            raise UserError(f"--layer-norm-eps must be positive, got {args.layer_norm_eps}")
+    heads = saved.heads or args.heads
+    for flag, attr, need in (
+        ("--max-d", "max_d", saved.d_model),
+        ("--max-heads", "max_heads", heads),
+        ("--max-ff", "max_ff", saved.d_ff),
+    ):
+        have = getattr(args, attr)
+        if need is None:
+            continue
+        if have is None:
+            setattr(args, attr, need)
+        elif have < need:
+            raise UserError(
+                f"{flag} {have} is smaller than the {need} of --module {name}; pass "
+                f"{flag} {need} or more (or leave it out)"
+            )
+    args.max_n = args.max_n or DEFAULT_MAX_N
+    try:
+        module = saved.module(
+            heads=args.heads,
+            activation=args.activation,
+            norm_first=args.norm_first,
+            layer_norm_eps=args.layer_norm_eps,
+        )
+        return spec.from_torch(module, causal=args.causal)
+    except (ValueError, TypeError) as exc:
+        raise LibraryError(f"--module {name}: {exc}") from None
+
+
+def _shown(flag: str, value) -> str:
+    if flag == "--norm-first":
+        return "--norm-first" if value else "--no-norm-first"
+    return f"{flag} {value}"
+
+
+def _random_target(args: argparse.Namespace):
+    from attnsim.simulator import spec
+
+    _resolve_sizes(args)
+    if args.layer != "encoder":
+        extra = [
+            flag
+            for flag, value in (
+                ("--activation", args.activation),
+                ("--norm-first/--no-norm-first", args.norm_first),
+            )
+            if value is not None
+        ]
+        if extra:
+            raise UserError(
+                f"{' and '.join(extra)} appl{'ies' if len(extra) == 1 else 'y'} only to encoder "
+                f"layers; add --layer encoder or leave {'it' if len(extra) == 1 else 'them'} out"
+            )
+    if args.layer_norm_eps is not None:
+        raise UserError(
+            "--layer-norm-eps applies only to a --module state_dict; leave it out for random "
+            "targets"
+        )
+    heads = args.max_heads if args.heads is None else args.heads
+    at_least(args.heads, "--heads", 1)
+    if heads > args.max_heads:
+        raise UserError(
+            f"--heads {heads} exceeds --max-heads {args.max_heads}; pass --max-heads {heads}"
+        )
+    if args.max_d % heads:
+        raise UserError(
+            f"a random target has width d = --max-d {args.max_d}, which {heads} heads do not "
+            f"divide; pass --heads H with H dividing {args.max_d}, or another --max-d"
+        )
+    if args.layer == "encoder":
+        return spec.random_encoder_layer(
+            heads,
             args.max_d,
             args.max_ff or 2 * args.max_d,
             seed=args.seed,
             causal=args.causal,
+            activation=args.activation or "relu",
+            norm_first=bool(args.norm_first),
         )
-    else:
-        target = spec.random_attention(
-            args.max_heads, args.max_d, seed=args.seed, causal=args.causal
+    return spec.random_attention(heads, args.max_d, seed=args.seed, causal=args.causal)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnsim.simulator.reference import reference
+    from attnsim.simulator.verify import relative_error
+
+    _check_build_args(args)
+    at_least(args.n, "--n", 1)
+    at_least(args.heads, "--heads", 1)
+    target = _module_target(args) if args.module else _random_target(args)
+    n = args.max_n if args.n is None else args.n
+    if n > args.max_n:
+        raise UserError(f"--n {n} exceeds --max-n {args.max_n}; pass --max-n {n} or a smaller --n")
+    with _output.Progress("attnsim simulate") as bar:
+        U = _build(args, bar)
+        bar.step(f"simulating the target on X of shape ({n}, {target.d_model})")
+        d = target.d_model
+        X = torch.randn(
+            n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed)
         )
-    try:
-        U = _build(args)
-    except (ValueError, NotImplementedError) as exc:
-        raise UserError(str(exc)) from None
-    n = args.n or args.max_n
-    d = target.d_model
-    X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
-    try:
-        got = U.simulate(target, X)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+        try:
+            got = U.simulate(target, X)
+        except ValueError as exc:
+            raise LibraryError(str(exc)) from None
     want = reference(target, X)
     err = relative_error(got, want)
     report = U.report()
@@ -168,92 +505,55 @@ def _simulate(args) -> int:
             )
         )
         return 0
-    console = rich.console.Console()
-    console.print(f"T(X) (plain torch):\n{want}")
-    console.print(f"U(<T, X>):\n{got}")
-    console.print(f"max relative error: {err:.3e}")
+    # plain print: lines stay whole (rich would break them at 80 columns through a pipe)
+    print(f"T(X) (plain torch):\n{want}")
+    print(f"U(<T, X>):\n{got}")
+    print(f"max relative error: {err:.3e}")
     if bound is not None:
         within = bool(((got - want).abs() <= bound).all())
-        console.print(
+        print(
             f"max |error| {float((got - want).abs().max()):.3e}, bound "
             f"{float(bound.max()):.3e} (every entry within its bound: {within})"
         )
     for label, b in U.map_bounds.items():
-        console.print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
-    console.print(str(report))
+        print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
+    print(str(report))
     return 0
 
 
-def _load_module(args) -> torch.nn.Module:
-    """Rebuilds a module from a saved state_dict (weights only: no code is unpickled)."""
-    try:
-        state = torch.load(args.module, weights_only=True)
-    except Exception as exc:  # a user's file: say what went wrong, no traceback
-        raise UserError(f"cannot load {args.module!r}: {exc}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UserError(
-            f"{args.module!r} does not hold a state_dict; save one with "
-            "torch.save(module.state_dict(), FILE)"
-        )
-    try:
-        if "in_proj_weight" in state:
-            d = state["in_proj_weight"].shape[1]
-            module = torch.nn.MultiheadAttention(
-                d, args.heads, bias="in_proj_bias" in state, dtype=torch.float64
-            )
-        elif "self_attn.in_proj_weight" in state:
-            d = state["self_attn.in_proj_weight"].shape[1]
-            module = torch.nn.TransformerEncoderLayer(
-                d,
-                args.heads,
-                dim_feedforward=state["linear1.weight"].shape[0],
-                dropout=0.0,
-                activation=args.activation,
-                norm_first=args.norm_first,
-                dtype=torch.float64,
-            )
-        else:
-            raise UserError(
-                f"{args.module!r} is not the state_dict of a MultiheadAttention or a "
-                "TransformerEncoderLayer (no in_proj_weight)"
-            )
-        module.load_state_dict({k: v.double() for k, v in state.items()})
-    except (RuntimeError, AssertionError, ValueError) as exc:
-        raise UserError(f"cannot rebuild the module from {args.module!r}: {exc}") from None
-    return module.eval()
-
-
-def _verify(args) -> int:
+def _verify(args: argparse.Namespace) -> int:
     from attnsim.simulator.verify import verify
 
-    if args.targets < 1:
-        raise UserError("--targets must be >= 1")
-    try:
-        U = _build(args)
-    except (ValueError, NotImplementedError) as exc:
-        raise UserError(str(exc)) from None
-    result = verify(U, targets=args.targets, seed=args.seed, progress=not args.json)
+    _check_build_args(args)
+    at_least(args.targets, "--targets", 1)
+    _resolve_sizes(args)
+    with _output.Progress("attnsim verify") as bar:
+        U = _build(args, bar)
+        if not bar.terminal:  # through a pipe: one line for the whole run
+            bar.step(f"simulating {args.targets} random targets")
+            result = verify(U, targets=args.targets, seed=args.seed, progress=False)
+    if bar.terminal:  # verify's own bar counts the targets (one live display at a time)
+        result = verify(U, targets=args.targets, seed=args.seed, progress=True)
     if args.json:
         print(json.dumps(result.to_dict()))
-    else:
-        console = rich.console.Console()
-        console.print(str(U.report()))
-        console.print(
-            f"{result.count} targets: max relative error {result.max_error:.3e}, median "
-            f"{result.median_error:.3e}, "
-            + (f"tolerance {result.tolerance:g}, " if U.maps == "native" else "")
-            + f"failures {len(result.failures)}"
+        return 0 if not result.failures else 1
+    print(str(U.report()))
+    print(
+        f"{result.count} targets: max relative error {result.max_error:.3e}, median "
+        f"{result.median_error:.3e}, "
+        + (f"tolerance {result.tolerance:g}, " if U.maps == "native" else "")
+        + f"failures {len(result.failures)}"
+    )
+    if result.max_bound_ratio is not None:
+        print(
+            f"entrywise bound (U.error_bound): largest relative bound "
+            f"{result.max_certified:.3e}, largest |error| / bound {result.max_bound_ratio:.3g}"
+            + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
         )
-        if result.max_bound_ratio is not None:
-            console.print(
-                f"entrywise bound (U.error_bound): largest relative bound "
-                f"{result.max_certified:.3e}, largest |error| / bound {result.max_bound_ratio:.3g}"
-                + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
-            )
-        for label, b in result.map_bounds.items():
-            console.print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
-        for seed, err in result.failures[:10]:
-            console.print(f"  failure: target seed {seed}, error {err:.3e}")
+    for label, b in result.map_bounds.items():
+        print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
+    for seed, err in result.failures[:10]:
+        print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1
 
 

@@ -16,6 +16,7 @@ import torch
 
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import Layer
+from attnsim.model import memory
 from attnsim.model.config import ModelConfig
 from attnsim.model.transformer import Transformer
 
@@ -70,7 +71,17 @@ def assemble(
         causal=causal,
         dtype="float64" if dtype == torch.float64 else "float32",
     )
-    # weights are accumulated in float64 numpy arrays, then copied into the model once
+    # weights are accumulated in float64 numpy arrays, then copied into the model once:
+    # refuse sizes that cannot fit before allocating either
+    itemsize = 8 if dtype == torch.float64 else 4
+    params = memory.weight_bytes(cfg) // itemsize
+    memory.check_fits(
+        params * (8 + itemsize) + memory.attention_bytes(cfg.n_ctx, n_heads, itemsize),
+        f"the compiled model ({cfg.n_layers} layers, d_model={d_model}, d_mlp={d_mlp}, "
+        f"{n_heads} heads, n_ctx={cfg.n_ctx}: {params} parameters)",
+        "lower max_seq_len or the value sets the program enumerates (vocab, map outputs), "
+        "or split the program",
+    )
     weights: dict[str, np.ndarray] = {}
 
     def w(name: str, *shape: int) -> np.ndarray:

@@ -19,8 +19,11 @@ Realisations (the report lists one line per map):
 
 Selectors become bilinear scores where a selected key scores ``max_score``, any other key at
 most ``max_score - 1`` and BOS ``max_score - 0.5`` (so BOS wins only when nothing is selected):
-tables over one-hot values, ``1 - (f - g)^2`` for equality of integer-valued numbers, sums of
-those for conjunctions, and tables over joint values for disjunctions and negations.
+tables over one-hot values, ``1 - (f - g)^2`` for equality of integer-valued numbers (against
+a constant: ``1 - (c - g)^2`` read on one side only), sums of those for conjunctions, and
+tables over joint values for disjunctions and negations. ``SelectMax(base, score)`` scores
+``G * base + score`` with a power of two ``G`` above the declared score range (bounded: a
+hard head averages the keys within its tolerance of the maximum).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from attnsim.compiler import approximation
-from attnsim.compiler.value_inference import ValueInference, dedupe, sort_values
+from attnsim.compiler.value_inference import ValueInference, call_function, dedupe, sort_values
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import BilinearUnit, Head, NativeUnit, ReluUnit, linear_form
 from attnsim.rasp import expr as E
@@ -98,6 +101,7 @@ class Guard:
     allowed: tuple[float, ...] | None = None
     value_range: tuple[float, float] | None = None
     integer: bool = False
+    reason: str = ""
 
 
 @dataclass
@@ -146,6 +150,7 @@ class Lowerer:
         self.errors: list[str] = []
         self._n_units = 0
         self._squares: dict[tuple, tuple[str, int]] = {}
+        self.gains: dict[int, float] = {}  # SelectMax selector uid -> the gain G of its base
         self.reps_extra: dict[tuple, Rep] = {}
 
     # -- naming ------------------------------------------------------------------------------
@@ -342,7 +347,7 @@ class Lowerer:
         vals = self.vi.values(e.inner)
         if vals is not None:
             out_vals = self.vi.values(e)
-            table = {value_key(v): _apply(e.f, v) for v in vals}
+            table = {value_key(v): _call_function(e, (v,)) for v in vals}
             r = self._discretise(label, form, inner.ready, vals, table, out_vals, num_out)
             return r
         raise UnsupportedError(
@@ -493,18 +498,21 @@ class Lowerer:
                 f"(limit {MAX_LOOKUP}); reduce the value sets or split the map"
             )
         stage = mlp_stage(ready)
-        f = e.f
         combos = _product([list(zip(r.values, r.dims)) for r in reps])
         outputs = []
         for combo in combos:
             vals = [v for v, _ in combo]
-            outputs.append((combo, _apply(f, *vals)))
+            outputs.append((combo, _call_function(e, vals)))
         if num_out:
             d = self.new_dir(label)
             rep = Rep("num", stage, form={d: 1.0})
-            out_dim = lambda v: ((d, float(v)),) if v is not None and float(v) != 0 else ()
+            # a value that is not a number cannot be held: a run-time check raises there, as
+            # the interpreter does (guards.py), so its row writes nothing
+            out_dim = lambda v: ((d, float(v)),) if is_real(v) and float(v) != 0 else ()
         else:
-            out_vals = sort_values(dedupe(v for _, v in outputs if v is not None))
+            out_vals = sort_values(
+                dedupe(v for _, v in outputs if v is not None and v is not _FAILED)
+            )
             dims = tuple(self.new_dir(f"{label}:{value_text(v)}") for v in out_vals)
             rep = Rep("cat", stage, values=out_vals, dims=dims)
             index = rep.dim_of()
@@ -541,20 +549,32 @@ class Lowerer:
 
         ``table`` maps value keys of the inputs to outputs (None: the identity, as a one-hot).
         """
-        xs = sorted({float(v) for v in in_vals})
-        outs = []
-        for x in xs:
+        xs, outs = [], []
+        for group in _close_groups(sorted({float(v) for v in in_vals})):
             if table is None:
-                outs.append(_as_number(x))
+                got = [_as_number(x) for x in group]
             else:
-                outs.append(table.get(value_key(_as_number(x)), table.get(value_key(x))))
+                got = [table.get(value_key(_as_number(x)), table.get(value_key(x))) for x in group]
+            if not _same_outputs(got):
+                raise UnsupportedError(
+                    f"{label}: its input takes values that differ only by float rounding "
+                    f"({group[0]!r} and {group[-1]!r}) but its function gives different "
+                    f"results there ({got[0]!r} and {got[-1]!r}); a compiled model computes "
+                    "up to float rounding and cannot tell them apart: round the input first "
+                    "(for example with a map to round(x, 9)) or give the function results "
+                    "that are numbers"
+                )
+            # values equal up to rounding are one value: steps between them would need a
+            # slope of 1/ulp, which amplifies every rounding error of the model
+            xs.append(group[0])
+            outs.append(got[0])
         stage = mlp_stage(ready)
         if num_out:
             d = self.new_dir(label)
             rep = Rep("num", stage, form={d: 1.0})
 
             def vec(v):
-                return {} if v is None or v is _FAILED else {d: float(v)}
+                return {d: float(v)} if v is not _FAILED and is_real(v) else {}
         else:
             cats = sort_values(dedupe(v for v in outs if v is not None and v is not _FAILED))
             dims = tuple(self.new_dir(f"{label}:{value_text(v)}") for v in cats)
@@ -694,15 +714,83 @@ class Lowerer:
     def _score(self, sel: E.Selector) -> tuple[tuple, float, int]:
         if self.vi.is_static(sel):
             return self._static_score(sel)
+        if isinstance(sel, E.SelectMax):
+            return self._max_score(sel)
         if isinstance(sel, E.SelectorAnd):
+            for part in (sel.fst, sel.snd):
+                if _contains_select_max(part):
+                    raise UnsupportedError(
+                        f"{self.label(sel)}: a SelectMax inside a conjunction cannot be "
+                        "compiled; put the other selector into its base: "
+                        "SelectMax(base & other, score)"
+                    )
             t1, m1, r1 = self.score(sel.fst)
             t2, m2, r2 = self.score(sel.snd)
             return t1 + t2, m1 + m2, max(r1, r2)
         if isinstance(sel, E.Select):
             return self._select_score(sel)
         if isinstance(sel, (E.SelectorOr, E.SelectorNot)):
+            if _contains_select_max(sel):
+                raise UnsupportedError(
+                    f"{self.label(sel)}: a SelectMax inside Or/Not cannot be compiled; "
+                    "aggregate over the SelectMax itself"
+                )
             return self._joint_score(sel)
         raise UnsupportedError(f"{self.label(sel)}: cannot compile {type(sel).__name__}")
+
+    def _max_score(self, sel: E.SelectMax) -> tuple[tuple, float, int]:
+        """``G * base + score``: the base selection first, then the largest score.
+
+        With ``|score| <= F`` (declared, checked at run time) and ``G >= 4 (F + 1)``, a key
+        the base selects outscores every key it does not select and BOS (which scores
+        ``G (max_score - 1/2)`` and so still wins when the base selects nothing); among the
+        selected keys the score decides. ``G`` is a power of two, so scaling the base
+        scores (integers on integer features) adds no rounding.
+        """
+        label = self.label(sel)
+        if _contains_select_max(sel.base):
+            raise UnsupportedError(
+                f"{label}: a SelectMax whose base holds another SelectMax cannot be compiled; "
+                "take the maximum of a combined score instead"
+            )
+        rng = E.value_range(sel.score)
+        if rng is None:
+            raise UnsupportedError(
+                f"{label}: SelectMax needs a declared bound on its score "
+                f"{self.label(sel.score)!r} to choose the gain of its head; declare it with "
+                "rasp.numerical(score, value_range=(lo, hi)) (checked at run time)"
+            )
+        lo, hi = rng
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise UnsupportedError(
+                f"{label}: the declared score range ({lo:g}, {hi:g}) of SelectMax must be "
+                "finite; declare finite bounds with rasp.numerical(score, value_range=...)"
+            )
+        terms, max_score, base_ready = self.score(sel.base)
+        form = self.numeric_form(sel.score)
+        ready = max(base_ready, self.rep(sel.score).ready)
+        bound = max(abs(lo), abs(hi))
+        gain = 2.0 ** math.ceil(math.log2(4.0 * (bound + 1.0)))
+        scaled = tuple((q, k, gain * w) for q, k, w in terms)
+        scaled += tuple((NOTBOS, k, c) for k, c in form.items() if c != 0.0)
+        self.gains[sel.uid] = gain
+        self.guards.append(
+            Guard(self.label(sel.score), linear_form(form), self.rep(sel.score).ready,
+                  value_range=(lo, hi))
+        )  # fmt: skip
+        self.realisations.append(
+            Realisation(
+                label,
+                f"max by one head: score {gain:g} * base + {self.label(sel.score)}",
+                "bounded",
+                0,
+                note="hard attention averages the keys within its tolerance (0.25) of the "
+                "largest score, softmax weights them by exp(beta * score): an aggregate over "
+                "it is within that of the interpreter's (exact for scores apart by more than "
+                "the tolerance); the score range is checked at run time",
+            )
+        )
+        return scaled, gain * max_score, ready
 
     def _static_score(self, sel: E.Selector) -> tuple[tuple, float, int]:
         if (
@@ -780,9 +868,27 @@ class Lowerer:
                         self.guards.append(
                             Guard(self.label(s), linear_form(f), r.ready, integer=True)
                         )
+            scale = 1.0 / (gap * gap)
+            for const_side in ("queries", "keys"):
+                c = self._constant(getattr(sel, const_side))
+                if c is None:
+                    continue
+                # one side is a constant c: 1 - s (c - x)^2 reads x and x^2 on the other
+                # side against notbos only (no directions for the constant side)
+                if const_side == "queries":
+                    sx, rx = self._square_of(sel.keys, fk, kr.ready)
+                    lin = tuple((NOTBOS, d, 2.0 * scale * c * w) for d, w in fk.items())
+                    sq_t = ((NOTBOS, sx, -scale),)
+                else:
+                    sx, rx = self._square_of(sel.queries, fq, qr.ready)
+                    lin = tuple((d, NOTBOS, 2.0 * scale * c * w) for d, w in fq.items())
+                    sq_t = ((sx, NOTBOS, -scale),)
+                terms = tuple(t for t in lin if t[2] != 0.0) + sq_t
+                terms += ((NOTBOS, NOTBOS, 1.0 - scale * c * c),)
+                return terms, 1.0, rx
             sk, rk = self._square_of(sel.keys, fk, kr.ready)
             sq, rq = self._square_of(sel.queries, fq, qr.ready)
-            terms = self._quadratic(fq, sq, fk, sk, 1.0 / (gap * gap))
+            terms = self._quadratic(fq, sq, fk, sk, scale)
             return terms, 1.0, max(rk, rq)
         if kvals is not None and qvals is not None:
             return self._table_score(sel.keys, sel.queries, pred)
@@ -790,6 +896,16 @@ class Lowerer:
             f"{self.label(sel)}: compares real-valued S-ops with {_pred_name(pred)}; only "
             "EQ (on integer values) is supported for S-ops without a finite value set"
         )
+
+    def _constant(self, e: E.SOp) -> float | None:
+        """The value of a static S-op that is the same number at every position, else None."""
+        if not self.vi.is_static(e):
+            return None
+        vals = self.vi.static_values(e)
+        if not vals or not all(_is_num(v) for v in vals):
+            return None
+        first = float(vals[0])
+        return first if all(float(v) == first for v in vals) else None
 
     def _square_of(self, e: E.SOp, form: dict, ready: int) -> tuple[str, int]:
         if self.vi.is_static(e):
@@ -813,8 +929,19 @@ class Lowerer:
         _collect_leaves(sel, leaves)
         keys = _unique([s.keys for s in leaves])
         queries = _unique([s.queries for s in leaves])
-        kj = keys[0] if len(keys) == 1 else E.SequenceMap(lambda *a: tuple(a), *keys)
-        qj = queries[0] if len(queries) == 1 else E.SequenceMap(lambda *a: tuple(a), *queries)
+        # the joint keys and queries get names of the selector's, so that the directions
+        # they own are the same in every compile
+        name = self.label(sel)
+        kj = (
+            keys[0]
+            if len(keys) == 1
+            else E.SequenceMap(lambda *a: tuple(a), *keys).named(f"{name}@keys")
+        )
+        qj = (
+            queries[0]
+            if len(queries) == 1
+            else E.SequenceMap(lambda *a: tuple(a), *queries).named(f"{name}@queries")
+        )
         kpos = {s.uid: i for i, s in enumerate(keys)}
         qpos = {s.uid: i for i, s in enumerate(queries)}
         kr, qr = self.categorical_rep(kj), self.categorical_rep(qj)
@@ -858,15 +985,19 @@ class Lowerer:
         if has_default:
             flag = self.new_dir(self.fresh(f"{label}@empty"))
             ov = ov + ((BOS, flag, 1.0),)
-        self.heads.append((stage, self._head(label, terms, ov, "mean", max_score)))
+        gain = self.gains.get(e.selector.uid, 1.0)
+        self.heads.append((stage, self._head(label, terms, ov, "mean", max_score, gain)))
         if e.reduction == "sum":
             rep = self._sum_from_mean(e, label, rep)
         if has_default:
             rep = self._apply_default(label, rep, flag, stage, default, numeric)
         return rep
 
-    def _head(self, label: str, terms: tuple, ov: tuple, mode: str, max_score: float) -> Head:
-        bos = max_score - 0.5 if mode == "mean" else max_score
+    def _head(
+        self, label: str, terms: tuple, ov: tuple, mode: str, max_score: float, gain: float = 1.0
+    ) -> Head:
+        # BOS: half a (scaled) unit below a selected key, so it wins only when none is
+        bos = max_score - 0.5 * gain if mode == "mean" else max_score
         qk = terms + ((NOTBOS, BOS, bos), (BOS, BOS, BIG))
         return Head(label, qk, ov, mode, max_score)
 
@@ -882,17 +1013,19 @@ class Lowerer:
             self.units.append((mstage, unit))
             form = dict(rep.form)
             form[d] = 1.0
-            return Rep("num", mstage, form=form)
+            # a sum is ready only after its product (a later MLP than the default's)
+            return Rep("num", max(rep.ready, mstage), form=form)
         values = rep.values
         dims = rep.dims
-        if not any(_same(v, default) for v in values):
+        # 0 and 0.0 are different RASP values (the interpreter keeps them apart too)
+        if not any(value_key(v) == value_key(default) for v in values):
             values = values + (default,)
             dims = dims + (self.new_dir(f"{label}:{value_text(default)}"),)
         index = {value_key(v): d for v, d in zip(values, dims)}
         out = ((index[value_key(default)], 1.0),)
         unit = BilinearUnit(self.unit_name(label), ((flag, 1.0),), ((NOTBOS, 1.0),), out)
         self.units.append((mstage, unit))
-        return Rep("cat", mstage, values=values, dims=dims)
+        return Rep("cat", max(rep.ready, mstage), values=values, dims=dims)
 
     def _sum_from_mean(self, e: E.Aggregate, label: str, mean: Rep) -> Rep:
         sel = e.selector
@@ -910,13 +1043,18 @@ class Lowerer:
             self.static_embed[cd] = counts
             self.realisations.append(Realisation(label, "sum (mean x count)", "exact", 1))
             return self._product(self.fresh(label), mean.form, {cd: 1.0}, mean.ready)
-        width = E.numerical(E.SelectorWidth(sel))
+        width = E.numerical(E.SelectorWidth(sel)).named(f"{label}@width")
         wrep = self.rep(width)
         self.realisations.append(Realisation(label, "sum (mean x width)", "exact", 1))
         return self._product(self.fresh(label), mean.form, wrep.form, max(mean.ready, wrep.ready))
 
     def _selector_width(self, e: E.SelectorWidth) -> Rep:
         label = self.label(e)
+        if _contains_select_max(e.selector):
+            raise UnsupportedError(
+                f"{label}: the width (or a sum aggregate) of a SelectMax cannot be compiled: "
+                "its head cannot count the tied keys; use a mean Aggregate over it"
+            )
         terms, max_score, ready = self.score(e.selector)
         stage = attn_stage(ready)
         r = self.new_dir(self.fresh(f"{label}@inv"))
@@ -951,12 +1089,66 @@ def _apply(f: Any, *args: Any) -> Any:
         return _FAILED
 
 
+def _call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
+    """The function of a map on input values as the interpreter calls it (``_FAILED`` where
+    it raises, None where an input is None)."""
+    if any(a is None for a in args):
+        return None
+    try:
+        return call_function(e, args)
+    except Exception:
+        return _FAILED
+
+
 def _same(a: Any, b: Any) -> bool:
     return value_key(a) == value_key(b) or (_is_num(a) and _is_num(b) and float(a) == float(b))
 
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _close_groups(xs: list[float]) -> list[list[float]]:
+    """Sorted values grouped where neighbours differ by float rounding only (1e-9 relative)."""
+    groups: list[list[float]] = []
+    for x in xs:
+        if groups and x - groups[-1][0] <= 1e-9 * max(1.0, abs(x)):
+            groups[-1].append(x)
+        else:
+            groups.append([x])
+    return groups
+
+
+def _same_outputs(outs: list) -> bool:
+    """Whether a function's results on values equal up to rounding agree (numbers: up to
+    rounding too)."""
+    first = outs[0]
+    for o in outs[1:]:
+        if value_key(o) == value_key(first) if _hashable(o) and _hashable(first) else o is first:
+            continue
+        if _is_num(o) and _is_num(first) and math.isclose(o, first, rel_tol=1e-9, abs_tol=1e-12):
+            continue
+        return False
+    return True
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def is_real(v: Any) -> bool:
+    """A value a numerical S-op can hold (bools count as 0 and 1, as in the interpreter)."""
+    if v is None or isinstance(v, (str, bytes)):
+        return False
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _as_number(x: float) -> Any:
@@ -996,6 +1188,13 @@ def _min_gap(vals: Sequence[Any]) -> float:
 
 def _pred_name(pred: Any) -> str:
     return pred.name if isinstance(pred, E.Comparison) else getattr(pred, "__name__", "a function")
+
+
+def _contains_select_max(sel: E.Selector) -> bool:
+    """Whether a selector is, or combines, a SelectMax."""
+    if isinstance(sel, E.SelectMax):
+        return True
+    return any(isinstance(c, E.Selector) and _contains_select_max(c) for c in sel.children)
 
 
 def _collect_leaves(sel: E.Selector, out: list) -> None:

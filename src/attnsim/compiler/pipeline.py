@@ -11,15 +11,26 @@
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from attnsim.compiler import assembly, lowering, scheduling, tracing, value_inference
-from attnsim.model.compiled import CompiledModel, GuardSpec, OutputSpec, Report
+from attnsim.compiler import (
+    assembly,
+    components,
+    guards,
+    lowering,
+    scheduling,
+    tracing,
+    value_inference,
+)
+from attnsim.model import memory
+from attnsim.model.compiled import CompiledModel, OutputSpec, Report
 from attnsim.rasp import expr as E
+from attnsim.rasp import interpret
 
 
 def compile_program(
@@ -68,26 +79,41 @@ def compile_program(
         A CompiledModel: ``.run(xs)``, ``.run_with_cache(xs)``, ``.report()``, ``.save(dir)``.
 
     Raises:
-        TypeError: ``program`` is not a RASP S-op.
-        ValueError: bad arguments.
+        TypeError: ``program`` is not a RASP S-op, or an argument is of the wrong kind
+            (an unhashable token, a max_seq_len that is not an int).
+        ValueError: bad arguments (an empty vocab, None or NaN as a token, max_seq_len < 1).
+        RASPEvaluationError: (a ValueError) the program fails on inputs the vocabulary
+            allows: a selector's predicate raises on a pair of values, or a map gives NaN or
+            an infinity; all are listed.
         NotImplementedError: parts of the program cannot be compiled; all are listed.
+        ModelTooLargeError: (a MemoryError and a ValueError) the model would not fit in
+            this machine's memory; the message gives the estimate and what to lower.
     """
     start = time.perf_counter()
-    if attention not in ("hard", "softmax"):
-        raise ValueError(f"attention must be 'hard' or 'softmax', got {attention!r}")
-    if maps not in ("native", "relu"):
-        raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
-    if not map_tolerance > 0:
-        raise ValueError(f"map_tolerance must be positive, got {map_tolerance!r}")
-    if map_error not in ("absolute", "relative"):
-        raise ValueError(f"map_error must be 'absolute' or 'relative', got {map_error!r}")
-    if not isinstance(max_seq_len, int) or max_seq_len < 1:
-        raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
-    if dtype not in (torch.float64, torch.float32):
-        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    _check_arguments(
+        max_seq_len=max_seq_len,
+        causal=causal,
+        attention=attention,
+        maps=maps,
+        map_tolerance=map_tolerance,
+        map_error=map_error,
+        fixed_length=fixed_length,
+        dtype=dtype,
+        value_scale=value_scale,
+    )
+    max_seq_len = int(max_seq_len)
+    vocab = value_inference.check_vocab(vocab)
 
     graph = tracing.trace(program)
+    _check_size(graph, max_seq_len, dtype)
     vi = value_inference.ValueInference(vocab, max_seq_len, causal, fixed_length)
+    errors = value_inference.program_errors(vi, (graph.nodes[u] for u in graph.order))
+    if errors:
+        raise interpret.RASPEvaluationError(
+            "this program fails on inputs the vocabulary allows (a function that raises "
+            "there raises in the interpreter too; a NaN or an infinity is a value no compiled "
+            "model can hold):\n" + "\n".join(f"  - {m}" for m in errors)
+        )
     low = lowering.Lowerer(
         vi,
         graph.labels,
@@ -103,8 +129,7 @@ def compile_program(
         )
     out_rep = low.rep(program)
     layers = scheduling.schedule(low.heads, low.units)
-    if not value_scale >= 1.0:
-        raise ValueError(f"value_scale must be >= 1, got {value_scale!r}")
+    table = components.build(graph, low, layers, out_rep)
     beta = 2.0 * (math.log(max_seq_len + 1) + 40.0 + math.log(value_scale))
     model = assembly.assemble(
         layers,
@@ -123,10 +148,7 @@ def compile_program(
         output = OutputSpec("num", form=tuple(sorted(out_rep.form.items())))
     else:
         output = OutputSpec("cat", values=tuple(out_rep.values), dims=tuple(out_rep.dims))
-    guards = [
-        GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer, g.value_range)
-        for g in _dedupe_guards(low)
-    ]
+    checks = guards.runtime_guards(graph, vi, low)
     n_params, nonzero = assembly.count_parameters(model)
     report = Report(
         name=program.label,
@@ -143,6 +165,7 @@ def compile_program(
         compile_seconds=time.perf_counter() - start,
         attention=attention,
         realisations=[r.__dict__ for r in low.realisations],
+        components=[c.to_dict() for c in table.rows],
     )
     return CompiledModel(
         model,
@@ -150,9 +173,9 @@ def compile_program(
         vocab=None if vi.vocab is None else list(vi.vocab),
         numerical_tokens=low.token_num_dir is not None,
         max_seq_len=max_seq_len,
-        fixed_length=fixed_length,
+        fixed_length=fixed_length or _needs_full_length(graph),
         output=output,
-        guards=guards,
+        guards=checks,
         report=report,
     )
 
@@ -188,12 +211,76 @@ def _sop_inputs(node: E.RASPExpr) -> list[E.RASPExpr]:
     return out
 
 
-def _dedupe_guards(low: lowering.Lowerer) -> list[lowering.Guard]:
-    seen = set()
-    out = []
-    for g in low.guards:
-        key = (g.form, g.stage, g.allowed, g.integer, g.value_range)
-        if key not in seen:
-            seen.add(key)
-            out.append(g)
-    return out
+def _needs_full_length(graph: tracing.Graph) -> bool:
+    """Whether the program runs only on inputs of exactly max_seq_len tokens: a ConstantSOp
+    that checks its length, or a ConstantSelector, has one value per position (the
+    interpreter refuses other lengths, so the model must too)."""
+    return any(
+        isinstance(n, E.ConstantSelector) or (isinstance(n, E.ConstantSOp) and n.check_length)
+        for n in graph.nodes.values()
+    )
+
+
+def _check_arguments(
+    *,
+    max_seq_len: Any,
+    causal: Any,
+    attention: Any,
+    maps: Any,
+    map_tolerance: Any,
+    map_error: Any,
+    fixed_length: Any,
+    dtype: Any,
+    value_scale: Any,
+) -> None:
+    """Refuses arguments of the wrong kind or value, naming what was expected."""
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, numbers.Integral):
+        raise TypeError(
+            "max_seq_len must be a positive int (the longest input the model accepts), got "
+            f"{type(max_seq_len).__name__} {max_seq_len!r}"
+        )
+    if max_seq_len < 1:
+        raise ValueError(
+            f"max_seq_len must be a positive int (the longest input the model accepts), got "
+            f"{max_seq_len!r}"
+        )
+    for name, flag in (("causal", causal), ("fixed_length", fixed_length)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
+    if attention not in ("hard", "softmax"):
+        raise ValueError(f"attention must be 'hard' or 'softmax', got {attention!r}")
+    if maps not in ("native", "relu"):
+        raise ValueError(f"maps must be 'native' or 'relu', got {maps!r}")
+    if not _positive_finite(map_tolerance):
+        raise ValueError(f"map_tolerance must be a positive finite number, got {map_tolerance!r}")
+    if map_error not in ("absolute", "relative"):
+        raise ValueError(f"map_error must be 'absolute' or 'relative', got {map_error!r}")
+    if dtype not in (torch.float64, torch.float32):
+        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    if not (_positive_finite(value_scale) and value_scale >= 1.0):
+        raise ValueError(f"value_scale must be a finite number >= 1, got {value_scale!r}")
+
+
+def _positive_finite(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _check_size(graph: tracing.Graph, max_seq_len: int, dtype: torch.dtype) -> None:
+    """Refuses a max_seq_len whose [pos, pos] arrays cannot fit, before making any.
+
+    Attention holds scores for every (query, key) pair; value inference evaluates static
+    selectors at full length. The weights are checked again once their sizes are known.
+    """
+    n_ctx = max_seq_len + 1
+    itemsize = 8 if dtype == torch.float64 else 4
+    attends = any(
+        isinstance(n, (E.Aggregate, E.SelectorWidth, E.LengthType)) for n in graph.nodes.values()
+    )
+    needed = 2 * max_seq_len * max_seq_len  # the evaluator's masks and a selector, as bool
+    if attends:
+        needed = max(needed, memory.attention_bytes(n_ctx, 1, itemsize))
+    memory.check_fits(
+        needed,
+        f"compiling with max_seq_len={max_seq_len} (attention over {n_ctx} positions)",
+        "lower max_seq_len: the [max_seq_len + 1]^2 attention scores grow with its square",
+    )

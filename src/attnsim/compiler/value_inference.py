@@ -19,7 +19,8 @@ needs no enumeration (linear, bilinear, native or ReLU units).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,66 @@ def dedupe(values) -> tuple:
             seen.add(k)
             out.append(v)
     return tuple(out)
+
+
+def check_vocab(vocab: Any) -> tuple | None:
+    """The vocabulary as a tuple of distinct tokens, refusing what no model can encode.
+
+    Tokens must be hashable (they are looked up), finite where they are numbers (a NaN never
+    equals itself) and not None (RASP's "no value": the result of an empty categorical
+    Aggregate). A string stands for its characters; numpy scalars become Python values.
+
+    >>> check_vocab("aba")
+    ('a', 'b')
+    >>> check_vocab([1, 2.5, (0, True)])
+    (1, 2.5, (0, True))
+
+    Raises:
+        TypeError: ``vocab`` is not a collection of tokens, or a token is unhashable.
+        ValueError: ``vocab`` is empty, or holds None or a non-finite number.
+    """
+    if vocab is None:
+        return None
+    if isinstance(vocab, (bytes, bytearray)) or not isinstance(vocab, Iterable):
+        raise TypeError(
+            f"vocab must be a collection of tokens (a list, a tuple, a set or a string of "
+            f"characters), or None for real-valued tokens; got {type(vocab).__name__} {vocab!r}"
+        )
+    tokens = [v.item() if isinstance(v, np.generic) else v for v in vocab]
+    if not tokens:
+        raise ValueError(
+            "vocab is empty; list the tokens the model must accept, or pass vocab=None for "
+            "real-valued tokens (with rasp.numerical(rasp.tokens))"
+        )
+    for i, v in enumerate(tokens):
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(
+                f"vocab tokens must be hashable (str, int, float, bool or a tuple of those); "
+                f"token {i} is the {type(v).__name__} {v!r}: use a tuple instead"
+            ) from None
+        if v is None:
+            raise ValueError(
+                "vocab contains None, which RASP reserves for 'no value' (what an empty "
+                "categorical Aggregate gives), so a None token could not be told apart from "
+                "it; use another token for it, such as '<none>'"
+            )
+        if not _finite_value(v):
+            raise ValueError(
+                f"vocab token {i} is {v!r}, which is not a finite value; tokens that are "
+                "numbers must be finite (use a large number or a string in its place)"
+            )
+    return dedupe(tokens)
+
+
+def _finite_value(v: Any) -> bool:
+    """Whether a value holds no NaN or infinity (inside tuples too)."""
+    if isinstance(v, (float, np.floating)):
+        return math.isfinite(v)
+    if isinstance(v, tuple):
+        return all(_finite_value(x) for x in v)
+    return True
 
 
 def sort_values(values: Sequence[Any]) -> tuple:
@@ -71,7 +132,16 @@ class ValueInference:
         self.fixed_length = fixed_length
         self._static: dict[int, bool] = {}
         self._values: dict[int, tuple | None] = {}
-        self._evaluator = I._Evaluator(np.zeros((1, max_seq_len)), causal=causal)
+        self._none: dict[int, bool] = {}
+        self._evaluator_obj: I._Evaluator | None = None
+
+    @property
+    def _evaluator(self) -> I._Evaluator:
+        # made on first use: it holds [max_seq_len, max_seq_len] masks, which a program
+        # without static S-ops never needs
+        if self._evaluator_obj is None:
+            self._evaluator_obj = I._Evaluator(np.zeros((1, self.L)), causal=self.causal)
+        return self._evaluator_obj
 
     # -- static --------------------------------------------------------------------------
     def is_static(self, e: E.RASPExpr) -> bool:
@@ -122,6 +192,8 @@ class ValueInference:
         if isinstance(e, E.TokensType):
             if self.vocab is None:
                 return None
+            if num and not all(_is_number(v) for v in self.vocab):
+                return None  # program_errors names the token that is not a number
             return tuple(float(v) for v in self.vocab) if num else self.vocab
         if isinstance(e, E.LengthType):
             vals = tuple(range(1, self.L + 1))
@@ -131,7 +203,7 @@ class ValueInference:
             inner = self.values(e.inner)
             if inner is None:
                 return None
-            vals = dedupe(_safe_map(e.f, [(v,) for v in inner]))
+            vals = dedupe(_safe_map(e, [(v,) for v in inner]))
         elif isinstance(e, E.SequenceMap):
             linear = e._op is not None and e._op.kind == "linear"
             if linear and num:
@@ -150,11 +222,15 @@ class ValueInference:
                     return tuple(float(v) for v in np.unique(xs))
             if size > MAX_TABLE:
                 return None
-            vals = dedupe(_safe_map(e.f, itertools.product(*parts)))
+            vals = dedupe(_safe_map(e, itertools.product(*parts)))
         elif isinstance(e, E.Aggregate):
             vals = self._aggregate_values(e)
             if vals is None:
                 return None
+            if not num and e.reduction == "sum":
+                # a categorical sum is computed on floats and read back as the interpreter
+                # reads a numerical array: integer-valued floats become ints
+                vals = dedupe(as_read(v) for v in vals)
         else:
             return None
         if num:
@@ -163,6 +239,42 @@ class ValueInference:
             except (TypeError, ValueError):
                 return None
         return vals
+
+    # -- None ("no value") ------------------------------------------------------------------
+    def may_be_none(self, e: E.SOp) -> bool:
+        """Whether a categorical S-op can hold None (no value) at some position.
+
+        None enters through a categorical Aggregate without a default (an empty selection)
+        and through functions that return None; a compiled model carries it as the zero
+        vector and never calls a function on it. Numerical S-ops never hold None.
+
+        >>> from attnsim import rasp
+        >>> vi = ValueInference(vocab=("a", "b"), max_seq_len=4, causal=False, fixed_length=False)
+        >>> sel = rasp.Select(rasp.indices, rasp.indices - 1, rasp.Comparison.EQ)
+        >>> vi.may_be_none(rasp.tokens), vi.may_be_none(rasp.Aggregate(sel, rasp.tokens))
+        (False, True)
+        """
+        got = self._none.get(e.uid)
+        if got is None:
+            got = self._none[e.uid] = self._compute_none(e)
+        return got
+
+    def _compute_none(self, e: E.SOp) -> bool:
+        if E.is_numerical(e):
+            return False
+        if self.is_static(e):
+            return any(v is None for v in self.static_values(e))
+        if isinstance(e, E.Aggregate):
+            return e.reduction == "mean" and (e.default is None or self.may_be_none(e.sop))
+        if isinstance(e, (E.Map, E.SequenceMap)):
+            vals = self.values(e)
+            inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
+            return (
+                vals is None
+                or any(v is None for v in vals)
+                or any(self.may_be_none(s) for s in inputs)
+            )
+        return False
 
     def _aggregate_values(self, e: E.Aggregate) -> tuple | None:
         inner = self.values(e.sop)
@@ -231,6 +343,118 @@ class ValueInference:
         return self._mean_values(tuple(combos), "mean", 0)
 
 
+def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]:
+    """What fails on some input the vocabulary allows, found from the value sets.
+
+    The compiled model has no way to raise where the interpreter does when a selector's
+    predicate fails on a pair of values, and it cannot compute with a map's non-finite
+    result (an infinity or a NaN in one lookup row poisons every position through
+    ``0 * inf``). Both are refused at compile time, each named with its values.
+
+    >>> from attnsim import rasp
+    >>> vi = ValueInference(vocab=("a",), max_seq_len=2, causal=False, fixed_length=False)
+    >>> sel = rasp.Select(rasp.tokens, rasp.indices, rasp.Comparison.LT).named("lt")
+    >>> program_errors(vi, [sel])[0][:62]
+    "the function of 'lt' raised TypeError: '<' not supported betwe"
+    """
+    errors: list[str] = []
+    for e in nodes:
+        if isinstance(e, E.TokensType) and E.is_numerical(e) and vi.vocab is not None:
+            bad = [v for v in vi.vocab if not _is_number(v)]
+            if bad:
+                errors.append(
+                    f"tokens are used as numbers (rasp.numerical(rasp.tokens)) but the vocab "
+                    f"holds {bad[0]!r}, which is not a number; map the tokens to numbers "
+                    "first (rasp.numerical(rasp.Map(f, rasp.tokens))) or use a vocab of numbers"
+                )
+        if isinstance(e, E.Select):
+            errors.extend(_select_errors(vi, e))
+        elif isinstance(e, (E.Map, E.SequenceMap)):
+            if vi.is_static(e):
+                # a position-only map is evaluated whether or not anything reads it (the
+                # interpreter does, for a selector's keys too): a failure is a failure
+                try:
+                    vi.static_values(e)
+                except Exception as exc:
+                    errors.append(
+                        f"the position-only S-op {e.label!r} fails on the positions of a "
+                        f"full-length input ({type(exc).__name__}: {exc}); the interpreter "
+                        "raises there too: make its function total on 0..max_seq_len-1"
+                    )
+                    continue
+            errors.extend(_non_finite_errors(vi, e))
+    return list(dict.fromkeys(errors))
+
+
+def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
+    pred = e.predicate
+    if pred in (E.Comparison.TRUE, E.Comparison.FALSE):
+        return []
+    kvals, qvals = vi.values(e.keys), vi.values(e.queries)
+    if kvals is None or qvals is None:
+        return []
+    kvals = [v for v in kvals if v is not None]
+    qvals = [v for v in qvals if v is not None]
+    if isinstance(pred, E.Comparison) and _one_orderable_kind(kvals + qvals):
+        return []  # numbers with numbers or strings with strings: every comparison works
+    if len(kvals) * len(qvals) > MAX_LINEAR_TABLE:
+        return []
+    for k in kvals:
+        for q in qvals:
+            try:
+                pred(k, q)
+            except Exception as exc:  # the interpreter raises here too: say the same
+                return [
+                    f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on "
+                    f"({k!r}, {q!r}) (key {k!r} of {e.keys.label!r}, query {q!r} of "
+                    f"{e.queries.label!r}); every key value must be comparable with every "
+                    "query value: compare values of one kind (map one side first)"
+                ]
+    return []
+
+
+def _one_orderable_kind(values: list) -> bool:
+    nums = all(isinstance(v, (int, float, np.integer, np.floating)) and v == v for v in values)
+    return nums or all(isinstance(v, str) for v in values)
+
+
+def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str]:
+    """A map whose result is NaN or infinite for some value its inputs can take."""
+    inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
+    parts = [vi.values(s) for s in inputs]
+    if any(p is None for p in parts):
+        return []
+    parts = [[v for v in p if v is not None] for p in parts]
+    if int(np.prod([len(p) for p in parts])) > MAX_TABLE:
+        return []
+    op = e._op
+    # the interpreter runs a named numerical op vectorised (numpy: 1/0 is inf, log 0 is -inf)
+    vectorised = (
+        op is not None and op.numpy_fn is not None and all(E.is_numerical(s) for s in inputs)
+    )
+    for args in itertools.product(*parts):
+        try:
+            if vectorised:
+                with np.errstate(all="ignore"):
+                    out = op.numpy_fn(*(np.asarray([float(a)]) for a in args))
+                out = np.asarray(out).reshape(-1)[0]
+                out = out.item() if isinstance(out, np.generic) else out
+            else:
+                out = e.f(*args)
+        except Exception:
+            continue  # a run-time check covers a function that raises (as the interpreter does)
+        if not _finite_value(out):
+            shown = args[0] if len(args) == 1 else args
+            what = "input value" if len(args) == 1 else "input values"
+            return [
+                f"map {e.label!r} gives {out!r} for the {what} {shown!r}; a compiled model "
+                "computes with finite values only (a NaN or an infinity in one table row "
+                "reaches every position as 0 * inf). Return a finite value there (or a "
+                "string), or leave that value out of the vocabulary"
+            ]
+    return []
+
+
 def selector_key(sel: E.Selector) -> tuple:
     """A structural key: two selectors with equal keys select the same keys everywhere."""
     if isinstance(sel, E.Select):
@@ -248,17 +472,51 @@ def _sop_key(sop: E.SOp) -> tuple:
     return ("uid", sop.uid)
 
 
+def _is_number(v: Any) -> bool:
+    """A real number (bools count, as the interpreter reads True as 1.0)."""
+    return isinstance(v, (int, float, np.integer, np.floating))
+
+
 def _all_numbers(parts: Sequence[Sequence[Any]]) -> bool:
     return all(isinstance(v, (int, float, np.integer, np.floating)) for p in parts for v in p)
 
 
-def _safe_map(f, arg_tuples) -> list:
+def as_read(v: Any) -> Any:
+    """A numerical S-op's value as the interpreter hands it to a function: integer-valued
+    floats become ints (``1.0`` -> ``1``), as when it views a numerical array categorically."""
+    return I._as_python_number(v) if _is_number(v) and not isinstance(v, bool) else v
+
+
+def call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
+    """``e``'s function on one combination of input values, as the interpreter computes it.
+
+    ``args`` are values from the inputs' value sets (numerical inputs as floats). The
+    interpreter runs a named op vectorised when every input is numerical (a categorical result
+    is then read back from floats: integer-valued ones as ints, a test as bools); otherwise it
+    calls the function on the inputs' categorical values, where a numerical input's
+    integer-valued floats are ints. Raises what the function raises.
+    """
+    inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
+    numerical = [E.is_numerical(s) for s in inputs]
+    op = e._op
+    if all(numerical) and op is not None and op.numpy_fn is not None and not E.is_numerical(e):
+        with np.errstate(all="ignore"):
+            out = np.asarray(op.numpy_fn(*(np.asarray([float(a)]) for a in args)))
+        if out.dtype == bool:
+            return bool(out.reshape(-1)[0])
+        if out.dtype != object:
+            return I._as_python_number(float(out.reshape(-1)[0]))
+        return out.reshape(-1)[0]
+    return e.f(*(as_read(a) if n else a for a, n in zip(args, numerical)))
+
+
+def _safe_map(e: E.Map | E.SequenceMap, arg_tuples) -> list:
     out = []
     for args in arg_tuples:
         if any(a is None for a in args):
             continue
         try:
-            out.append(f(*args))
+            out.append(call_function(e, args))
         except Exception:  # a value the function rejects cannot occur at run time
             continue
     return out

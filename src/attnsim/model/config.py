@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import math
+import numbers
+from dataclasses import MISSING, dataclass, field, fields
 
 
 class AttentionMode(str, enum.Enum):
@@ -69,29 +71,65 @@ class ModelConfig:
         return self.d_mlp if self.mlp_widths is None else self.mlp_widths[layer]
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ModelConfig.{name} must be >= 0, got {getattr(self, name)}")
+        sizes = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear", "n_ctx")
+        for name in (*sizes, "d_vocab"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise TypeError(
+                    f"ModelConfig.{name} must be an int, got {type(value).__name__} {value!r}"
+                )
+            if value < 0:
+                raise ValueError(f"ModelConfig.{name} must be >= 0, got {value}")
         if self.n_ctx < 1 or self.d_vocab < 1:
             raise ValueError(
                 f"ModelConfig needs n_ctx >= 1 and d_vocab >= 1, got {self.n_ctx}, {self.d_vocab}"
             )
+        if not isinstance(self.d_native, dict):
+            raise TypeError(
+                f"ModelConfig.d_native must be a dict (kind -> units), got "
+                f"{type(self.d_native).__name__} {self.d_native!r}"
+            )
         unknown = set(self.d_native) - set(NATIVE_KINDS)
         if unknown:
             raise ValueError(
-                f"unknown native units {sorted(unknown)}; expected some of {NATIVE_KINDS}"
+                f"unknown native units {sorted(unknown, key=repr)}; expected some of {NATIVE_KINDS}"
             )
+        for kind, count in self.d_native.items():
+            if not _is_int(count) or count < 0:
+                raise ValueError(
+                    f"ModelConfig.d_native[{kind!r}] must be an int >= 0, got {count!r}"
+                )
+        for name in ("numerical_tokens", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        for name in ("beta", "hard_tolerance"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value <= 0:
+                raise ValueError(
+                    f"ModelConfig.{name} must be a positive finite number, got {value!r}"
+                )
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
-        object.__setattr__(self, "attention", AttentionMode(self.attention))
+        try:
+            object.__setattr__(self, "attention", AttentionMode(self.attention))
+        except ValueError:
+            raise ValueError(
+                f"ModelConfig.attention must be 'hard' or 'softmax', got {self.attention!r}"
+            ) from None
         if self.mlp_widths is not None:
-            widths = tuple(int(w) for w in self.mlp_widths)
-            if len(widths) != self.n_layers or any(not 0 <= w <= self.d_mlp for w in widths):
+            widths = self.mlp_widths
+            if (
+                not isinstance(widths, (tuple, list))
+                or len(widths) != self.n_layers
+                or not all(_is_int(w) and 0 <= w <= self.d_mlp for w in widths)
+            ):
                 raise ValueError(
                     f"ModelConfig.mlp_widths must give 0..d_mlp={self.d_mlp} units for each of "
-                    f"the {self.n_layers} layers, got {self.mlp_widths}"
+                    f"the {self.n_layers} layers, got {self.mlp_widths!r}"
                 )
-            object.__setattr__(self, "mlp_widths", widths)
+            object.__setattr__(self, "mlp_widths", tuple(int(w) for w in widths))
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -103,4 +141,29 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> ModelConfig:
+        """The config saved by :meth:`to_json`.
+
+        Raises:
+            TypeError: ``d`` is not a dict, a field is of the wrong kind, or a field is
+                missing or unknown.
+            ValueError: a field has a bad value.
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"a ModelConfig is stored as a JSON object, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        required = {
+            f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+        }
+        if set(d) - known:
+            raise TypeError(f"unknown ModelConfig fields {sorted(set(d) - known)}")
+        if required - set(d):
+            raise TypeError(f"missing ModelConfig fields {sorted(required - set(d))}")
         return cls(**d)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)

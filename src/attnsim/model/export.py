@@ -48,6 +48,7 @@ __all__ = [
     "lens_config",
     "to_transformer_lens",
     "run_lens",
+    "hook_labels",
     "to_onnx",
     "run_onnx",
 ]
@@ -210,7 +211,40 @@ def to_transformer_lens(model: CompiledModel):
             if width:
                 out.mlp.W_in[:, :width].copy_(block.mlp.W_in)
                 out.mlp.W_out[:width].copy_(block.mlp.W_out)
+    try:  # the ground truth travels with the export: hook name -> index -> RASP labels
+        lens.attnsim_hook_labels = hook_labels(model)
+    except ValueError:  # a model without a component table (an old checkpoint)
+        lens.attnsim_hook_labels = None
     return lens
+
+
+def hook_labels(model: CompiledModel) -> dict[str, dict[int, tuple[str, ...]]]:
+    """Which RASP expressions each head and MLP unit computes, by TransformerLens hook name.
+
+    ``hook_labels(model)["blocks.1.attn.hook_z"][0]`` are the labels that head 0 of layer 1
+    computes (patch ``hook_z[:, :, 0]``); ``["blocks.0.mlp.hook_post"][3]`` those of ReLU
+    unit 3 of layer 0 (patch ``hook_post[..., 3]``). The same hook names index the compiled
+    model's cache (bilinear and native units appear under ``hook_bilinear``/``hook_exp``...,
+    which have no TransformerLens counterpart). :func:`to_transformer_lens` attaches this
+    mapping to the model it returns as ``attnsim_hook_labels``.
+
+    Raises:
+        ValueError: the model carries no component table (see ``CompiledModel.components``).
+
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> model = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4)
+    >>> hook_labels(model)["blocks.0.attn.hook_z"][0]
+    ('hist',)
+    """
+    out: dict[str, dict[int, tuple[str, ...]]] = {}
+    for c in model.components():
+        if c.site not in ("attn", "mlp"):
+            continue
+        slot = out.setdefault(c.hook, {})
+        for i in range(c.start, c.stop):
+            slot[i] = tuple(dict.fromkeys(slot.get(i, ()) + c.labels))
+    return out
 
 
 def run_lens(lens, model: CompiledModel, xs: Sequence[Any]) -> list:

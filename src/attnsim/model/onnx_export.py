@@ -18,6 +18,11 @@ always declared; a model without numerical tokens ignores ``token_values``.
 does, without its run-time checks on intermediate values (the graph returns the final
 residual stream only).
 
+The file's metadata (``metadata_props``) records :func:`fingerprint` of the model: a SHA-256
+of its configuration, residual labels, vocabulary, output decoding and weights.
+:func:`run_onnx` refuses a file whose fingerprint is not the model's, so a graph exported
+from another model cannot silently return that model's outputs.
+
 How: the Transformer's forward pass chooses its active heads and used columns from the
 weights when it runs (cached Python-level plans keyed by data pointers, an in-place scatter
 for sparse MLPs). The TorchScript-based exporter writes an invalid graph for that scatter
@@ -42,8 +47,10 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import warnings
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,11 +62,66 @@ from attnsim.model import compiled
 from attnsim.model.config import AttentionMode
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
 
-__all__ = ["StaticTransformer", "erf64", "to_onnx", "run_onnx", "OPSET"]
+__all__ = ["StaticTransformer", "erf64", "fingerprint", "to_onnx", "run_onnx", "OPSET"]
 
 OPSET = 17  # ONNX opset of the exported graph (ONNX Runtime >= 1.14 runs it)
 INPUTS = ("token_ids", "token_values")
 OUTPUT = "resid"
+FINGERPRINT_KEY = "attnsim.fingerprint"  # metadata_props key of fingerprint(model)
+_FINGERPRINT_VERSION = b"attnsim-model-fingerprint-v1"
+
+# model -> (a stamp of its weight tensors, their fingerprint): hashing is done once per state
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stamp(tensors: dict[str, torch.Tensor]) -> tuple:
+    # data pointers and version counters change when a weight is replaced or edited in place
+    return tuple((k, t.data_ptr(), t._version, tuple(t.shape)) for k, t in tensors.items())
+
+
+def fingerprint(model: compiled.CompiledModel) -> str:
+    """A SHA-256 (hex) of everything that decides the model's outputs.
+
+    Covers the configuration, the residual labels, the vocabulary, the output decoding and
+    every weight (names, dtypes, shapes, bytes). Two models share it only when they compute
+    the same function the same way.
+
+    Raises:
+        TypeError: ``model`` is not a CompiledModel.
+
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> a = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4)
+    >>> b = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4)
+    >>> c = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=3)
+    >>> fingerprint(a) == fingerprint(b) != fingerprint(c)
+    True
+    """
+    if not isinstance(model, compiled.CompiledModel):
+        raise TypeError(f"expected a CompiledModel, got {type(model).__name__}")
+    tensors = dict(sorted(model.model.state_dict().items()))
+    stamp = _stamp(tensors)
+    cached = _FINGERPRINTS.get(model)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    h = hashlib.sha256(_FINGERPRINT_VERSION)
+    for part in (
+        model.config,
+        model.residual,
+        model.vocab,
+        model.numerical_tokens,
+        model.max_seq_len,
+        model.fixed_length,
+        model.output,
+    ):
+        h.update(repr(part).encode())
+        h.update(b"\0")
+    for name, t in tensors.items():
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    digest = h.hexdigest()
+    _FINGERPRINTS[model] = (stamp, digest)
+    return digest
 
 
 def _f64(*values: float) -> torch.Tensor:
@@ -339,12 +401,15 @@ def to_onnx(model: compiled.CompiledModel, path: str | Path, *, batch: int = 1) 
         values.type.tensor_type.elem_type = elem
         graph.input.append(values)
     proto.producer_name = "attnsim"
+    onnx.helper.set_model_props(proto, {FINGERPRINT_KEY: fingerprint(model)})
     onnx.checker.check_model(proto, full_check=True)
     onnx.save(proto, str(path))
     return path
 
 
-def run_onnx(path: Any, model: compiled.CompiledModel, xs: Sequence[Any]) -> list:
+def run_onnx(
+    path: Any, model: compiled.CompiledModel, xs: Sequence[Any], *, check: bool = True
+) -> list:
     """Runs an exported graph with ONNX Runtime and decodes like ``model.run``.
 
     Args:
@@ -352,6 +417,9 @@ def run_onnx(path: Any, model: compiled.CompiledModel, xs: Sequence[Any]) -> lis
             ``onnxruntime.InferenceSession`` of it (reuse one to run many batches).
         model: the compiled model (its encoding and output spec are used).
         xs: one token sequence, or a batch of equal-length sequences.
+        check: refuse a graph whose recorded fingerprint is not ``fingerprint(model)``
+            (False runs any graph with the right shapes: its outputs are decoded with
+            ``model``'s output spec whatever model it came from).
 
     Returns:
         The decoded output (a list; a list of lists for a batch). The run-time checks of
@@ -359,10 +427,14 @@ def run_onnx(path: Any, model: compiled.CompiledModel, xs: Sequence[Any]) -> lis
         residual stream only.
 
     Raises:
-        ValueError: the inputs do not fit the model (see :meth:`CompiledModel.encode`), or the
+        ValueError: the graph was exported from another model (or records no fingerprint),
+            the inputs do not fit the model (see :meth:`CompiledModel.encode`), or the
             graph's output is not ``model``'s residual stream.
+        TypeError: ``model`` is not a CompiledModel.
         ImportError: ONNX Runtime is not installed (``pip install 'attnsim[onnx]'``).
     """
+    if not isinstance(model, compiled.CompiledModel):
+        raise TypeError(f"expected a CompiledModel, got {type(model).__name__}")
     try:
         import onnxruntime
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -371,6 +443,8 @@ def run_onnx(path: Any, model: compiled.CompiledModel, xs: Sequence[Any]) -> lis
         session = path
     else:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    if check:
+        _check_fingerprint(session, model, path)
     batch, single = compiled._as_batch(xs)
     ids, vals = model.encode(batch)
     feed = {"token_ids": ids.numpy(), "token_values": vals.to(model.model.dtype).numpy()}
@@ -382,3 +456,21 @@ def run_onnx(path: Any, model: compiled.CompiledModel, xs: Sequence[Any]) -> lis
         )
     out = model._decode(torch.from_numpy(resid))
     return out[0] if single else out
+
+
+def _check_fingerprint(session: Any, model: compiled.CompiledModel, path: Any) -> None:
+    recorded = session.get_modelmeta().custom_metadata_map.get(FINGERPRINT_KEY)
+    where = "the session's graph" if not isinstance(path, (str, Path)) else str(path)
+    if recorded is None:
+        raise ValueError(
+            f"{where} records no attnsim fingerprint, so it cannot be checked against this "
+            f"model; export the model with to_onnx (which records it) and run that file, or "
+            f"pass check=False to run it unchecked"
+        )
+    mine = fingerprint(model)
+    if recorded != mine:
+        raise ValueError(
+            f"{where} was exported from another model (fingerprint {recorded[:12]}..., this "
+            f"model's is {mine[:12]}...), so its outputs would be that model's; run the file "
+            f"that to_onnx wrote for this model"
+        )

@@ -208,15 +208,26 @@ class Block(nn.Module):
         self.attn = Attention(cfg, dtype)
         self.mlp = MLP(cfg, dtype, mlp_width)
 
-    def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: dict | None,
+        prefix: str,
+        streams: dict | None = None,
+        stage: int = 1,
+    ) -> torch.Tensor:
         if cache is not None:
             cache[f"{prefix}.hook_resid_pre"] = x
         x = x + self.attn(x, cache, f"{prefix}.attn")
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
+        if streams is not None and stage in streams:
+            streams[stage] = x
         x = x + self.mlp(x, cache, f"{prefix}.mlp")
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
+        if streams is not None and stage + 1 in streams:
+            streams[stage + 1] = x
         return x
 
 
@@ -243,9 +254,13 @@ class Transformer(nn.Module):
         token_ids: torch.Tensor,
         token_values: torch.Tensor | None = None,
         cache: dict | None = None,
+        streams: dict[int, torch.Tensor | None] | None = None,
     ) -> torch.Tensor:
         """Args: token_ids [batch, pos] (row 0 of W_E is BOS), token_values [batch, pos]
-        (numerical tokens; 0 at BOS). Returns the final residual stream [batch, pos, d_model].
+        (numerical tokens; 0 at BOS), cache (filled with every hook), streams (a lighter
+        cache: its keys are stages, 0 the embedding, 2l+1 and 2l+2 after layer l's attention
+        and MLP sublayers; each is filled with that residual stream [batch, pos, d_model]).
+        Returns the final residual stream [batch, pos, d_model].
         """
         n = token_ids.shape[1]
         if n > self.cfg.n_ctx:
@@ -255,6 +270,8 @@ class Transformer(nn.Module):
             x = x + token_values.to(self.dtype)[..., None] * self.W_E_num
         if cache is not None:
             cache["hook_embed"] = x
+        if streams is not None and 0 in streams:
+            streams[0] = x
         for i, block in enumerate(self.blocks):
-            x = block(x, cache, f"blocks.{i}")
+            x = block(x, cache, f"blocks.{i}", streams, 2 * i + 1)
         return x

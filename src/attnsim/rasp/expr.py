@@ -50,6 +50,7 @@ __all__ = [
     "SelectorAnd",
     "SelectorOr",
     "SelectorNot",
+    "SelectMax",
     "Aggregate",
     "SumAggregate",
     "SelectorWidth",
@@ -657,6 +658,47 @@ class SelectorNot(Selector):
     @property
     def children(self) -> tuple[RASPExpr, ...]:
         return (self.inner,)
+
+
+class SelectMax(Selector):
+    """Among the keys ``base`` selects, the ones whose numerical ``score`` is largest.
+
+    For each query, the keys chosen by ``base`` whose ``score`` equals the largest score
+    among them (all tied keys stay selected); a query whose ``base`` selects nothing selects
+    nothing. Aggregating ``score`` itself over it gives, exactly, the row maximum.
+
+    The compiler realises it as one head whose score is ``G * base + score`` (``G`` a gain
+    larger than the score's spread), so it needs a declared bound:
+    ``rasp.numerical(score, value_range=(lo, hi))``, checked at run time. A hard-attention
+    head averages the keys within its tolerance of the maximum: an aggregate over the
+    compiled selector is within that tolerance of the interpreter's value (``bounded``),
+    exact when the scores of different keys differ by more than the tolerance or tie exactly.
+
+    Args:
+        base: the keys to choose among.
+        score: a numerical S-op read at key positions.
+
+    >>> from attnsim import rasp
+    >>> from attnsim.rasp.expr import SelectMax
+    >>> x = rasp.numerical(rasp.tokens, value_range=(-10, 10))
+    >>> same_half = rasp.Select(rasp.indices // 2, rasp.indices // 2, rasp.Comparison.EQ)
+    >>> row_max = rasp.numerical(rasp.Aggregate(SelectMax(same_half, x), x))
+    >>> rasp.evaluate(row_max, [1, 3, -2, -5])
+    [3.0, 3.0, -2.0, -2.0]
+    """
+
+    _default_prefix = "select_max"
+
+    def __init__(self, base: Selector, score: SOp) -> None:
+        super().__init__()
+        _check_expr(base, "SelectMax (base)", Selector)
+        _check_expr(score, "SelectMax (score)", SOp)
+        self.base = base
+        self.score = score
+
+    @property
+    def children(self) -> tuple[RASPExpr, ...]:
+        return (self.base, self.score)
 
 
 # --------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ Semantics (the same in the compiled models):
   default (numerical: 0 unless given; categorical: None unless given); a categorical
   aggregate over several distinct values is an error;
 - ``SelectorWidth`` counts the selected keys;
+- ``SelectMax(base, score)`` keeps, among the keys ``base`` selects, those whose numerical
+  score is the largest (ties all kept; an empty ``base`` selection stays empty);
 - causal mode: each query sees only keys at positions <= its own, and ``length`` is then the
   prefix length i+1 (what a causal model can know).
 
@@ -231,11 +233,16 @@ class _Evaluator:
             return m[e.fst.uid] | m[e.snd.uid]
         if isinstance(e, E.SelectorNot):
             return self._causal(~m[e.inner.uid])
+        if isinstance(e, E.SelectMax):
+            return self._select_max(e, m[e.base.uid], m[e.score.uid])
         if isinstance(e, E.Aggregate):
             return self._aggregate(e, m[e.selector.uid], m[e.sop.uid])
         if isinstance(e, E.SelectorWidth):
             width = np.broadcast_to(m[e.selector.uid].sum(axis=-1), (b, n))
-            return Cat(width.astype(np.int64), list(range(n + 1)))
+            # only the widths some query has: a later map is called once per table value and
+            # must not be called (and fail) on a width that no position holds
+            uniq, codes = np.unique(width, return_inverse=True)
+            return Cat(codes.reshape(width.shape).astype(np.int64), [int(u) for u in uniq])
         raise TypeError(f"the interpreter does not know {type(e).__name__} ({e.label!r})")
 
     def _causal(self, sel: np.ndarray) -> np.ndarray:
@@ -317,6 +324,21 @@ class _Evaluator:
         sel = table[qcodes[:, :, None], kcodes[:, None, :]]
         return self._causal(sel)
 
+    def _select_max(self, e: E.SelectMax, base: np.ndarray, score: Any) -> np.ndarray:
+        """The keys of ``base`` whose score is the largest among them (ties all kept)."""
+        s = _to_float(score, f"the score of SelectMax {e.label!r}")  # [batch, key]
+        full = np.broadcast_to(base, (self.batch, self.n, self.n))
+        if np.isnan(s).any():
+            rows, qs, ks = np.nonzero(full & np.isnan(s)[:, None, :])
+            if len(rows):
+                raise RASPEvaluationError(
+                    f"SelectMax {e.label!r}: the score at key position {ks[0]} is NaN, which "
+                    "has no order; give the score S-op real values"
+                )
+        cand = np.where(full, s[:, None, :], -np.inf)  # [batch, query, key]
+        top = cand.max(axis=-1, keepdims=True) if self.n else cand
+        return full & (s[:, None, :] == top)
+
     # -- aggregation -------------------------------------------------------------------------
     def _aggregate(self, e: E.Aggregate, sel: np.ndarray, vals: Any) -> Any:
         b, n = self.batch, self.n
@@ -355,8 +377,15 @@ class _Evaluator:
                 "aggregate numerical to take the mean)"
             )
         table = list(c.table) + [e.default]
-        out = np.where(count > 0, lo, len(c.table))
-        return _cat_from_table_values(out.astype(np.int64), table)
+        out = np.where(count > 0, lo, len(c.table)).astype(np.int64)
+        # keep only the values some query holds: a later map is called once per table value,
+        # and must not be called on a default (None) or a key value that no query selected
+        used = np.unique(out)
+        if len(used) < len(table):
+            remap = np.zeros(len(table), dtype=np.int64)
+            remap[used] = np.arange(len(used))
+            out, table = remap[out], [table[k] for k in used.tolist()]
+        return _cat_from_table_values(out, table)
 
 
 def _same_rows(a: np.ndarray) -> bool:
@@ -449,6 +478,12 @@ def _check_inputs(
             "raise max_seq_len"
         )
     if vocab is not None:
+        if any(v is None for v in vocab):
+            raise ValueError(
+                "vocab contains None, which RASP reserves for 'no value' (what an empty "
+                "categorical Aggregate gives), so a None token could not be told apart from "
+                "it; use another token for it, such as '<none>'"
+            )
         allowed = {_key(v) for v in vocab}
         for r, row in enumerate(rows):
             for i, t in enumerate(row):

@@ -34,6 +34,7 @@ __all__ = [
     "paper_counts",
     "matrix_rows",
     "table_cells",
+    "TEXT_COLUMNS",
     "matrix_table",
     "write_doc",
 ]
@@ -273,6 +274,10 @@ _COLUMNS = [
     ("parameters", "parameters"),
     ("max rel. error", "error"),
 ]
+
+
+# columns of text and lists (left-aligned on a terminal); the others hold numbers
+TEXT_COLUMNS = ("operation", "shape", "heads per layer", "authors' heads per layer")
 
 
 def _cell(row: dict[str, Any], key: str | None) -> str:

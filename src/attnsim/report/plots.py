@@ -320,3 +320,133 @@ __all__ = [
     "relu_width_error",
     "close",
 ]
+
+
+def computation_graph(
+    model: CompiledModel,
+    edges: Sequence[tuple[str, str]],
+    *,
+    name: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """The program's computation graph, each expression placed at and coloured by its layer.
+
+    Nodes are the expressions ``edges`` names (``(child label, parent label)`` pairs: the
+    parent reads the child), labelled with the components that realise them according to
+    ``model.components()`` (``embed``, ``L1H0``, ``L0 MLP relu 3-7``; expressions with none
+    are folded into their readers' weights). The layout is layered: the rows are the model's
+    stages (embedding, then each layer's attention and MLP), an expression sits at the stage
+    of its last component, and nodes are spread evenly within a row.
+
+    Args:
+        model: a compiled model with a component table.
+        edges: the dependencies, by label (see ``attnsim.compiler.tracing``: for a traced
+            graph, ``(labels[c.uid], labels[n.uid])`` for every node ``n`` and child ``c``).
+        name: the title (default: the model's name).
+        path: where to write a PNG.
+
+    >>> from attnsim.compiler import compile_program, tracing
+    >>> from attnsim.rasp import library
+    >>> model = compile_program(library.make_hist(), vocab=["a", "b"], max_seq_len=4)
+    >>> g = tracing.trace(library.make_hist())
+    >>> edges = [(g.labels[c.uid], g.labels[u]) for u in g.order for c in g.nodes[u].children]
+    >>> fig = computation_graph(model, edges)
+    >>> fig.axes[0].get_title()
+    'Computation graph of hist (colour: layer)'
+    """
+    table = model.components()
+    where: dict[str, list[str]] = {}
+    stage: dict[str, int] = {}
+    for c in table:
+        if c.site == "output":
+            continue
+        s = 0 if c.site == "embed" else 2 * c.layer + (1 if c.site == "attn" else 2)
+        for lb in c.labels:
+            where.setdefault(lb, []).append(c.name)
+            stage[lb] = max(stage.get(lb, 0), s)
+    for c in table:  # an Aggregate or SelectorWidth sits at its head
+        if c.site == "attn":
+            for lb in c.labels:
+                stage[lb] = min(stage[lb] if stage[lb] % 2 else 10**9, 2 * c.layer + 1)
+    nodes = list(dict.fromkeys([x for e in edges for x in e]))
+    parents: dict[str, list[str]] = {n: [] for n in nodes}
+    for child, parent in edges:
+        parents[child].append(parent)
+    # an expression with no component of its own (a selector, a virtual map) sits at the
+    # stage of the inputs it combines: the largest stage among what it reads
+    reads: dict[str, list[str]] = {n: [] for n in nodes}
+    for child, parent in edges:
+        reads[parent].append(child)
+
+    def level(n: str, seen: frozenset = frozenset()) -> int:
+        if n in stage:
+            return stage[n]
+        if n in seen:
+            return 0
+        below = max([level(c, seen | {n}) for c in reads[n]] + [0])
+        above = [level(p, seen | {n}) for p in parents[n]]
+        # a selector (or a virtual map): just below the first expression that reads it
+        return max(below, min(above) - 1) if above else below
+
+    rows: dict[int, list[str]] = {}
+    for n in nodes:
+        rows.setdefault(level(n), []).append(n)
+    pos = {}
+    for y, members in rows.items():
+        for i, n in enumerate(sorted(members)):
+            pos[n] = ((i + 1) / (len(members) + 1), y)
+    n_layers = model.config.n_layers
+    cmap = plt.get_cmap("viridis", max(n_layers + 1, 2))
+    height = 1.2 * (max(rows) + 1) + 1
+    width = max(8.0, 2.6 * max(len(m) for m in rows.values()))
+    fig, ax = plt.subplots(figsize=(width, height))
+    for child, parent in edges:
+        (x0, y0), (x1, y1) = pos[child], pos[parent]
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops={"arrowstyle": "->", "color": "0.5", "shrinkA": 14, "shrinkB": 14},
+        )
+    for n, (x, y) in pos.items():
+        layer = (level(n) + 1) // 2  # 0: embedding, l + 1: layer l
+        comps = where.get(n)
+        text = (
+            n
+            + "\n"
+            + (
+                ", ".join(comps[:3]) + (" ..." if len(comps) > 3 else "")
+                if comps
+                else "(in readers' weights)"
+            )
+        )
+        ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox={"boxstyle": "round", "facecolor": cmap(layer), "alpha": 0.45},
+        )
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.7, max(rows) + 0.7)
+    ax.set_yticks(range(max(rows) + 1))
+    ax.set_yticklabels(
+        ["embed"]
+        + [f"L{(s - 1) // 2} {'attn' if s % 2 else 'mlp'}" for s in range(1, max(rows) + 1)]
+    )
+    ax.set_xticks([])
+    ax.set_ylabel("stage (layer, sublayer)")
+    ax.set_xlabel("RASP expressions (arrows: data flow)")
+    ax.set_title(f"Computation graph of {name or _model_name(model)} (colour: layer)")
+    return _save(fig, path)
+
+
+def program_edges(program: Any) -> list[tuple[str, str]]:
+    """``(child label, parent label)`` for every dependency of a RASP program (traced labels,
+    as the component table uses them); the input to :func:`computation_graph`."""
+    from attnsim.compiler import tracing
+
+    g = tracing.trace(program)
+    return [(g.labels[c.uid], g.labels[u]) for u in g.order for c in g.nodes[u].children]

@@ -14,6 +14,9 @@
 >>> args.builds, args.func(args)  # doctest: +ELLIPSIS
 | build (N, D, H) | layers | ...
 ([(2, 2, 1)], 0)
+
+The plots (matplotlib) and the builds (torch) are imported inside the commands, so adding
+these parsers costs nothing at start-up.
 """
 
 from __future__ import annotations
@@ -21,11 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-
-from attnsim.report import plots
-from attnsim.report import simulator_table as st
 
 # library programs shown in the report: (name, attention mode)
 REPORT_PROGRAMS: tuple[tuple[str, str], ...] = (
@@ -37,6 +37,9 @@ REPORT_PROGRAMS: tuple[tuple[str, str], ...] = (
 )
 LAYOUT_PROGRAMS: tuple[str, ...] = ("sort", "make_reverse")
 COST_JSON = Path("benchmarks") / "results" / "simulator_cost.json"
+# U's builds in the resource table: (N, D, H), as attnsim.report.simulator_table.DEFAULT_BUILDS
+# (not imported here: that module imports torch)
+DEFAULT_BUILDS: tuple[tuple[int, int, int], ...] = ((2, 2, 1), (4, 4, 2), (8, 8, 4))
 
 
 def _parse_build(text: str) -> tuple[int, int, int]:
@@ -72,9 +75,11 @@ def add_report_subcommands(report_subparsers: argparse._SubParsersAction) -> Non
         "--builds",
         type=_parse_build,
         nargs="+",
-        default=list(st.DEFAULT_BUILDS),
+        default=list(DEFAULT_BUILDS),
         metavar="N,D,H",
-        help="builds to report (default: 2,2,1 4,4,2 8,8,4)",
+        help="builds to report (default: "
+        + " ".join(",".join(map(str, b)) for b in DEFAULT_BUILDS)
+        + ")",
     )
     sim.add_argument("--json", action="store_true", help="print JSON")
     sim.set_defaults(func=_simulator)
@@ -95,8 +100,37 @@ def add_report_subcommands(report_subparsers: argparse._SubParsersAction) -> Non
     everything.set_defaults(func=_all)
 
 
+class _NoProgress:
+    """Stands in for the CLI's progress display when none is given."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def step(self, label: str) -> None:
+        pass
+
+
+def _progress(args: argparse.Namespace, prefix: str, total: int | None = None):
+    """``args.progress(prefix, total=total)``: the display the CLI sets (default: none).
+
+    The command line sets ``progress`` (with ``parser.set_defaults``) to a context manager
+    factory whose value has ``step(label)``; this module does not import the CLI.
+    """
+    factory = getattr(args, "progress", None)
+    return _NoProgress() if factory is None else factory(prefix, total=total)
+
+
 def _simulator(args: argparse.Namespace) -> int:
-    rows = st.simulator_rows(args.builds)
+    from attnsim.report import simulator_table as st
+
+    rows = []
+    with _progress(args, "attnsim report simulator", total=len(args.builds)) as bar:
+        for n, d, h in args.builds:
+            bar.step(f"building U({n},{d},{h})")
+            rows += st.simulator_rows([(n, d, h)])
     if args.json:
         print(
             json.dumps(
@@ -116,9 +150,20 @@ def _simulator(args: argparse.Namespace) -> int:
 
 
 def _all(args: argparse.Namespace) -> int:
-    path = write_report(args.out, cost_json=args.cost_json)
-    print(f"wrote {path}")
+    with _progress(args, "attnsim report all", total=report_stages()) as bar:
+        path = write_report(args.out, cost_json=args.cost_json, progress=bar.step)
+    print(f"wrote {path.resolve()}")
     return 0
+
+
+def report_stages(
+    programs: Sequence[tuple[str, str]] = REPORT_PROGRAMS,
+    layouts: Sequence[str] = LAYOUT_PROGRAMS,
+) -> int:
+    """How many times :func:`write_report` calls its ``progress`` (for a progress bar)."""
+    from attnsim.report import plots
+
+    return len(programs) + len(layouts) + 2 + (1 if plots.relu_maps_supported() else 0)
 
 
 def _find_cost_json(cost_json: str | Path | None) -> Path | None:
@@ -180,7 +225,8 @@ def write_report(
     cost_json: str | Path | None = None,
     programs: Sequence[tuple[str, str]] = REPORT_PROGRAMS,
     layouts: Sequence[str] = LAYOUT_PROGRAMS,
-    builds: Sequence[tuple[int, int, int]] = st.DEFAULT_BUILDS,
+    builds: Sequence[tuple[int, int, int]] = DEFAULT_BUILDS,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Writes ``out_dir/report.md`` and its plots under ``out_dir/img/``.
 
@@ -192,6 +238,7 @@ def write_report(
             drawn on the program's example input.
         layouts: library programs whose residual layout is drawn.
         builds: U builds for the resource table.
+        progress: called with a label as each stage starts (:func:`report_stages` of them).
 
     Returns:
         The path of ``report.md``.
@@ -203,7 +250,10 @@ def write_report(
     """
     from attnsim.compiler import compile_program
     from attnsim.rasp import library
+    from attnsim.report import plots
+    from attnsim.report import simulator_table as st
 
+    step = progress if progress is not None else (lambda label: None)
     out = Path(out_dir)
     img = out / "img"
     img.mkdir(parents=True, exist_ok=True)
@@ -227,6 +277,7 @@ def write_report(
     ]
     compiled = {}
     for name, mode in programs:
+        step(f"compiling {name} ({mode} attention) and drawing its patterns")
         entry = library.PROGRAMS[name]
         model = compile_program(
             entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, attention=mode
@@ -255,6 +306,7 @@ def write_report(
         "",
     ]
     for name in layouts:
+        step(f"drawing the residual layout of {name}")
         model = compiled.get((name, "hard"))
         if model is None:
             entry = library.PROGRAMS[name]
@@ -265,6 +317,7 @@ def write_report(
         plots.close(plots.residual_layout(model, name=name, path=img / file))
         lines += [f"![residual layout of {name}](img/{file})", ""]
 
+    step("building U for " + " ".join(f"({n},{d},{h})" for n, d, h in builds))
     rows = st.simulator_rows(builds)
     lines += [
         "## The universal simulator U",
@@ -280,6 +333,7 @@ def write_report(
         st.paper_table(),
         "",
     ]
+    step("plotting U's size and cost")
     source = _find_cost_json(cost_json)
     if source is not None and source.exists():
         cost_rows = json.loads(source.read_text())["results"]
@@ -297,6 +351,7 @@ def write_report(
         "",
     ]
     if plots.relu_maps_supported():
+        step("compiling exp and 1/x as ReLU maps at five tolerances")
         rows = relu_width_measurements()
         for fn in sorted({r["function"] for r in rows}):
             pts = [(r["units"], r["measured"]) for r in rows if r["function"] == fn]

@@ -12,7 +12,7 @@ a multiply-add is 2 FLOPs, an elementwise operation 1.
 
 >>> rows = simulator_rows([(2, 2, 1)])
 >>> rows[0]["layers"], rows[0]["attention_layers"]
-(6, 4)
+(6, 5)
 >>> print(simulator_table(rows).splitlines()[0])  # doctest: +ELLIPSIS
 | build (N, D, H) | layers | attention layers | heads per layer | ...
 """
@@ -48,7 +48,7 @@ def active_heads_per_layer(model: CompiledModel) -> list[int]:
 
     >>> from attnsim.simulator import universal
     >>> active_heads_per_layer(universal.build(2, 2, 1).model)
-    [9, 6, 0, 1, 0, 1]
+    [9, 6, 1, 1, 0, 1]
     """
     return [int(block.attn.active_heads().numel()) for block in model.model.blocks]
 
@@ -121,7 +121,7 @@ def simulator_rows(
         parameters (total and nonzero), sequence length, build seconds and forward FLOPs.
 
     >>> [r["d_model"] for r in simulator_rows([(2, 2, 1)])]
-    [80]
+    [84]
     """
     from attnsim.simulator import universal
 

@@ -12,8 +12,9 @@ z2 = u + f + pre * (z1 - u)             # post-norm: u + f; pre-norm: z1 + f
 out = LN_output(z2) + pre * (z2 - LN_output(z2))   # post-norm: LN2(z2); pre-norm: z2
 ```
 
-LayerNorm at X position (i, c): the mean and the mean square over the row's valid columns
-(one head each, the columns marked valid in the sequence), then
+LayerNorm at X position (i, c), in two passes over the row's valid columns (the columns
+marked valid in the sequence): the mean (one head), then the variance as the mean of the
+squared deviations (one head; no cancellation, as ``mean(z^2) - mean^2`` would have), then
 ``(z - mean) * gain * rsqrt(var + eps) + bias``; padded columns stay exactly 0 throughout.
 The feed-forward block uses scratch positions HID(i, m): each gathers row i of u, column m
 of W1, b1[m] and row m of W2, computes ``act(pre_m) * W2[m, :]``, and X position (i, c)
@@ -27,8 +28,11 @@ from attnsim.simulator.layout import FLAG_NAMES, Layout
 from attnsim.simulator.universal import _gather, _static, attention_program
 
 
-def encoder_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
-    """The encoder-layer U as a RASP program over numerical tokens (``layout.F > 0``)."""
+def encoder_program(layout: Layout, score_bound: float = 1.0e4) -> E.SOp:
+    """The encoder-layer U as a RASP program over numerical tokens (``layout.F > 0``).
+
+    ``score_bound``: the largest |score| of the target's attention (see ``attention_program``).
+    """
     if not layout.F:
         raise ValueError("encoder_program needs a layout with a feed-forward width F > 0")
     D = layout.D
@@ -63,20 +67,28 @@ def encoder_program(layout: Layout, tiny: float = 1e-300) -> E.SOp:
         E.Select(row_k, row_q, E.Comparison.EQ) & E.Select(colv, one, E.Comparison.EQ)
     ).named("sel_valid_row")
 
-    def layer_norm(z: E.SOp, slot: int, name: str) -> E.SOp:
+    sel_self = E.Select(E.indices, E.indices, E.Comparison.EQ).named("sel_self")
+
+    def layer_norm(z: E.SOp, slot: int, name: str, self_read: bool = True) -> E.SOp:
         gain = at_x(lambda i, c: layout.lnpos(slot, "gain", c), f"{name}_gain")
         bias = at_x(lambda i, c: layout.lnpos(slot, "bias", c), f"{name}_bias")
         eps = at_x(lambda i, c: layout.lnpos(slot, "eps"), f"{name}_eps")
         mean = agg(sel_row, z, f"{name}_mean")
-        mean_sq = agg(sel_row, z * z, f"{name}_mean_sq")
-        var = mean_sq - mean * mean
+        # z read by a head beside the mean's (each position reads itself): both heads round
+        # z's linear form alike, so a constant row centres to exactly 0, not to a rounding
+        # error that 1/sqrt(eps) would magnify (tokens are one number already)
+        if self_read:
+            z = agg(sel_self, z, f"{name}_z")
+        # two passes: centre first, then the mean of the squares (no cancellation, var >= 0)
+        centred = (z - mean).named(f"{name}_centred")
+        var = agg(sel_row, centred * centred, f"{name}_var")
         # outside X nothing is selected (var = 0, eps = 0): add 1 there to stay finite
         r = E.rsqrt(var + eps + not_x).named(f"{name}_rsqrt")
-        return (((z - mean) * gain) * r + bias).named(name)
+        return ((centred * gain) * r + bias).named(name)
 
     x = tok
-    a = (x + pre * (layer_norm(x, 0, "ln_input") - x)).named("attn_input")
-    z1 = (x + attention_program(layout, a, tiny)).named("z1")
+    a = (x + pre * (layer_norm(x, 0, "ln_input", self_read=False) - x)).named("attn_input")
+    z1 = (x + attention_program(layout, a, score_bound)).named("z1")
     u = layer_norm(z1, 1, "ln_middle")
 
     # feed-forward at HID(i, m)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
@@ -91,6 +92,53 @@ def random_target(
     target = spec.random_attention(h, d, seed=seed, causal=bool(seed % 2), bias=True)
     target = spec.with_logit_scale(target, X, logit)
     return target, X, seed
+
+
+def shift_rows(
+    rng: np.random.Generator, target: spec.MergedAttention, X: torch.Tensor, bound: float
+) -> spec.MergedAttention:
+    """``target`` with every row of every head's scores on X shifted by its own amount.
+
+    The shift of row i in head h, ``x_i . a_query_h + a_const_h``, adds the same amount to
+    every key of the row (softmax does not change; a softmax without a max shift fails):
+    drawn uniformly so that every score stays within ``bound`` (solved exactly when
+    n <= d + 1, else a random direction scaled to reach the drawn size).
+
+    >>> import torch
+    >>> T, X = spec.MergedAttention(A=torch.eye(2)[None], W_OV=torch.eye(2)[None]), torch.eye(2)
+    >>> from attnsim.simulator.reference import scores
+    >>> S = scores(shift_rows(np.random.default_rng(0), T, X.double(), 1e4), X.double())
+    >>> bool(S.abs().max() <= 1e4), bool(S.abs().max() > 100)
+    (True, True)
+    """
+    from attnsim.simulator.reference import scores
+
+    n, d = X.shape
+    room = bound - float(scores(target, X).abs().max()) - 1e-6 * bound
+    if room <= 0:
+        raise ValueError(f"the target's scores already reach the bound {bound:g}")
+    Xt = torch.cat([X, torch.ones(n, 1, dtype=X.dtype)], dim=1)  # [n, d + 1]
+    a_query, a_const = target.a_query.clone(), target.a_const.clone()
+    for h in range(target.n_heads):
+        want = torch.tensor(rng.uniform(-room, room, n), dtype=X.dtype)
+        if n <= d + 1:
+            w = torch.linalg.lstsq(Xt, want[:, None]).solution[:, 0]
+        else:
+            w = torch.tensor(rng.standard_normal(d + 1), dtype=X.dtype)
+            w = w * float(want.abs().max()) / float((Xt @ w).abs().max())
+        w = w * min(1.0, room / float((Xt @ w).abs().max()))
+        a_query[h] += w[:d]
+        a_const[h] += w[d]
+    return dataclasses.replace(target, a_query=a_query, a_const=a_const)
+
+
+def random_shifted_target(
+    rng: np.random.Generator, max_n: int, max_d: int, max_heads: int, bound: float
+) -> tuple[spec.MergedAttention, torch.Tensor, int]:
+    """A random attention target (as ``random_target``, scores scaled up to 20) whose rows
+    are shifted anywhere within ``bound`` (see ``shift_rows``), its X and its seed."""
+    target, X, seed = random_target(rng, max_n, max_d, max_heads, 20.0)
+    return shift_rows(rng, target.merged(), X, bound), X, seed
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from attnsim import rasp
+from attnsim.rasp.text import limits
 from attnsim.rasp.text import values as V
 from attnsim.rasp.text.errors import OpError
 
@@ -53,18 +54,53 @@ _COMPARISONS = frozenset(_CMP)
 
 
 def _pow(a: Any, b: Any) -> Any:
+    limits.pow_digits(a, b)  # refused before it is computed
     out = pow(a, b)
     if isinstance(out, complex):
         raise ValueError(f"{a}^{b} has no real value (a negative number to a fractional power)")
     return out
 
 
+def _sized(what: str, n: int) -> None:
+    limits.charge(n, f"{what} of {n} items")
+
+
+def _mul(a: Any, b: Any) -> Any:
+    limits.mul_digits(a, b)
+    for seq, k in ((a, b), (b, a)):  # "ab" * 3, [0] * 3: charged before they are built
+        if isinstance(seq, (str, list)) and isinstance(k, int) and not isinstance(k, bool):
+            _sized("repeating a string or list", len(seq) * max(k, 0))
+    out = a * b
+    limits.check_int(out)
+    return out
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, list)) and isinstance(b, type(a)):
+        _sized("joining strings or lists", len(a) + len(b))
+    out = a + b
+    limits.check_int(out)
+    return out
+
+
+def _sub(a: Any, b: Any) -> Any:
+    out = a - b
+    limits.check_int(out)
+    return out
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str):  # Python's printf-style formatting: not part of RASP
+        raise TypeError("'%' takes numbers; a string on the left would be string formatting")
+    return a % b
+
+
 _PY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
+    "+": _add,
+    "-": _sub,
+    "*": _mul,
     "/": operator.truediv,
-    "%": operator.mod,
+    "%": _mod,
     "^": _pow,
     "==": operator.eq,
     "!=": operator.ne,
@@ -144,6 +180,8 @@ def _python(op: str, f: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
             raise OpError(f"cannot apply {op} to {V.describe(x)}")
     try:
         return f(a, b)
+    except limits.LimitError as exc:
+        raise OpError(str(exc)) from None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         raise OpError(f"{V.describe(a)} {op} {V.describe(b)} failed: {exc}") from None
 
@@ -369,7 +407,7 @@ def round_(a: Any) -> Any:
         return _sop(_map(round, a), "num", V.const_rule(False), a)
     try:
         return round(a)
-    except TypeError as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise OpError(f"cannot round {V.describe(a)}: {exc}") from None
 
 

@@ -1,5 +1,12 @@
 """The interactive RASP prompt: multi-line input, history, errors without tracebacks.
 
+Ctrl-C at the prompt clears the line; during a statement it stops the statement.
+
+A statement ends with ``;``. When a line would be a whole statement with a ``;`` at its
+end, the prompt says so as it asks for the next line, and an error caused by the missing
+``;`` points at the end of the line where it is missing (:func:`missing_semicolon`), not at
+the next statement where the parser noticed it.
+
 >>> lines = iter(["x = tokens_int + 1;", "set example [1, 2]", "x;", "exit"])
 >>> out = []
 >>> run_repl(Runtime(echo=True, out=out.append), read=lambda prompt: next(lines), banner=False)
@@ -11,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +26,89 @@ from attnsim.rasp.text import parser as P
 from attnsim.rasp.text.errors import RASPTextError
 from attnsim.rasp.text.runtime import Runtime
 
-__all__ = ["run_repl", "Runtime"]
+__all__ = ["run_repl", "Runtime", "missing_semicolon", "lacks_semicolon"]
+
+_SEMICOLON_HINT = "did you forget a ';'"  # the parser's hint (attnsim.rasp.text.parser)
+# "--max-steps (Limits(max_steps=...))": at the prompt, the flag is what the user can set
+_PYTHON_ASIDE = re.compile(r" \((?:Limits|Runtime)\([a-z_]+=\.\.\.\)\)")
+_GOES_ON = "   (no ';' at the end of this line, so the statement goes on; end it with ';')"
+
+
+def lacks_semicolon(source: str) -> bool:
+    """Whether ``source`` needs only a final ``;`` to be complete statements.
+
+    >>> lacks_semicolon("x = tokens_int + 1"), lacks_semicolon("x = select(tokens,")
+    (True, False)
+    >>> lacks_semicolon("x = 1;"), lacks_semicolon("def f(a) {")
+    (False, False)
+    """
+    text = source.rstrip()
+    if not text or text.endswith((";", "{", "}")):
+        return False
+    try:
+        P.parse(text + "\n;\n")  # on its own line: after a comment too
+    except RASPTextError:
+        return False
+    return True
+
+
+def _statement_line(lines: list[str], before: int) -> int | None:
+    """The 1-based number of the last line with code before line ``before``."""
+    for n in range(before - 1, 0, -1):
+        code = lines[n - 1].split("#", 1)[0].strip()
+        if code:
+            return n
+    return None
+
+
+def missing_semicolon(exc: RASPTextError, source: str) -> RASPTextError:
+    """``exc`` moved to the line whose ``;`` is missing, when a missing ``;`` caused it.
+
+    The parser notices a missing ``;`` only at the next statement's first token; this points
+    at the end of the line before it instead, where the ``;`` belongs.
+
+    Args:
+        exc: a syntax error from running ``source``.
+        source: the text that was run (a REPL entry, or a file's contents).
+
+    Returns:
+        A new error at the end of the line that lacks its ``;``, or ``exc`` itself.
+
+    >>> from attnsim.rasp.text import parser
+    >>> src = "x = tokens_int + 1\\ny = x;\\n"
+    >>> try:
+    ...     parser.parse(src, "<stdin>")
+    ... except RASPTextError as exc:
+    ...     print(missing_semicolon(exc, src))
+    <stdin>:1:19: missing ';' at the end of this line
+        x = tokens_int + 1
+                          ^
+      every statement ends with ';' (the next line was read as this statement's continuation)
+    """
+    if not (exc.hint or "").startswith(_SEMICOLON_HINT) or exc.line is None:
+        return exc
+    lines = source.splitlines()
+    n = _statement_line(lines, exc.line) if exc.column == _first_column(lines, exc.line) else None
+    if n is None:
+        return exc
+    code = lines[n - 1].split("#", 1)[0].rstrip()
+    return RASPTextError(
+        "missing ';' at the end of this line",
+        filename=exc.filename,
+        line=n,
+        column=len(code) + 1,
+        source_line=lines[n - 1],
+        hint="every statement ends with ';' (the next line was read as this statement's "
+        "continuation)",
+    )
+
+
+def _first_column(lines: list[str], line: int) -> int | None:
+    """The 1-based column of the first non-blank character of ``line``."""
+    if not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1]
+    return len(text) - len(text.lstrip()) + 1
 
 
 def history_path() -> Path:
@@ -86,6 +176,8 @@ def run_repl(
                 buf += line + "\n"
                 if not buf.strip() or not P.is_incomplete(buf):
                     break
+                if lacks_semicolon(buf):  # the hint goes where the ';' is missing
+                    rt.out(_GOES_ON)
                 prompt = ".. "
             if not buf.strip():
                 continue
@@ -95,6 +187,8 @@ def run_repl(
             try:
                 rt.run(buf, "<stdin>")
             except RASPTextError as exc:
-                rt.out(str(exc))
+                rt.out(_PYTHON_ASIDE.sub("", str(missing_semicolon(exc, buf))))
+            except KeyboardInterrupt:  # Ctrl-C stops the statement, not the session
+                rt.out("interrupted")
     finally:
         save()

@@ -1,8 +1,10 @@
 """The runtime of textual RASP: environments, statements, the REPL commands, ``load``.
 
-The evaluator walks the parse tree (user text is never handed to Python's ``eval``),
-building attnsim expressions for S-ops and selectors and plain Python values for atoms,
-lists and dicts. Printing follows the original REPL.
+The evaluator walks the parse tree (user text is never handed to Python's ``eval`` or
+``exec``), building attnsim expressions for S-ops and selectors and plain Python values for
+atoms, lists and dicts. Printing follows the original REPL. Every public call runs within
+the :class:`limits.Limits` of the runtime: a step budget and a digit limit on integers, so
+an untrusted file cannot run forever or fill the memory.
 
 >>> rt = Runtime()
 >>> rt.run("set example [3, 1, 2]; s = sort(tokens_int, tokens_int);")
@@ -12,10 +14,11 @@ lists and dicts. Printing follows the original REPL.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,6 +28,7 @@ from lark import Token, Tree
 
 from attnsim import rasp
 from attnsim.rasp import interpret
+from attnsim.rasp.text import limits as L
 from attnsim.rasp.text import ops
 from attnsim.rasp.text import parser as P
 from attnsim.rasp.text import values as V
@@ -136,6 +140,8 @@ class Runtime:
         echo: print each statement's result as the original REPL does.
         out: where printed lines go (default: ``print``).
         library: start with the original library (``sort``, ``count``, ``shift``, ...).
+        limits: the step budget and integer size limit of each call (``run``, ``run_file``,
+            ``eval``, ``values``, ``apply``); default :class:`limits.Limits`.
 
     >>> rt = Runtime()
     >>> rt.run("hist = selector_width(select(tokens, tokens, ==));")
@@ -149,7 +155,13 @@ class Runtime:
         echo: bool = False,
         out: Callable[[str], None] | None = None,
         library: bool = True,
+        limits: L.Limits | None = None,
     ) -> None:
+        if limits is not None and not isinstance(limits, L.Limits):
+            raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
+        self.limits = limits or L.Limits()
+        self._budget = L.Budget(self.limits)
+        self._depth = 0
         self.echo = echo
         self.out = out or print
         self.seq_example: Any = "hello"
@@ -168,8 +180,22 @@ class Runtime:
         if library:
             text, tree = _library_tree()
             src = Source("<library>", text, Path.cwd())
-            _Frame(self, self.base_env, src, top=False).run(tree.children)
+            with self.budget():
+                _Frame(self, self.base_env, src, top=False).run(tree.children)
         self.env = Env("console", parent=self.base_env)
+
+    @contextlib.contextmanager
+    def budget(self) -> Iterator[L.Budget]:
+        """Runs the block within this runtime's limits: a fresh step budget at the outermost
+        call, shared by nested ones (a ``load``, an ``eval`` inside ``run``)."""
+        if self._depth == 0:
+            self._budget = L.Budget(self.limits)
+        self._depth += 1
+        try:
+            with L.active(self._budget):
+                yield self._budget
+        finally:
+            self._depth -= 1
 
     # -- public API ---------------------------------------------------------------------------
     @property
@@ -178,7 +204,14 @@ class Runtime:
         return self.seq_example
 
     def set_example(self, example: Any) -> None:
-        """Sets both running examples (like ``set example``)."""
+        """Sets both running examples (like ``set example``).
+
+        Raises:
+            RASPTextError: ``example`` is not a non-empty list of atoms or a string.
+        """
+        problem = _example_problem(example)
+        if problem:
+            raise RASPTextError(problem, hint=_EXAMPLE_HINT)
         self.seq_example = self.sel_example = example
 
     def run(self, source: str, filename: str = "<string>", directory: Path | None = None) -> None:
@@ -190,19 +223,15 @@ class Runtime:
         tree = P.parse(source, filename)
         src = Source(filename, source, directory or Path.cwd())
         try:
-            _Frame(self, self.env, src, top=True).run(tree.children)
+            with self.budget():
+                _Frame(self, self.env, src, top=True).run(tree.children)
         except _Exit:
             pass
 
     def run_file(self, path: str | Path) -> None:
         """Runs a ``.rasp`` file; ``load`` inside it resolves beside the file."""
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise RASPTextError(
-                f"cannot read {str(p)!r}: {exc.strerror}", hint="check the path"
-            ) from None
+        text = read_source(p)
         self._loading.append(p.resolve())
         try:
             self.run(text, str(path), p.resolve().parent)
@@ -227,7 +256,12 @@ class Runtime:
                 hint="give an expression such as sort(tokens_int, tokens_int)",
             )
         frame = _Frame(self, self.env, Source(filename, source, Path.cwd()), top=False)
-        return frame.expr(stmts[0].children[0])
+        node = stmts[0].children[0]
+        with self.budget():
+            try:
+                return frame.expr(node)
+            except RecursionError:
+                raise frame.fail(node, _DEEP, _DEEP_HINT) from None
 
     def get(self, name: str) -> Any:
         """The value of a variable (an S-op comes back as a :class:`values.SeqVal`)."""
@@ -284,16 +318,34 @@ class Runtime:
             )
         if not xs_list:
             raise OpError("an s-op is applied to a non-empty input, got an empty one")
-        try:
-            trace = V.Trace(xs_list)
-            if isinstance(value, V.SelVal):
-                return V.AppliedSelector(trace.selector(value.expr).tolist(), xs)
-            return V.Applied(trace.typed(value), xs)
-        except (interpret.RASPEvaluationError, ValueError, TypeError, ZeroDivisionError) as exc:
-            raise OpError(
-                f"evaluating on {V.format_example(xs)} failed: {exc}",
-                "check the program's operations against this input's values",
-            ) from None
+        problem = _example_problem(xs_list)
+        if problem:
+            raise OpError(problem.replace("the example", "an s-op's input"), _EXAMPLE_HINT)
+        n = len(xs_list)
+        with self.budget():
+            try:
+                self._budget.charge(n * n, f"applying an s-op to an input of length {n}")
+                trace = V.Trace(xs_list)
+                if isinstance(value, V.SelVal):
+                    return V.AppliedSelector(trace.selector(value.expr).tolist(), xs)
+                return V.Applied(trace.typed(value), xs)
+            except L.LimitError as exc:
+                raise OpError(str(exc)) from None
+            except RecursionError:
+                raise OpError(_DEEP, _DEEP_HINT) from None
+            except (
+                interpret.RASPEvaluationError,
+                ValueError,
+                TypeError,
+                ArithmeticError,
+            ) as exc:
+                if isinstance(exc.__cause__, L.LimitError):  # from an elementwise operation
+                    msg = f"evaluating on {V.format_example(xs)}: {exc.__cause__}"
+                    raise OpError(msg) from None
+                raise OpError(
+                    f"evaluating on {V.format_example(xs)} failed: {exc}",
+                    "check the program's operations against this input's values",
+                ) from None
 
     # -- helpers used by frames -------------------------------------------------------------
     def label(self, name: str) -> str:
@@ -358,6 +410,61 @@ class Runtime:
             out(" ".join([pref, first, "   value:", f"{name} = " if name else "", shown]))
 
 
+_DEEP = "the program nests too deeply (recursion, or an s-op built from very many steps)"
+_DEEP_HINT = "give recursive functions a base case, or build the s-op from fewer operations"
+_EXAMPLE_HINT = 'for example: set example [1, 2, 3] or set example "hello"'
+
+
+def _example_problem(example: Any) -> str | None:
+    """Why ``example`` cannot be an input (None when it can): a non-empty string or list of
+    atoms (numbers, strings, bools)."""
+    if not isinstance(example, (list, str)):
+        return f"the example must be a list or a string, got {V.describe(example)}"
+    if len(example) == 0:
+        return "the example must not be empty"
+    if isinstance(example, list):
+        for i, item in enumerate(example):
+            if not V.is_atom(item):
+                return (
+                    f"the example must hold atoms (numbers, strings, bools), but item {i} is "
+                    f"{V.describe(item)}"
+                )
+    return None
+
+
+def _range_length(r: range) -> int:
+    if r.step > 0:
+        return max(0, (r.stop - r.start + r.step - 1) // r.step)
+    return max(0, (r.start - r.stop - r.step - 1) // -r.step)
+
+
+def read_source(path: Path) -> str:
+    """The text of a RASP file, or a RASPTextError that says why it cannot be read.
+
+    A file that is not UTF-8 text (or holds NUL bytes: a binary file) is refused.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise RASPTextError(f"cannot read {str(path)!r}: {reason}", hint="check the path") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RASPTextError(
+            f"{str(path)!r} is not UTF-8 text: byte {data[exc.start]:#04x} at offset "
+            f"{exc.start} cannot be decoded",
+            hint="a RASP program is a UTF-8 text file; check that this is the right file",
+        ) from None
+    if "\x00" in text:
+        raise RASPTextError(
+            f"{str(path)!r} holds NUL bytes (offset {text.index(chr(0))}): it is a binary "
+            f"file, not a RASP program",
+            hint="check that this is the right file",
+        )
+    return text
+
+
 def _suggest(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, sorted(known), n=3)
     if close:
@@ -399,16 +506,22 @@ class _Frame:
         for s in stmts:
             self.stmt(s)
 
+    def step(self, node: Any, steps: int = 1, what: str | None = None) -> None:
+        """Charges the run's step budget; the error points at ``node``."""
+        try:
+            self.rt._budget.charge(steps, what)
+        except L.LimitError as exc:
+            raise self.fail(node, str(exc)) from None
+
     def stmt(self, node: Tree) -> None:
+        self.step(node)
         handler = getattr(self, "_s_" + node.data)
         try:
             handler(node)
         except OpError as exc:
             raise self.fail(node, exc.message, exc.hint) from None
         except RecursionError:
-            raise self.fail(
-                node, "the program recurses too deeply", "give recursive functions a base case"
-            ) from None
+            raise self.fail(node, _DEEP, _DEEP_HINT) from None
 
     def _display(self, name: str | None, value: Any, node: Tree) -> None:
         if not (self.top and self.rt.echo):
@@ -545,7 +658,10 @@ class _Frame:
             )
         if path in self.rt._loading:
             raise self.fail(tok, f"{libname!r} loads itself (a circular load)")
-        text = path.read_text()
+        try:
+            text = read_source(path)
+        except RASPTextError as exc:
+            raise self.fail(tok, exc.message, exc.hint) from None
         tree = P.parse(text, str(path))
         env = Env(libname, parent=self.rt.base_env, export_to=self.env)
         self.rt._loading.append(path)
@@ -579,15 +695,12 @@ class _Frame:
 
     def _example(self, node: Tree) -> Any:
         value = self.expr(_kids(node)[1])
-        if isinstance(value, str) or isinstance(value, list):
-            if len(value) == 0:
-                raise self.fail(node, "the example must not be empty")
-            return value
-        raise self.fail(
-            node,
-            f"set example expects a list or a string, got {V.describe(value)}",
-            'for example: set example [1, 2, 3] or set example "hello"',
-        )
+        problem = _example_problem(value)
+        if problem:
+            if not isinstance(value, (str, list)):
+                problem = f"set example expects a list or a string, got {V.describe(value)}"
+            raise self.fail(node, problem, _EXAMPLE_HINT)
+        return value
 
     @staticmethod
     def _subset(text: str) -> str:
@@ -631,6 +744,7 @@ class _Frame:
 
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: Any) -> Any:
+        self.step(node)
         if isinstance(node, Token):  # only bare names can reach here
             return self._lookup(node)
         handler = getattr(self, "_e_" + node.data, None)
@@ -653,7 +767,15 @@ class _Frame:
         return self._lookup(node.children[0])
 
     def _e_int(self, node: Tree) -> int:
-        return int(node.children[0])
+        text = str(node.children[0])
+        limit = self.rt.limits.max_value_digits
+        if len(text.lstrip("0")) > limit:
+            raise self.fail(
+                node,
+                f"the number literal has {len(text)} digits, more than the limit of {limit}",
+                "raise it with --max-value-digits (Limits(max_value_digits=...))",
+            )
+        return int(text)
 
     def _e_float(self, node: Tree) -> float:
         return float(node.children[0])
@@ -752,7 +874,13 @@ class _Frame:
             raise self.fail(node, f"range takes 1, 2 or 3 integers, got {len(args)} arguments")
         if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
             raise self.fail(node, f"range takes integers, got {V.format_value(args)}")
-        return list(range(*args))
+        try:
+            items = range(*args)
+        except ValueError as exc:  # a step of 0
+            raise self.fail(node, f"range{tuple(args)} is invalid: {exc}") from None
+        count = _range_length(items)  # len() fails beyond sys.maxsize
+        self.step(node, count, f"range with {count} items")
+        return list(items)
 
     def _e_zip(self, node: Tree) -> list:
         lists = [self.expr(a) for a in _kids(node)[0].children]
@@ -763,6 +891,8 @@ class _Frame:
             raise self.fail(
                 node, f"zip needs lists of equal length, got lengths {[len(x) for x in lists]}"
             )
+        total = sum(len(x) for x in lists)
+        self.step(node, total, f"zip of {total} items")
         return [list(t) for t in zip(*lists)]
 
     def _e_len(self, node: Tree) -> int:

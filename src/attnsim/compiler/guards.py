@@ -1,0 +1,339 @@
+"""Run-time checks: where the compiled model could differ from the interpreter, it raises.
+
+A compiled model computes on one-hot blocks and linear forms; three things the interpreter
+does cannot be written in weights, so the model checks for them when it runs (on by default
+in ``CompiledModel.run``) and raises the interpreter's error instead of answering wrongly:
+
+- a categorical ``Aggregate`` that selects several distinct values: the interpreter raises,
+  the model would hold a mixture (every categorical aggregate's block must be one-hot);
+- a function that raises on a value (``lambda x: 10 // x`` at 0), or a numerical map that
+  gives a non-number: the interpreter raises, the model would give None or 0 (those values,
+  or combinations of values, may not occur);
+- None (no value, from an empty categorical aggregate) reaching a map, a selector or a
+  numerical aggregate that treats None otherwise than the model does: the model never calls
+  a function on None, never selects by it and reads it as 0 (the S-op may not be None there).
+
+The checks read the final residual stream: each S-op's directions are written only by the
+S-op itself, so they are complete there.
+
+>>> from attnsim import rasp
+>>> from attnsim.compiler import compile_program
+>>> others = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.NEQ)
+>>> pick = rasp.Aggregate(others, rasp.tokens).named("pick")
+>>> model = compile_program(pick, vocab="abc", max_seq_len=3)
+>>> model.run("ab")
+['b', 'a']
+>>> try:
+...     model.run("abc")
+... except ValueError as exc:
+...     print(str(exc)[:100])
+run-time check failed: categorical Aggregate 'pick' would average several distinct values ('b', 'c')
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from attnsim.compiler import lowering, tracing
+from attnsim.compiler.value_inference import MAX_TABLE, ValueInference, as_read, call_function
+from attnsim.model.compiled import GuardSpec
+from attnsim.rasp import expr as E
+
+MIXTURE_ADVICE = (
+    "a categorical aggregate must select one value (make the selector select one key, or "
+    "annotate the aggregate numerical to take the mean)"
+)
+NONE_ADVICE = (
+    "give the Aggregate that can select nothing a default (Aggregate(..., default=...)) so "
+    "that the value is never None"
+)
+
+_RAISED = object()
+
+
+def runtime_guards(
+    graph: tracing.Graph, vi: ValueInference, low: lowering.Lowerer
+) -> list[GuardSpec]:
+    """Every run-time check of a lowered program: the lowering's value checks, then the
+    block checks above, in dependency order."""
+    out = [
+        GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer, g.value_range, reason=g.reason)
+        for g in _dedupe(low.guards)
+    ]
+    combined = _combined_leaves(graph)
+    for uid in graph.order:
+        node = graph.nodes[uid]
+        if isinstance(node, E.Aggregate):
+            out.extend(_aggregate_guards(node, vi, low))
+        elif isinstance(node, (E.Map, E.SequenceMap)):
+            out.extend(_function_guards(node, vi, low))
+        elif isinstance(node, E.Select):
+            out.extend(_select_guards(node, vi, low, combined.get(uid)))
+    return out
+
+
+def _combined_leaves(graph: tracing.Graph) -> dict[int, str]:
+    """Selects under a SelectorNot or SelectorOr, with the label of the outermost one."""
+    out: dict[int, str] = {}
+    for uid in reversed(graph.order):  # outermost first
+        node = graph.nodes[uid]
+        if not isinstance(node, (E.SelectorNot, E.SelectorOr)) or uid in out:
+            continue
+        stack = list(node.children)
+        while stack:
+            c = stack.pop()
+            if isinstance(c, E.Select):
+                out.setdefault(c.uid, node.label)
+            elif isinstance(c, E.Selector):
+                out.setdefault(c.uid, node.label)
+                stack.extend(c.children)
+    return out
+
+
+def _dedupe(guards: list[lowering.Guard]) -> list[lowering.Guard]:
+    seen = set()
+    out = []
+    for g in guards:
+        key = (g.form, g.stage, g.allowed, g.integer, g.value_range)
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return out
+
+
+def _block(low: lowering.Lowerer, sop: E.SOp) -> lowering.Rep | None:
+    """The one-hot block of a lowered S-op (its own, or the one made from its number)."""
+    r = low.reps.get(sop.uid)
+    if r is not None and r.kind == "cat":
+        return r
+    r = low.reps_extra.get(("cat", sop.uid))
+    return r if r is not None and r.kind == "cat" else None
+
+
+def _spec(label: str, r: lowering.Rep, **kw: Any) -> GuardSpec:
+    return GuardSpec(
+        label, (), r.ready, dims=tuple(r.dims), names=tuple(repr(v) for v in r.values), **kw
+    )
+
+
+def _not_none(low: lowering.Lowerer, sop: E.SOp, reason: str) -> list[GuardSpec]:
+    r = _block(low, sop)
+    if r is None:
+        return []
+    if not r.dims:  # no value but None: the check would fail at every position
+        raise lowering.UnsupportedError(
+            f"{sop.label!r} holds no value but None at any position, and {reason}; {NONE_ADVICE}"
+        )
+    return [_spec(sop.label, r, none_ok=False, reason=f"{reason}; {NONE_ADVICE}")]
+
+
+def _aggregate_guards(e: E.Aggregate, vi: ValueInference, low: lowering.Lowerer) -> list:
+    numeric = E.is_numerical(e) or e.reduction == "sum"
+    if not numeric:
+        r = low.reps.get(e.uid)
+        if r is None or r.kind != "cat" or len(r.dims) < 2:
+            return []  # one value (or none) cannot be mixed
+        return [_spec(e.label, r, one_hot=True, reason=MIXTURE_ADVICE)]
+    if not E.is_numerical(e.sop) and vi.may_be_none(e.sop):
+        return _not_none(
+            low,
+            e.sop,
+            f"the values aggregated by {e.label!r} are numerical but {e.sop.label!r} holds "
+            "None (the interpreter refuses it; the compiled model would read 0)",
+        )
+    return []
+
+
+def _call(f: Any, *args: Any) -> Any:
+    try:
+        return f(*args)
+    except Exception as exc:
+        return (_RAISED, exc)
+
+
+def _call_map(e: E.Map | E.SequenceMap, args: tuple) -> Any:
+    """The map's function on values as the interpreter passes them (None stays None)."""
+    if any(a is None for a in args):
+        return _call(e.f, *args)
+    try:
+        return call_function(e, args)
+    except Exception as exc:
+        return (_RAISED, exc)
+
+
+def _raised(out: Any) -> bool:
+    return isinstance(out, tuple) and len(out) == 2 and out[0] is _RAISED
+
+
+_is_number = lowering.is_real  # a value a numerical S-op can hold
+
+
+def _mismatch(e: E.Map | E.SequenceMap, args: tuple, got: Any, numeric: bool) -> str | None:
+    """Why the model differs from the interpreter on ``args`` (None when it does not).
+
+    The model gives ``f(*args)`` where no argument is None and the function returns a value;
+    where one is None it gives None (categorical) or the value with None read as 0 (a sum
+    of numbers) or 0 (anything else numerical), without calling the function.
+    """
+    shown = ", ".join(repr(a) for a in args)
+    if _raised(got):
+        exc = got[1]
+        return f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on ({shown})"
+    if numeric and not _is_number(got):
+        return (
+            f"S-op {e.label!r} is numerical but holds the value {got!r} (its function on "
+            f"({shown})); numerical S-ops need numbers (annotate it categorical, or map the "
+            "value to a number first)"
+        )
+    if not any(a is None for a in args):
+        return None
+    if numeric:
+        op = e._op
+        if op is not None and op.kind == "linear":
+            a, b = op.params
+            x, y = (0.0 if v is None else float(v) for v in args)
+            model = a * x + b * y
+        else:
+            model = 0.0
+        if abs(float(got) - model) <= 1e-12 * max(1.0, abs(model)):
+            return None
+        return (
+            f"{e.label!r} is {got!r} on ({shown}) in the interpreter, but the compiled model "
+            f"reads None as 0 and gives {model!r}; {NONE_ADVICE}"
+        )
+    if got is None:
+        return None
+    return (
+        f"{e.label!r} is {got!r} on ({shown}) in the interpreter, but the compiled model "
+        f"passes None through a function without calling it; {NONE_ADVICE}"
+    )
+
+
+def _function_guards(
+    e: E.Map | E.SequenceMap, vi: ValueInference, low: lowering.Lowerer
+) -> list[GuardSpec]:
+    """Forbids the input combinations where the model's map differs from the interpreter's."""
+    inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
+    numeric = E.is_numerical(e)
+    blocks = [_block(low, s) for s in inputs]
+    if any(b is None for b in blocks):
+        if isinstance(e, E.Map):
+            return _form_guards(e, vi, low, numeric)
+        return []  # sums, products and quotients of numbers: no function is called
+    choices = []
+    for s, b in zip(inputs, blocks):
+        none = not E.is_numerical(s) and vi.may_be_none(s)
+        choices.append([*range(len(b.values)), *([-1] if none else [])])
+    total = 1
+    for c in choices:
+        total *= len(c)
+    if total > MAX_TABLE:  # too many to list: at least keep None away where it can arrive
+        return [
+            g
+            for s, c in zip(inputs, choices)
+            if -1 in c
+            for g in _not_none(low, s, f"{e.label!r} is too large to check on None")
+        ]
+    forbidden = []
+    for combo in itertools.product(*choices):
+        args = tuple(None if k < 0 else b.values[k] for b, k in zip(blocks, combo))
+        problem = _mismatch(e, args, _call_map(e, args), numeric)
+        if problem is not None:
+            forbidden.append((combo, problem))
+    if not forbidden:
+        return []
+    for s, b in zip(inputs, blocks):
+        if not b.dims:  # no value but None: every position is a forbidden combination
+            raise lowering.UnsupportedError(
+                f"{s.label!r} holds no value but None at any position, and "
+                f"{forbidden[0][1]}; a compiled model cannot answer there"
+            )
+    return [
+        GuardSpec(
+            e.label,
+            (),
+            max(b.ready for b in blocks),
+            dims=tuple(d for b in blocks for d in b.dims),
+            names=tuple(repr(v) for b in blocks for v in b.values),
+            sizes=tuple(len(b.dims) for b in blocks),
+            forbidden=tuple(forbidden),
+        )
+    ]
+
+
+def _form_guards(
+    e: E.Map, vi: ValueInference, low: lowering.Lowerer, numeric: bool
+) -> list[GuardSpec]:
+    """A map of a number with a finite value set: its value may not be one it fails on."""
+    r = low.reps.get(e.inner.uid)
+    vals = vi.values(e.inner)
+    if r is None or r.kind != "num" or vals is None or len(vals) > MAX_TABLE:
+        return []
+    if not all(_is_number(v) for v in vals):
+        return []  # the model reads this S-op as a number: every value must be one
+    op = e._op
+    if op is not None and op.numpy_fn is not None and E.is_numerical(e.inner):
+        return []  # a named numerical op: the interpreter computes it with numpy, no raise
+    good, problems = [], []
+    for v in vals:
+        problem = _mismatch(e, (as_read(v),), _call_map(e, (v,)), numeric)
+        (problems if problem is not None else good).append(problem or v)
+    if not problems:
+        return []
+    return [
+        GuardSpec(
+            e.label,
+            tuple(sorted(r.form.items())),
+            r.ready,
+            allowed=tuple(float(v) for v in good if _is_number(v)),
+            reason=f"the interpreter raises there: {problems[0]}",
+        )
+    ]
+
+
+def _select_guards(
+    e: E.Select, vi: ValueInference, low: lowering.Lowerer, combined: str | None
+) -> list[GuardSpec]:
+    pred = e.predicate
+    if pred in (E.Comparison.TRUE, E.Comparison.FALSE):
+        return []
+    sides = [(e.keys, True), (e.queries, False)]
+    if not any(not E.is_numerical(s) and vi.may_be_none(s) for s, _ in sides):
+        return []
+    table = _block(low, e.keys) is not None and _block(low, e.queries) is not None
+    out: list[GuardSpec] = []
+    for s, is_key in sides:
+        if E.is_numerical(s) or not vi.may_be_none(s):
+            continue
+        other = e.queries if is_key else e.keys
+        ovals = vi.values(other)
+        if combined is not None:
+            problem = (
+                f"selector {combined!r} combines {e.label!r} with not/or, and the compiled "
+                "model reads None there as a value that no predicate holds for"
+            )
+        elif not table or ovals is None:
+            problem = f"selector {e.label!r} compares it with a number, where None would count as 0"
+        else:
+            problem = None
+            candidates = list(ovals) + ([None] if vi.may_be_none(other) else [])
+            for v in candidates:
+                args = (None, v) if is_key else (v, None)
+                got = _call(pred, *args)
+                if _raised(got):
+                    exc = got[1]
+                    problem = (
+                        f"the interpreter raises there: the function of {e.label!r} raised "
+                        f"{type(exc).__name__}: {exc} on ({args[0]!r}, {args[1]!r})"
+                    )
+                    break
+                if got:
+                    problem = (
+                        f"the interpreter's selector {e.label!r} selects on None "
+                        f"(key {args[0]!r}, query {args[1]!r}), a compiled model never does"
+                    )
+                    break
+        if problem is not None:
+            out.extend(_not_none(low, s, problem))
+    return out

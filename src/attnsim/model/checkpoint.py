@@ -1,0 +1,412 @@
+"""Checkpoint files: reading ``model.json`` and ``model.safetensors`` and refusing damage.
+
+A checkpoint is data only: a JSON file of metadata and a safetensors file of weights.
+Reading one checks everything before building anything: the JSON's keys and the kind of each
+value, that the directions it names exist, that the weights file holds exactly the tensors
+the config asks for (names, shapes, dtypes, read from its header without loading them), that
+the model fits in memory, and that every weight is finite. Whatever is wrong ends in a
+:class:`DamagedCheckpointError` (a ValueError) naming the file and the key or tensor, never
+in a KeyError, a TypeError or a model that runs and answers None.
+
+>>> import tempfile
+>>> from attnsim import library
+>>> from attnsim.compiler import compile_program
+>>> from attnsim.model.compiled import CompiledModel
+>>> d = tempfile.mkdtemp()
+>>> _ = compile_program(library.make_hist(), vocab="ab", max_seq_len=3).save(d)
+>>> CompiledModel.load(d).run("aba")
+[2, 1, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from attnsim.model import memory
+from attnsim.model.config import ModelConfig
+
+FORMAT = "attnsim-compiled-model/1"
+META_KEYS = (
+    "format",
+    "config",
+    "residual",
+    "vocab",
+    "numerical_tokens",
+    "max_seq_len",
+    "fixed_length",
+    "output",
+    "guards",
+    "report",
+)
+OUTPUT_KEYS = ("kind", "values", "dims", "form")
+GUARD_KEYS = ("label", "form", "stage", "allowed", "integer")
+GUARD_OPTIONAL = (
+    "value_range",
+    "dims",
+    "names",
+    "one_hot",
+    "none_ok",
+    "sizes",
+    "forbidden",
+    "reason",
+)
+
+
+class DamagedCheckpointError(ValueError):
+    """A checkpoint's files are not what :meth:`CompiledModel.save` writes."""
+
+
+def damaged(file: Path, what: str) -> DamagedCheckpointError:
+    return DamagedCheckpointError(
+        f"damaged checkpoint: {file} {what}; save the model again (or compile it anew)"
+    )
+
+
+def read_meta(path: Path) -> tuple[dict, ModelConfig]:
+    """The validated metadata of the checkpoint in ``path`` and its model config.
+
+    Raises:
+        FileNotFoundError: no ``model.json`` in ``path``.
+        DamagedCheckpointError: the file is unreadable, not JSON, or not what ``save`` wrote.
+    """
+    meta_file = path / "model.json"
+    if not meta_file.exists():
+        raise FileNotFoundError(f"no model.json in {path}; expected a saved CompiledModel")
+    if not meta_file.is_file():
+        raise damaged(meta_file, "is not a file (a directory?)")
+    try:
+        text = meta_file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise damaged(meta_file, f"cannot be read ({exc})") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise damaged(meta_file, f"is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DamagedCheckpointError(
+            f"{meta_file} is not an attnsim compiled model (format {FORMAT}); load a directory "
+            "written by CompiledModel.save"
+        )
+    check = _Checker(meta_file)
+    check.keys(meta, META_KEYS, (), "the file")
+    try:
+        cfg = ModelConfig.from_json(meta["config"])
+    except (TypeError, ValueError) as exc:
+        raise damaged(meta_file, f"has an invalid 'config' ({exc})") from None
+    _check_size(path, cfg)
+    residual = check.str_list(meta["residual"], "'residual'")
+    if len(residual) != cfg.d_model or len(set(residual)) != len(residual):
+        raise damaged(
+            meta_file,
+            f"lists {len(residual)} residual directions ({len(set(residual))} distinct) for "
+            f"d_model={cfg.d_model}",
+        )
+    dirs = set(residual)
+    vocab = meta["vocab"]
+    if vocab is not None:
+        vocab = check.values(vocab, "'vocab'")
+        if any(v is None for v in vocab) or len(set(map(_vkey, vocab))) != len(vocab):
+            raise damaged(meta_file, "has a 'vocab' with None or repeated tokens")
+    if cfg.d_vocab != 1 + max(len(vocab or ()), 1):
+        raise damaged(
+            meta_file, f"has {len(vocab or ())} tokens for d_vocab={cfg.d_vocab} (BOS + tokens)"
+        )
+    for key in ("numerical_tokens", "fixed_length"):
+        check.bool(meta[key], repr(key))
+    if meta["numerical_tokens"] != cfg.numerical_tokens:
+        raise damaged(meta_file, "disagrees with its config on 'numerical_tokens'")
+    if not _is_int(meta["max_seq_len"]) or meta["max_seq_len"] != cfg.n_ctx - 1:
+        raise damaged(
+            meta_file,
+            f"has max_seq_len={meta['max_seq_len']!r} for n_ctx={cfg.n_ctx} (max_seq_len + 1)",
+        )
+    out = meta["output"]
+    check.keys(out, OUTPUT_KEYS, (), "'output'")
+    if out["kind"] not in ("cat", "num"):
+        raise damaged(meta_file, f"has output kind {out['kind']!r}, expected 'cat' or 'num'")
+    values = check.values(out["values"], "'output.values'")
+    dims = check.dirs(out["dims"], dirs, "'output.dims'")
+    if len(values) != len(dims):
+        raise damaged(meta_file, f"has {len(values)} output values for {len(dims)} directions")
+    form = check.form(out["form"], dirs, "'output.form'")
+    guards = []
+    if not isinstance(meta["guards"], list):
+        raise damaged(meta_file, "has a 'guards' that is not a list")
+    for i, g in enumerate(meta["guards"]):
+        what = f"'guards[{i}]'"
+        check.keys(g, GUARD_KEYS, GUARD_OPTIONAL, what)
+        guards.append(_guard(check, g, dirs, cfg, what))
+    report = meta["report"]
+    if report is not None and not isinstance(report, dict):
+        raise damaged(meta_file, "has a 'report' that is not an object")
+    if report is not None and report.get("components") is not None:
+        _components(check, report["components"], dirs)
+    clean = dict(meta)
+    clean.update(
+        vocab=vocab,
+        output={"kind": out["kind"], "values": values, "dims": dims, "form": form},
+        guards=guards,
+    )
+    return clean, cfg
+
+
+COMPONENT_KEYS = ("site", "layer", "kind", "start", "stop", "labels")
+COMPONENT_OPTIONAL = ("ops", "reads", "writes", "hook")
+
+
+def _components(check: _Checker, rows: Any, dirs: set) -> None:
+    """The report's component table (optional: checkpoints before it have none)."""
+    check.list(rows, "'report.components'")
+    for i, row in enumerate(rows):
+        what = f"'report.components[{i}]'"
+        check.keys(row, COMPONENT_KEYS, COMPONENT_OPTIONAL, what)
+        if row["site"] not in ("embed", "attn", "mlp", "output"):
+            raise damaged(check.file, f"has {what} with an unknown site {row['site']!r}")
+        for key in ("layer", "start", "stop"):
+            if not _is_int(row[key]):
+                raise damaged(check.file, f"has {what} with a {key!r} that is not an int")
+        check.str_list(row["labels"], f"{what}.labels")
+        check.str_list(row.get("ops", []), f"{what}.ops")
+        check.dirs(row.get("writes", []), dirs, f"{what}.writes")
+        for pair in check.list(row.get("reads", []), f"{what}.reads"):
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise damaged(check.file, f"has {what}.reads that are not [side, directions]")
+            check.dirs(pair[1], dirs, f"{what}.reads")
+
+
+def _check_size(path: Path, cfg: ModelConfig) -> None:
+    """Refuses a config whose weights cannot be in the weights file, or in memory.
+
+    Runs before anything is allocated: the estimate comes from the config alone.
+    """
+    need = memory.weight_bytes(cfg)
+    weights = path / "model.safetensors"
+    what = (
+        f"the config in {path / 'model.json'} (n_layers={cfg.n_layers}, d_model={cfg.d_model}, "
+        f"d_mlp={cfg.d_mlp}, n_ctx={cfg.n_ctx}) asks for about {memory.gib(need)} of weights"
+    )
+    if weights.is_file() and weights.stat().st_size < need:
+        raise DamagedCheckpointError(
+            f"damaged checkpoint: {what}, but {weights} holds only "
+            f"{weights.stat().st_size} bytes; save the model again (or compile it anew)"
+        )
+    memory.check_fits(need, f"loading: {what}, which", "load it on a larger machine")
+
+
+def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> dict:
+    stage = g["stage"]
+    if not _is_int(stage) or not 0 <= stage <= 2 * cfg.n_layers:
+        raise damaged(check.file, f"has {what} at stage {stage!r}, outside 0..{2 * cfg.n_layers}")
+    allowed = g["allowed"]
+    if allowed is not None:
+        allowed = tuple(check.number(a, f"{what}.allowed") for a in check.list(allowed, what))
+    value_range = g.get("value_range")
+    if value_range is not None:
+        pair = check.list(value_range, f"{what}.value_range")
+        if len(pair) != 2:
+            raise damaged(check.file, f"has a {what}.value_range that is not [lo, hi]")
+        value_range = tuple(float(check.number(x, f"{what}.value_range", inf=True)) for x in pair)
+    dims = tuple(check.dirs(g.get("dims", []), dirs, f"{what}.dims"))
+    names = tuple(check.str_list(g.get("names", []), f"{what}.names"))
+    if len(names) != len(dims):
+        raise damaged(check.file, f"has {len(names)} names for {len(dims)} directions in {what}")
+    sizes = tuple(check.list(g.get("sizes", []), f"{what}.sizes"))
+    if sizes and (not all(_is_int(n) and n >= 0 for n in sizes) or sum(sizes) != len(dims)):
+        raise damaged(check.file, f"has {what}.sizes that do not split its directions")
+    limits = sizes or (len(dims),)
+    forbidden = []
+    for item in check.list(g.get("forbidden", []), f"{what}.forbidden"):
+        pair = check.list(item, f"{what}.forbidden")
+        if len(pair) != 2 or not isinstance(pair[1], str):
+            raise damaged(check.file, f"has a {what}.forbidden entry that is not [values, message]")
+        combo = check.list(pair[0], f"{what}.forbidden")
+        if len(combo) != len(limits) or not all(
+            _is_int(k) and -1 <= k < n for k, n in zip(combo, limits)
+        ):
+            raise damaged(check.file, f"has a {what}.forbidden entry outside its directions")
+        forbidden.append((tuple(combo), pair[1]))
+    for key in ("integer", "one_hot", "none_ok"):
+        check.bool(g.get(key, key == "none_ok"), f"{what}.{key}")
+    for key in ("label", "reason"):
+        if not isinstance(g.get(key, ""), str):
+            raise damaged(check.file, f"has a {what}.{key} that is not a string")
+    return {
+        "label": g["label"],
+        "form": check.form(g["form"], dirs, f"{what}.form"),
+        "stage": stage,
+        "allowed": allowed,
+        "integer": g["integer"],
+        "value_range": value_range,
+        "dims": dims,
+        "names": names,
+        "one_hot": g.get("one_hot", False),
+        "none_ok": g.get("none_ok", True),
+        "sizes": sizes,
+        "forbidden": tuple(forbidden),
+        "reason": g.get("reason", ""),
+    }
+
+
+def read_weights(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The weights in ``path``, checked against ``cfg`` before any is loaded.
+
+    Raises:
+        FileNotFoundError: no ``model.safetensors`` in ``path``.
+        DamagedCheckpointError: unreadable, a tensor missing, extra, of the wrong shape or
+            dtype, or holding NaN or an infinity.
+        ModelTooLargeError: the config asks for more memory than this machine has.
+    """
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"no model.safetensors in {path}; save the model again")
+    if not weights.is_file():
+        raise damaged(weights, "is not a file (a directory?)")
+    expected = memory.weight_shapes(cfg)
+    need = memory.weight_bytes(cfg)
+    sizes = (
+        f"(the config asks for {cfg.n_layers} layers, d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
+        f"n_ctx={cfg.n_ctx}: about {memory.gib(need)} of weights)"
+    )
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            header = {
+                k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()
+            }
+    except Exception as exc:  # safetensors raises its own error types for damaged files
+        raise damaged(weights, f"cannot be read ({exc})") from None
+    for name in expected:
+        if name not in header:
+            raise damaged(weights, f"lacks the tensor {name!r} {sizes}")
+    for name in header:
+        if name not in expected:
+            raise damaged(weights, f"holds the tensor {name!r}, which the config has no place for")
+    for name, (shape, dtype) in expected.items():
+        got_shape, got_dtype = header[name]
+        if got_shape != shape:
+            raise damaged(
+                weights,
+                f"holds the tensor {name!r} with shape {list(got_shape)}, but the config "
+                f"needs {list(shape)} {sizes}",
+            )
+        if got_dtype != _SAFETENSORS_DTYPE[dtype]:
+            raise damaged(
+                weights, f"holds the tensor {name!r} as {got_dtype}, but the config needs {dtype}"
+            )
+    memory.check_fits(need, f"loading this checkpoint {sizes}", "load it on a larger machine")
+    try:
+        state = load_file(str(weights))
+    except Exception as exc:
+        raise damaged(weights, f"cannot be read ({exc})") from None
+    for name, tensor in state.items():
+        bad = ~torch.isfinite(tensor)
+        if bool(bad.any()):
+            where = [int(i) for i in torch.nonzero(bad)[0]]
+            raise damaged(
+                weights,
+                f"holds {float(tensor[tuple(where)])} in the tensor {name!r} at {where}; "
+                "weights must be finite",
+            )
+    return state
+
+
+_SAFETENSORS_DTYPE = {torch.float64: "F64", torch.float32: "F32"}
+
+
+class _Checker:
+    """Checks the kind of each JSON value, raising DamagedCheckpointError with its place."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def keys(self, obj: Any, required: tuple, optional: tuple, what: str) -> None:
+        if not isinstance(obj, dict):
+            raise damaged(self.file, f"has {what} that is not a JSON object")
+        for k in required:
+            if k not in obj:
+                raise damaged(self.file, f"lacks the key {k!r} in {what}")
+        for k in obj:
+            if k not in required and k not in optional:
+                raise damaged(self.file, f"has an unexpected key {k!r} in {what}")
+
+    def list(self, obj: Any, what: str) -> list:
+        if not isinstance(obj, list):
+            raise damaged(self.file, f"has {what} that is not a list ({type(obj).__name__})")
+        return obj
+
+    def bool(self, obj: Any, what: str) -> bool:
+        if not isinstance(obj, bool):
+            raise damaged(self.file, f"has {what} = {obj!r}, expected true or false")
+        return obj
+
+    def str_list(self, obj: Any, what: str) -> list[str]:
+        items = self.list(obj, what)
+        if not all(isinstance(x, str) for x in items):
+            raise damaged(self.file, f"has {what} with an entry that is not a string")
+        return items
+
+    def dirs(self, obj: Any, dirs: set, what: str) -> list[str]:
+        items = self.str_list(obj, what)
+        for d in items:
+            if d not in dirs:
+                raise damaged(self.file, f"names the direction {d!r} in {what}, not in 'residual'")
+        return items
+
+    def number(self, obj: Any, what: str, inf: bool = False) -> float:
+        ok = _is_real(obj) and (math.isfinite(obj) or (inf and not math.isnan(obj)))
+        if not ok:
+            raise damaged(self.file, f"has {what} = {obj!r}, expected a finite number")
+        return obj
+
+    def form(self, obj: Any, dirs: set, what: str) -> tuple[tuple[str, float], ...]:
+        out = []
+        for pair in self.list(obj, what):
+            if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str):
+                raise damaged(
+                    self.file, f"has {what} with an entry that is not [direction, weight]"
+                )
+            if pair[0] not in dirs:
+                raise damaged(
+                    self.file, f"names the direction {pair[0]!r} in {what}, not in 'residual'"
+                )
+            out.append((pair[0], float(self.number(pair[1], what))))
+        return tuple(out)
+
+    def values(self, obj: Any, what: str) -> list:
+        """Token or output values: JSON lists stand for tuples (a list is never a token)."""
+        items = [_tuples(v) for v in self.list(obj, what)]
+        for v in items:
+            if not _plain_value(v):
+                raise damaged(self.file, f"has {what} with the value {v!r}, not a token")
+        return items
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _plain_value(v: Any) -> bool:
+    if isinstance(v, tuple):
+        return all(_plain_value(x) for x in v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return v is None or isinstance(v, (str, int, bool))
+
+
+def _vkey(v: Any) -> tuple:
+    return (type(v).__name__, v)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)

@@ -1,0 +1,92 @@
+"""Memory estimates: refuse a model that cannot fit before allocating any of it.
+
+A model's weights are known from its config alone (the module is built on PyTorch's "meta"
+device, which allocates nothing), and running it holds ``[pos, pos]`` attention scores per
+head. Both are compared with this machine's memory, so that an impossible size ends in an
+error that says how much was asked for and what to lower, not in the allocator's message.
+
+>>> from attnsim.model.config import ModelConfig
+>>> cfg = ModelConfig(n_layers=1, d_model=4, n_heads=1, d_head=1, d_mlp=2, d_bilinear=0,
+...                   n_ctx=3, d_vocab=2)
+>>> weight_bytes(cfg)
+448
+>>> try:
+...     check_fits(10**18, "a model of 10^18 bytes", "lower max_seq_len")
+... except ModelTooLargeError as exc:
+...     print(str(exc)[:50])
+a model of 10^18 bytes needs about 931322574.6 GiB
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from attnsim.model.config import ModelConfig
+from attnsim.model.transformer import Transformer
+
+GIB = float(1 << 30)
+
+
+class ModelTooLargeError(MemoryError, ValueError):
+    """A requested size does not fit in this machine's memory (the message has the estimate)."""
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Every weight's name, shape and dtype for ``cfg``, without allocating them."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    return {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
+
+
+def weight_bytes(cfg: ModelConfig) -> int:
+    """Bytes of the weights of a model with config ``cfg``."""
+    total = 0
+    for shape, dtype in weight_shapes(cfg).values():
+        n = 1
+        for s in shape:
+            n *= s
+        total += n * dtype.itemsize
+    return total
+
+
+def attention_bytes(n_ctx: int, n_heads: int, itemsize: int) -> int:
+    """Working memory of one attention layer on one full-length sequence (scores, the
+    selection and the pattern, per head)."""
+    return 3 * n_heads * n_ctx * n_ctx * itemsize
+
+
+def memory_limit() -> int:
+    """This machine's memory in bytes (the container's limit where one is set)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB, for messages."""
+    return f"{n / GIB:.1f} GiB"
+
+
+def check_fits(needed: int, what: str, advice: str) -> None:
+    """Raises ModelTooLargeError when ``needed`` bytes exceed this machine's memory.
+
+    Args:
+        needed: the estimate, in bytes.
+        what: what needs it ("compiling with max_seq_len=1000000").
+        advice: what to lower.
+    """
+    limit = memory_limit()
+    if needed > limit:
+        raise ModelTooLargeError(
+            f"{what} needs about {needed / GIB:.1f} GiB, more than this machine's "
+            f"{gib(limit)} of memory; {advice}"
+        )

@@ -1,0 +1,71 @@
+"""The committed generated documents say what the current code generates.
+
+Each document is generated again here and compared with the committed file, line by line,
+except for the parts that are measured rather than computed (timings, and the sampled error
+column of the matrix table). Regenerate with ``attnsim report all``, ``attnsim report
+matrix`` and ``python benchmarks/render_docs.py`` when a test here fails.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _mask(text: str) -> list[str]:
+    return [
+        re.sub(r"Generated in [0-9.]+ s\.", "Generated in <time> s.", line)
+        for line in text.splitlines()
+    ]
+
+
+def _table_rows(text: str, drop_last: int = 0) -> list[str]:
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = line.strip("|").split("|")
+            rows.append("|".join(cells[: len(cells) - drop_last] if drop_last else cells))
+    return rows
+
+
+def test_report_md_matches_the_code(tmp_path):
+    from attnsim.report import report_cli
+
+    cost = ROOT / "benchmarks" / "results" / "simulator_cost.json"
+    fresh = report_cli.write_report(tmp_path, cost_json=cost).read_text()
+    committed = (DOCS / "report.md").read_text()
+    assert _mask(committed) == _mask(fresh), (
+        "docs/report.md is stale: run `attnsim report all` and commit the result"
+    )
+
+
+def test_matrix_resources_md_matches_the_code():
+    from attnsim.report import matrix_table as mt
+
+    fresh = mt.matrix_table(mt.matrix_rows(mt.DEFAULT_CASES, samples=2))
+    committed = (DOCS / "matrix-resources.md").read_text()
+    # the last column is the error measured on random samples; everything else is computed
+    assert _table_rows(committed, drop_last=1) == _table_rows(fresh, drop_last=1), (
+        "docs/matrix-resources.md is stale: run `attnsim report matrix` and commit the result"
+    )
+
+
+def test_benchmarks_md_matches_its_results():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import render_docs
+    finally:
+        sys.path.pop(0)
+    assert render_docs.render() == (DOCS / "benchmarks.md").read_text(), (
+        "docs/benchmarks.md is not what benchmarks/results/ renders to: run "
+        "`python benchmarks/render_docs.py` and commit the result"
+    )
+
+
+def test_the_check_fails_on_an_edited_table():
+    committed = (DOCS / "matrix-resources.md").read_text()
+    edited = committed.replace("| transpose | 2x2 | 1 |", "| transpose | 2x2 | 2 |", 1)
+    assert edited != committed
+    assert _table_rows(committed, 1) != _table_rows(edited, 1)

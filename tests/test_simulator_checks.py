@@ -1,0 +1,108 @@
+"""U's checks are its own: ``simulate`` never calls the Python reference.
+
+What U needs of a target (scores within its score bound; with maps="relu", the values its
+ReLU maps read within their ranges) is watched by the run-time checks the compiler placed in
+U's own transformer. The reference (``attnsim.simulator.reference``) is the oracle of these
+tests, computed before it is made to raise.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from attnsim.simulator import reference as R
+from attnsim.simulator import spec, universal, verify
+
+F64 = torch.float64
+ORACLE_FUNCTIONS = (
+    "scores",
+    "pattern",
+    "values",
+    "attention",
+    "layer_norm",
+    "activation",
+    "feed_forward",
+    "encoder_layer",
+    "reference",
+)
+
+
+@functools.cache
+def build(n, d, h, **kw):
+    return universal.build(n, d, h, **kw)
+
+
+@pytest.fixture
+def no_reference(monkeypatch):
+    """Every function of the reference module raises from here on."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("simulate called the Python reference")
+
+    for name in ORACLE_FUNCTIONS:
+        monkeypatch.setattr(R, name, refuse)
+
+
+def _attention_case():
+    target = spec.random_attention(2, 4, seed=3, causal=True, bias=True)
+    X = torch.randn(3, 4, generator=torch.Generator().manual_seed(3), dtype=F64)
+    return target, X
+
+
+def _encoder_case(activation="gelu"):
+    target = spec.random_encoder_layer(2, 4, 6, seed=4, activation=activation, norm_first=True)
+    X = torch.randn(3, 4, generator=torch.Generator().manual_seed(4), dtype=F64)
+    return target, X
+
+
+CASES = [
+    ("attention", {}, 1e-12),
+    ("attention", {"maps": "relu", "logit_bound": 12.0, "map_tolerance": 1e-5}, 1e-4),
+    ("encoder", {}, 1e-12),
+    ("encoder", {"maps": "relu", "logit_bound": 12.0, "value_bound": 10.0,
+                 "map_tolerance": 1e-5}, 1e-3),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("layer, kw, tol", CASES, ids=["native", "relu", "enc", "enc-relu"])
+def test_simulate_runs_without_the_reference(layer, kw, tol, request):
+    target, X = _encoder_case() if layer == "encoder" else _attention_case()
+    want = R.reference(target, X)
+    U = build(3, 4, 2, layer=layer, **kw)
+    request.getfixturevalue("no_reference")
+    got = U.simulate(target, X)
+    assert verify.relative_error(got, want) <= tol
+
+
+def test_range_errors_come_from_u_itself(no_reference):
+    U = build(3, 4, 2, maps="relu", logit_bound=12.0, map_tolerance=1e-5)
+    target, X = _attention_case()
+    with pytest.raises(ValueError, match=r"score of query row \d and key row \d in head \d is"):
+        U.simulate(target, X * 1e3)
+    E = build(3, 4, 2, layer="encoder", maps="relu", value_bound=10.0, map_tolerance=1e-5)
+    layer, X = _encoder_case()
+    with pytest.raises(
+        ValueError,
+        match=r"LayerNorm 'ln_input' \(before the attention: norm1 of a pre-norm layer\): the "
+        r"variance plus eps .* is [\d.]+ for row 0, outside \[1e-06, 102\].* larger value_bound",
+    ):
+        E.simulate(layer, X * 100.0)
+
+
+def test_u_has_run_time_checks_on_what_it_relies_on():
+    """The guards U's transformer carries: the scores' range (for the max head), and with
+    maps="relu" the input range of every ReLU map."""
+    native = {g.label for g in build(3, 4, 2).model.guards}
+    assert universal.SCORE in native
+    relu = build(3, 4, 2, layer="encoder", maps="relu", value_bound=10.0, map_tolerance=1e-5)
+    ranges = {g.label: g.value_range for g in relu.model.guards if g.value_range is not None}
+    assert ranges[universal.SCORE] == (-1e4, 1e4)
+    assert ranges[universal.INV_Z] == pytest.approx((0.5, 2 * 3 * 2.718281828459045))
+    assert ranges[universal.EXP][1] == universal.EXP_HI
+    for slot in ("ln_input", "ln_middle", "ln_output"):
+        assert ranges[f"{slot}_rsqrt"] == (1e-6, 102.0)
+    ffn = [r for label, r in ranges.items() if label.startswith("ffn_gelu")]
+    assert ffn and all(r == (-10.0, 10.0) for r in ffn)
