@@ -20,6 +20,7 @@ import pytest
 
 from attnsim.compiler import compile_program
 from attnsim.matrix import layout, programs
+from attnsim.model.compiled import RunTimeCheckError
 
 EXACT = 1e-12  # relative error of exact operations in float64
 INVERSE = 1e-9  # relative error of the inverse, cond(A) <= 10
@@ -233,9 +234,25 @@ def test_singular_matrices_are_reported_by_the_compiled_flag(n):
     inv = programs.inverse(n)
     flag_program = programs.singular_flag(n, inverse_sop=inv)
     model = compile_program(flag_program, vocab=None, max_seq_len=n * n, fixed_length=True)
-    flags = run(model, layout.pack_batch(bad))
-    assert np.all(~(flags == 0.0)), flags  # nonzero or nan at every position
+    seqs = layout.pack_batch(bad)
+    raw = np.asarray(model.run(seqs.tolist(), check=False), dtype=np.float64)
+    assert np.all(~(raw == 0.0)), raw  # nonzero or nan at every position
+    for seq, flag in zip(seqs, raw):  # checked, a non-finite flag is an error, not a value
+        if not np.all(np.isfinite(flag)):
+            with pytest.raises(RunTimeCheckError, match="is not finite"):
+                model.run(seq.tolist())
     np.testing.assert_array_equal(run(model, layout.pack_batch(good)), 0.0)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_singular_matrices_through_the_compiled_runner(n):
+    from attnsim.matrix import apply
+
+    singular = np.ones((n, n))
+    with pytest.raises(apply.SingularMatrixError, match="singular or too ill-conditioned"):
+        apply.inverse(singular, backend="compiled")
+    good = well_conditioned("runner", 1, n)[0]
+    np.testing.assert_allclose(apply.inverse(good, backend="compiled") @ good, np.eye(n), atol=1e-9)
 
 
 def test_softmax_attention_mode_subset():

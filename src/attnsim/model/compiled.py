@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from attnsim.model import checkpoint
-from attnsim.model.config import ModelConfig
+from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
 
 FORMAT = checkpoint.FORMAT
@@ -91,6 +91,12 @@ class GuardSpec:
     def on_block(self) -> bool:
         """Whether this checks a categorical block (read from the final residual stream)."""
         return bool(self.dims or self.sizes or self.forbidden or self.one_hot or not self.none_ok)
+
+
+# softmax mode: native units singular at 0, and how close to 0 their input may come (a mean
+# over no key is a leak of order e^-40 times the values there, far below this)
+SINGULAR_AT_ZERO = ("reciprocal", "rsqrt", "log")
+LEAK_FLOOR = 1e-12
 
 
 class RunTimeCheckError(ValueError):
@@ -417,6 +423,8 @@ class CompiledModel:
             resid = self.model(ids, vals, cache=cache)
         if check:
             self._check_guards(cache)
+            self._check_singular(cache)
+            self._check_finite(resid, cache)
             self._check_blocks(resid)
         out = self._decode(resid)
         return (out[0] if single else out), cache
@@ -437,12 +445,13 @@ class CompiledModel:
             RunTimeCheckError: (a ValueError) a check failed; the message says where and why.
         """
         batch, single = _as_batch(xs, self._is_token)
-        if check and any(not g.on_block for g in self.guards):
+        if check and (any(not g.on_block for g in self.guards) or self._singular_kinds()):
             out, _ = self.run_with_cache(batch, check=True)
             return out[0] if single else out
         ids, vals = self.encode(batch)
         resid = self.forward(ids, vals)
         if check:
+            self._check_finite(resid)
             self._check_blocks(resid)
         out = self._decode(resid)
         return out[0] if single else out
@@ -504,6 +513,60 @@ class CompiledModel:
                 return cache["hook_embed"]
         hook = "hook_resid_mid" if stage % 2 == 1 else "hook_resid_post"
         return cache[f"blocks.{layer}.{hook}"]
+
+    def _check_finite(self, resid: torch.Tensor, cache: dict | None = None) -> None:
+        """Every value the model computed at a real position is finite.
+
+        A residual direction keeps what was added to it, so a NaN or an infinity written at
+        any stage is still there at the end: checking the final stream checks them all. With
+        the cache, the message names the sublayer where it first appeared."""
+        bad = ~torch.isfinite(resid[:, 1:])  # [batch, pos, d_model], BOS dropped
+        if not bool(bad.any()):
+            return
+        b, i = (int(x) for x in torch.nonzero(bad.any(dim=-1))[0])
+        where = ""
+        for layer in range(self.config.n_layers) if cache is not None else ():
+            for hook, part in (("hook_resid_mid", "attention"), ("hook_resid_post", "MLP")):
+                stream = cache.get(f"blocks.{layer}.{hook}")
+                if stream is not None and not bool(torch.isfinite(stream[b, i + 1]).all()):
+                    where = f", first in layer {layer}'s {part}"
+                    break
+            if where:
+                break
+        raise RunTimeCheckError(
+            f"run-time check failed: at position {i} (row {b}) a value is not finite{where}; "
+            "a compiled model computes with finite values only (a NaN or an "
+            "infinity spreads through its sums to other values), so it cannot give the "
+            "interpreter's result here, which is inf or NaN (a division by zero, a square root "
+            "or a log of a negative number). Keep the program's values finite on its inputs, "
+            "or pass check=False for the raw output"
+        )
+
+    def _singular_kinds(self) -> list[str]:
+        """Softmax mode: the native units that are singular at 0 (their inputs are checked)."""
+        if self.config.attention is not AttentionMode.SOFTMAX:
+            return []
+        return [k for k in SINGULAR_AT_ZERO if self.config.d_native.get(k, 0)]
+
+    def _check_singular(self, cache: dict) -> None:
+        """Softmax mode: 1/x, 1/sqrt(x) and log(x) must not read a value that the attention's
+        leakage cannot tell from 0 (a mean over no key is a tiny number there, not 0)."""
+        for kind in self._singular_kinds():
+            for layer in range(self.config.n_layers):
+                pre = cache.get(f"blocks.{layer}.mlp.hook_{kind}_pre")
+                if pre is None:
+                    continue
+                gate = cache[f"blocks.{layer}.mlp.hook_{kind}_gate"]
+                bad = (gate[:, 1:] != 0) & (pre[:, 1:].abs() < LEAK_FLOOR)
+                if bool(bad.any()):
+                    b, i, u = (int(x) for x in torch.nonzero(bad)[0])
+                    raise RunTimeCheckError(
+                        f"run-time check failed: at position {i} (row {b}) a {kind} unit of "
+                        f"layer {layer} reads {float(pre[b, i + 1, u]):.3g}, within "
+                        f"{LEAK_FLOOR:g} of 0, where softmax attention's leakage decides the "
+                        "result (the interpreter's value is infinite or undefined there); "
+                        "compile with attention='hard', or keep that input away from 0"
+                    )
 
     def _check_guards(self, cache: dict) -> None:
         for g in self.guards:

@@ -197,6 +197,8 @@ class MLP(nn.Module):
             out = out + val @ getattr(self, f"W_{kind}_out")
             if cache is not None:
                 cache[f"{prefix}.hook_{kind}"] = val
+                cache[f"{prefix}.hook_{kind}_pre"] = pre  # [batch, pos, units]
+                cache[f"{prefix}.hook_{kind}_gate"] = gate
         return out
 
 
