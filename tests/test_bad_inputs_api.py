@@ -451,6 +451,27 @@ CASES: dict[str, Case] = {
         r"map_tolerance must be a positive finite number, got nan",
     ),
     # 7. inputs to run
+    "evaluate_an_int": Case(
+        lambda: rasp.evaluate(hist(), 5),
+        TypeError,
+        r"evaluate expects a sequence of tokens .* got int 5; wrap one token as \[token\]",
+    ),
+    "evaluate_a_batch_with_a_bare_token": Case(
+        lambda: rasp.evaluate(hist(), [[1, 2], 3]),
+        TypeError,
+        r"expects a list of token sequences .* pass \[sequence\] for one sequence",
+    ),
+    "evaluate_an_empty_sequence_of_a_sort": Case(
+        lambda: rasp.evaluate(library.make_sort_unique(rasp.tokens, rasp.tokens), []),
+        None,
+        None,
+        oracle=lambda: [],  # no position, no value
+    ),
+    "evaluate_an_unhashable_vocab": Case(
+        lambda: rasp.evaluate(hist(), ["a"], vocab=[["a"], ["b"]]),
+        TypeError,
+        r"vocab tokens must be hashable values .* got list \['a'\]; use a tuple",
+    ),
     "run_an_int": Case(
         lambda: compiled(hist(), "ab").run(5),
         TypeError,

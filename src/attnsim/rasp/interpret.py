@@ -484,6 +484,14 @@ def _check_inputs(
                 "categorical Aggregate gives), so a None token could not be told apart from "
                 "it; use another token for it, such as '<none>'"
             )
+        vocab = list(vocab)
+        unhashable = [v for v in vocab if not _hashable(v)]
+        if unhashable:
+            raise TypeError(
+                f"vocab tokens must be hashable values (str, int, float, bool, tuple), got "
+                f"{type(unhashable[0]).__name__} {unhashable[0]!r}; use a tuple for a "
+                "compound token"
+            )
         allowed = {_key(v) for v in vocab}
         for r, row in enumerate(rows):
             for i, t in enumerate(row):
@@ -494,6 +502,14 @@ def _check_inputs(
                         f"token {t!r} at position {i} (row {r}) is not in the vocabulary "
                         f"{sorted(vocab, key=repr)}; use only declared tokens"
                     )
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_num(t: Any) -> bool:
@@ -543,11 +559,20 @@ def evaluate_batch(
             "with attnsim.rasp (tokens, Map, Select, Aggregate, ...)"
         )
     if not isinstance(xs, np.ndarray):
+        if not isinstance(xs, Sequence) or any(
+            not isinstance(r, (Sequence, np.ndarray)) for r in xs
+        ):
+            raise TypeError(
+                "evaluate_batch expects a list of token sequences (lists or 1-D arrays) or a "
+                f"2-D array, got {type(xs).__name__}; pass [sequence] for one sequence"
+            )
         xs = [list(r) for r in xs]
     if vocab is not None or max_seq_len is not None or not isinstance(xs, np.ndarray):
         _check_inputs(xs, vocab, max_seq_len)
     if len(xs) == 0:
         return []
+    if len(xs[0]) == 0:  # empty sequences: no position, so no value
+        return [[] for _ in range(len(xs))]
     ev = _Evaluator(xs, causal)
     val = ev.eval(program)
     if isinstance(program, E.Selector):
@@ -574,6 +599,11 @@ def evaluate(
     """
     if isinstance(xs, (str, bytes)):
         xs = list(xs)
+    if not isinstance(xs, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"evaluate expects a sequence of tokens (a list, a string or a 1-D array) or a "
+            f"batch of them, got {type(xs).__name__} {xs!r}; wrap one token as [token]"
+        )
     if _is_batch(xs):
         return evaluate_batch(program, xs, causal=causal, vocab=vocab, max_seq_len=max_seq_len)
     # one sequence is a batch of one; a 1-D array stays an array (its values come back as
