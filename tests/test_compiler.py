@@ -526,9 +526,11 @@ def test_select_max_row_maximum_matches_the_interpreter(attention, causal):
         want = rasp.evaluate(program, xs, causal=causal)
         got = model.run(xs)
         assert max(abs(g - w) for g, w in zip(got, want)) <= 1e-9
-    # a categorical aggregate over the argmax: the position of the largest key of each row
+    # a categorical aggregate over the argmax (the position of the largest key of each row)
+    # needs scores the compiler can separate: a finite vocabulary
     argmax = rasp.Aggregate(sel, rasp.indices)
-    model = compile_program(argmax, vocab=None, max_seq_len=6, attention=attention)
+    vocab = [float(v) for v in range(-10, 11)]
+    model = compile_program(argmax, vocab=vocab, max_seq_len=6, attention=attention)
     xs = [3.0, -7.0, 1.0, -2.0, -9.0, -5.0]
     assert model.run(xs) == rasp.evaluate(argmax, xs) == [0, 0, 0, 3, 3, 3]
 
@@ -569,7 +571,8 @@ def test_select_max_needs_a_declared_score_bound_and_a_mean_aggregate():
         (rasp.numerical(rasp.Aggregate(sel & everything, xr)), "inside a conjunction"),
         (rasp.numerical(rasp.Aggregate(sel | everything, xr)), "inside Or/Not"),
         (rasp.SelectorWidth(sel), "width .* of a SelectMax"),
-        (rasp.SumAggregate(sel, xr), "width .* of a SelectMax"),
+        (rasp.SumAggregate(sel, xr), "only the numerical mean of that score"),
+        (rasp.Aggregate(sel, rasp.indices), "only the numerical mean of that score"),
         (rasp.numerical(rasp.Aggregate(rasp.expr.SelectMax(sel, xr), xr)), "another SelectMax"),
     ]:
         with pytest.raises(NotImplementedError, match=msg):

@@ -769,10 +769,20 @@ class Lowerer:
         terms, max_score, base_ready = self.score(sel.base)
         form = self.numeric_form(sel.score)
         ready = max(base_ready, self.rep(sel.score).ready)
-        bound = max(abs(lo), abs(hi))
+        # a score with a known finite value set is stretched so that distinct values lie at
+        # least 1 apart, beyond the head's tolerance: the head then picks exactly the keys
+        # holding the maximum
+        values = self.vi.values(sel.score)
+        stretch = 1.0
+        if values is not None and len(values) > 1:
+            gap = _min_gap([float(v) for v in values])
+            if 0.0 < gap < 1.0:
+                stretch = 2.0 ** math.ceil(math.log2(1.0 / gap))
+        bound = max(abs(lo), abs(hi)) * stretch
         gain = 2.0 ** math.ceil(math.log2(4.0 * (bound + 1.0)))
         scaled = tuple((q, k, gain * w) for q, k, w in terms)
-        scaled += tuple((NOTBOS, k, c) for k, c in form.items() if c != 0.0)
+        scaled += tuple((NOTBOS, k, stretch * c) for k, c in form.items() if c != 0.0)
+        exact = values is not None
         self.gains[sel.uid] = gain
         self.guards.append(
             Guard(self.label(sel.score), linear_form(form), self.rep(sel.score).ready,
@@ -781,13 +791,19 @@ class Lowerer:
         self.realisations.append(
             Realisation(
                 label,
-                f"max by one head: score {gain:g} * base + {self.label(sel.score)}",
-                "bounded",
+                f"max by one head: score {gain:g} * base + {stretch:g} * {self.label(sel.score)}",
+                "exact" if exact else "bounded",
                 0,
-                note="hard attention averages the keys within its tolerance (0.25) of the "
-                "largest score, softmax weights them by exp(beta * score): an aggregate over "
-                "it is within that of the interpreter's (exact for scores apart by more than "
-                "the tolerance); the score range is checked at run time",
+                note=(
+                    "the score's values are known and at least 1 apart once stretched: the "
+                    "head selects exactly the keys holding the maximum"
+                    if exact
+                    else "hard attention averages the keys within its tolerance (0.25) of the "
+                    "largest score, softmax weights them by exp(beta * score): the mean of the "
+                    "score over it is within that of the row maximum (exact for scores apart "
+                    "by more than the tolerance)"
+                )
+                + "; the score range is checked at run time",
             )
         )
         return scaled, gain * max_score, ready
@@ -960,6 +976,25 @@ class Lowerer:
     # -- aggregation ---------------------------------------------------------------------------
     def _aggregate(self, e: E.Aggregate) -> Rep:
         label = self.label(e)
+        if (
+            isinstance(e.selector, E.SelectMax)
+            and self.vi.values(e.selector.score) is None
+            and (
+                e.sop.uid != e.selector.score.uid or not E.is_numerical(e) or e.reduction != "mean"
+            )
+        ):
+            # a real-valued score: the head averages every key whose score is within its
+            # tolerance of the maximum; the mean of the score itself is then within that
+            # tolerance of the maximum, but any other value would be averaged over near-ties
+            # the interpreter tells apart
+            raise UnsupportedError(
+                f"{label}: over a SelectMax whose score {self.label(e.selector.score)!r} is "
+                "real-valued, only the numerical mean of that score (the row maximum) can be "
+                "compiled; the head averages the keys whose scores lie within its tolerance "
+                "(0.25) of the maximum, so another value would be averaged over near-ties. "
+                "Aggregate the score itself, or give the score a finite set of values (a "
+                "finite vocabulary) so that the compiler can separate them"
+            )
         terms, max_score, sel_ready = self.score(e.selector)
         numeric = E.is_numerical(e) or e.reduction == "sum"
         if numeric:

@@ -159,6 +159,10 @@ class ValueInference:
             return False
         if isinstance(e, (E.Aggregate,)):
             return False
+        if isinstance(e, E.SelectMax):
+            # which keys hold the maximum depends on which keys exist: static only when every
+            # key a query could see exists (causal, or a fixed input length)
+            return (self.fixed_length or self.causal) and all(self.is_static(c) for c in e.children)
         if isinstance(e, E.SelectorWidth):
             # the count over a static selector is static when every key a query could
             # select exists: in causal mode, or with a fixed input length

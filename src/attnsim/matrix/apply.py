@@ -67,7 +67,7 @@ def compiled_model(program: rasp.SOp, length: int):
 
 
 def run(
-    program: rasp.SOp, seqs: np.ndarray, backend: str = "interpreter", _checked: bool = True
+    program: rasp.SOp, seqs: np.ndarray, backend: str = "interpreter", check: bool = True
 ) -> np.ndarray:
     """Evaluates a numerical program on a batch of sequences.
 
@@ -76,6 +76,8 @@ def run(
         seqs: a float array ``[batch, n]``, or one sequence ``[n]``.
         backend: ``"interpreter"`` (the exact RASP interpreter) or ``"compiled"`` (the
             program compiled to transformer weights for length ``n``, then run).
+        check: with ``backend="compiled"``, the model's run-time checks (a non-finite value,
+            say, raises); the interpreter has none to turn off.
 
     Returns:
         A float64 array of the same shape.
@@ -98,7 +100,7 @@ def run(
         return np.zeros_like(arr)
     if backend == "compiled":
         model = compiled_model(program, batch.shape[1])
-        out = np.asarray(model.run(batch.tolist(), check=_checked), dtype=np.float64)
+        out = np.asarray(model.run(batch.tolist(), check=check), dtype=np.float64)
     else:
         out = np.asarray(rasp.evaluate_batch(program, batch), dtype=np.float64)
     return out[0] if arr.ndim == 1 else out
@@ -299,10 +301,10 @@ def inverse(
     seqs = layout.pack_batch(arr)
     # the compiled model's own finiteness check is off here: a singular matrix's inverse is
     # not finite, and the certified flag below (or check=False) decides what to do with it
-    out = run(_program("inverse", n, method), seqs, backend=backend, _checked=False)
+    out = run(_program("inverse", n, method), seqs, backend=backend, check=False)
     out = layout.unflatten(out, (n, n))
     if check:
-        flag = run(_checker(n, method, float(rtol)), seqs, backend=backend, _checked=False)[:, 0]
+        flag = run(_checker(n, method, float(rtol)), seqs, backend=backend, check=False)[:, 0]
         if not np.all(flag == 0):  # nonzero or nan
             bad = np.flatnonzero(~(flag == 0)).tolist()
             where = f" (batch entries {bad[:10]})" if batched else ""

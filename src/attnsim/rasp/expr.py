@@ -670,9 +670,12 @@ class SelectMax(Selector):
     The compiler realises it as one head whose score is ``G * base + score`` (``G`` a gain
     larger than the score's spread), so it needs a declared bound:
     ``rasp.numerical(score, value_range=(lo, hi))``, checked at run time. A hard-attention
-    head averages the keys within its tolerance of the maximum: an aggregate over the
-    compiled selector is within that tolerance of the interpreter's value (``bounded``),
-    exact when the scores of different keys differ by more than the tolerance or tie exactly.
+    head averages the keys within its tolerance (0.25) of the maximum. When the score has a
+    finite set of values, the compiler stretches it so that they lie at least 1 apart, and the
+    head is exact. When the score is real-valued, only the numerical mean of ``score`` itself
+    is compiled over it: the row maximum, within that tolerance (``bounded``); any other value
+    is refused at compile time, since the head would average it over near-ties the
+    interpreter tells apart.
 
     Args:
         base: the keys to choose among.

@@ -868,5 +868,4 @@ __all__ = [
     "build",
     "max_score_bound",
     "universal_program",
-    "math",
 ]
