@@ -40,6 +40,7 @@ from attnsim.compiler.value_inference import ValueInference, call_function, dedu
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import BilinearUnit, Head, NativeUnit, ReluUnit, linear_form
 from attnsim.rasp import expr as E
+from attnsim.rasp import interpret as I
 
 BOS, NOTBOS = "bos", "notbos"
 BIG = 1.0e3  # extra score of BOS for the BOS query (it then reads only itself)
@@ -1159,18 +1160,11 @@ def _same_outputs(outs: list) -> bool:
     rounding too)."""
     first = outs[0]
     for o in outs[1:]:
-        if value_key(o) == value_key(first) if _hashable(o) and _hashable(first) else o is first:
+        hashable = I.is_hashable(o) and I.is_hashable(first)
+        if value_key(o) == value_key(first) if hashable else o is first:
             continue
         if _is_num(o) and _is_num(first) and math.isclose(o, first, rel_tol=1e-9, abs_tol=1e-12):
             continue
-        return False
-    return True
-
-
-def _hashable(v: Any) -> bool:
-    try:
-        hash(v)
-    except TypeError:
         return False
     return True
 

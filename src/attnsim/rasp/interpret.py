@@ -485,7 +485,7 @@ def _check_inputs(
                 "it; use another token for it, such as '<none>'"
             )
         vocab = list(vocab)
-        unhashable = [v for v in vocab if not _hashable(v)]
+        unhashable = [v for v in vocab if not is_hashable(v)]
         if unhashable:
             raise TypeError(
                 f"vocab tokens must be hashable values (str, int, float, bool, tuple), got "
@@ -504,7 +504,12 @@ def _check_inputs(
                     )
 
 
-def _hashable(v: Any) -> bool:
+def is_hashable(v: Any) -> bool:
+    """Whether ``v`` can be a token or a table key (a dict key, a set member).
+
+    >>> is_hashable("a"), is_hashable((1, 2)), is_hashable([1])
+    (True, True, False)
+    """
     try:
         hash(v)
     except TypeError:
