@@ -1,0 +1,86 @@
+"""Value identity: when two token or S-op values are the same, and what counts as a number.
+
+The one leaf every layer may import (stdlib and numpy only). RASP compares values by type
+and value (``1``, ``1.0`` and ``True`` are three different categorical values, as in the
+interpreter), while arithmetic reads bools as 0 and 1.
+
+>>> value_key(1) == value_key(1.0), value_key("a") == value_key("a")
+(False, True)
+>>> is_number(True), is_number(2.5), is_numeric(True), is_numeric("2")
+(False, True, True, False)
+>>> as_number(3.0), as_number(2.5)
+(3, 2.5)
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_number",
+    "is_hashable",
+    "is_int",
+    "is_number",
+    "is_numeric",
+    "is_real",
+    "value_key",
+    "value_text",
+]
+
+
+def value_key(v: Any) -> tuple:
+    """The identity of a categorical value: its type name and the value (``v`` hashable)."""
+    return (type(v).__name__, v)
+
+
+def value_text(v: Any) -> str:
+    """A value as labels and messages show it (strings quoted, so ``'1'`` differs from 1)."""
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def is_hashable(v: Any) -> bool:
+    """Whether ``v`` can be a token or a table key (a dict key, a set member).
+
+    >>> is_hashable("a"), is_hashable((1, 2)), is_hashable([1])
+    (True, True, False)
+    """
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def is_number(v: Any) -> bool:
+    """A Python or numpy int or float, bools excluded (a numeric token or table value)."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def is_numeric(v: Any) -> bool:
+    """A value a numerical S-op can hold: anything ``float`` accepts except text and None
+    (bools count as 0 and 1, as in the interpreter)."""
+    if v is None or isinstance(v, (str, bytes)):
+        return False
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def is_int(x: Any) -> bool:
+    """An integral number that is not a bool (a size, a count, a JSON integer)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def is_real(x: Any) -> bool:
+    """A real number that is not a bool (a JSON number, a tolerance)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def as_number(x: float) -> Any:
+    """``x`` as an int when it is integral (3.0 -> 3), else unchanged."""
+    return int(x) if float(x).is_integer() else x
