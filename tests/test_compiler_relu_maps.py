@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from attnsim import rasp
-from attnsim.compiler import approximation, compile_program
+from attnsim.compiler import compile_program
+from attnsim.ir import piecewise
 from attnsim.matrix import programs
 
 
@@ -66,11 +67,11 @@ def test_map_ranges_by_label_and_fit_bounds():
         map_tolerance=1e-4,
     )
     assert abs(model.run([0.5, -0.5])[0] - math.exp(0.5)) <= 1e-4
-    pl = approximation.fit("reciprocal", 1.0, 10.0, tolerance=1e-5)
+    pl = piecewise.fit("reciprocal", 1.0, 10.0, tolerance=1e-5)
     xs = np.linspace(1.0, 10.0, 5001)
     assert max(abs(pl(v) - 1.0 / v) for v in xs) <= pl.bound <= 1e-5
     with pytest.raises(ValueError, match="excludes 0"):
-        approximation.fit("reciprocal", -1.0, 1.0, tolerance=1e-3)
+        piecewise.fit("reciprocal", -1.0, 1.0, tolerance=1e-3)
 
 
 @pytest.mark.parametrize("shape", [(1, 2), (2, 3), (3, 3)])
@@ -127,9 +128,9 @@ def test_relative_tolerance_holds_across_many_orders_of_magnitude(kind, lo, hi):
 
 def test_relative_tolerance_is_refused_where_f_reaches_zero():
     with pytest.raises(ValueError, match="relative tolerance needs a function with no zero"):
-        approximation.fit("log", 0.5, 2.0, tolerance=1e-3, relative=True)
+        piecewise.fit("log", 0.5, 2.0, tolerance=1e-3, relative=True)
     with pytest.raises(ValueError, match="relative tolerance"):
-        approximation.fit("sqrt", 0.0, 2.0, tolerance=1e-3, relative=True)
+        piecewise.fit("sqrt", 0.0, 2.0, tolerance=1e-3, relative=True)
     x = rasp.numerical(rasp.tokens, value_range=(-1.0, 1.0))
     # the compiler keeps an absolute tolerance for maps that reach 0, and says so
     model = compile_program(

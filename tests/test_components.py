@@ -123,18 +123,14 @@ def test_every_name_resolves():
         program, model, (vocab, length, fixed) = compiled(kind, name)
         # rebuild the table from the stages to read its unresolved names
         from attnsim.compiler import lowering, scheduling
+        from attnsim.compiler.options import CompileOptions
 
         graph = tracing.trace(program)
         vi = value_inference.ValueInference(
             value_inference.check_vocab(vocab), length, False, fixed
         )
-        low = lowering.Lowerer(vi, graph.labels)
-        for uid in graph.order:
-            node = graph.nodes[uid]
-            if isinstance(node, E.SOp) and (not vi.is_static(node) or node is program):
-                low.rep(node)
-        layers = scheduling.schedule(low.heads, low.units)
-        table = components.build(graph, low, layers, low.rep(program))
+        lowered = lowering.lower(graph, vi, CompileOptions(fixed_length=fixed))
+        table = components.build(graph, lowered, scheduling.schedule(lowered).layers)
         assert table.unresolved == (), (name, table.unresolved)
 
 

@@ -91,3 +91,61 @@ def test_nothing_imports_the_cli():
         if _layer(path) in ("cli", "__main__"):
             continue
         assert not any(m.startswith("attnsim.cli") for m in _imports(path)), path
+
+
+MAX_LINES = 600
+LONG_ALLOWED = {"rasp/expr.py"}  # the language file: one place for every expression kind
+
+
+def test_no_module_is_too_long():
+    long = [
+        f"{p.relative_to(SRC)} ({n} lines)"
+        for p in sorted(SRC.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+        and str(p.relative_to(SRC)) not in LONG_ALLOWED
+    ]
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """attnsim modules a module imports when it is loaded (imports inside functions are
+    lazy and cannot close a cycle at import time)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.If):  # `if TYPE_CHECKING:` blocks do not run
+            continue
+    return {m for m in out if m in known}
+
+
+def test_no_import_cycles():
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    known = set(paths)
+    graph = {m: _top_level_imports(p, known) - {m} for m, p in paths.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for nxt in sorted(graph[m]):
+            # a package's __init__ importing its own submodules is not a cycle
+            if nxt.startswith(m + ".") and paths[m].name == "__init__.py":
+                continue
+            assert state.get(nxt) != 1, "import cycle: " + " -> ".join([*stack, m, nxt])
+            if nxt not in state:
+                visit(nxt, [*stack, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsim.simulator import spec, universal
+from attnsim.simulator import codec, spec, universal
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.reference import reference
 
@@ -169,16 +169,26 @@ def test_layout_round_trip_and_positions_are_distinct():
                 seen.add(lay.wpos(h, a, c))
     assert len(seen) == 3 * 4 + 2 * 25 + 2 * 20
     assert max(seen) < lay.input_length <= lay.length
-    A = np.arange(2 * 3 * 3, dtype=float).reshape(2, 3, 3)
-    W = np.arange(2 * 3 * 2, dtype=float).reshape(2, 3, 2)
-    X = np.array([[1.0, 2.0], [3.0, 4.0]])
-    seq = lay.encode(A, W, np.array([7.0, 8.0]), X, causal=True)
+    A = torch.arange(2 * 3 * 3, dtype=torch.float64).reshape(2, 3, 3)  # [h, d+1, d+1]
+    W = torch.arange(2 * 3 * 2, dtype=torch.float64).reshape(2, 3, 2)  # [h, d+1, d]
+    X = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    head = spec.MergedAttention(
+        A=A[:, :2, :2],
+        W_OV=W[:, :2],
+        a_query=A[:, :2, 2],
+        a_key=A[:, 2, :2],
+        a_const=A[:, 2, 2],
+        b_OV=W[:, 2],
+        b_O=[7.0, 8.0],
+        causal=True,
+    )
+    seq = codec.pack(lay, codec.Case(head, X))
     assert seq[lay.xpos(1, 1)] == 4.0 and seq[lay.xpos(2, 0)] == 0.0
     assert seq[lay.apos(1, 2, 2)] == 0.0  # real feature 2 does not exist for d = 2
     assert seq[lay.apos(1, 4, 4)] == A[1, 2, 2]  # the constant feature moves to index D
     assert seq[lay.wpos(0, 4, 1)] == W[0, 2, 1]
     assert seq[lay.bpos(1)] == 8.0 and seq[lay.flagpos()] == 1.0
-    assert list(seq[lay.padpos(0) : lay.padpos(0) + 3]) == [0.0, 0.0, 1.0]
+    assert seq[lay.padpos(0) : lay.padpos(0) + 3].tolist() == [0.0, 0.0, 1.0]
 
 
 def test_cli_simulate_and_verify(capsys):

@@ -365,39 +365,17 @@ not exist; create it or choose another path
     return p
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation (None when it cannot be read)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 GB``-style sizes for messages.
-
-    >>> human_bytes(8e12), human_bytes(512)
-    ('8 TB', '512 B')
-    """
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
-            return f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} PB"  # pragma: no cover
-
-
 def fits_in_memory(need: float, what: str, fix: str) -> None:
-    """Refuses work whose estimated memory ``need`` (bytes) exceeds what is available."""
-    have = available_memory()
+    """Refuses work whose estimated memory ``need`` (bytes) exceeds what is available.
+
+    What is available, and the unit of the message (GiB), come from
+    :mod:`attnsim.model.memory`, imported here rather than at start-up because it needs torch.
+    """
+    from attnsim.model import memory
+
+    have = memory.available_memory()
     if have is not None and need > have:
         raise UserError(
-            f"{what} needs at least {human_bytes(need)} of memory, more than the "
-            f"{human_bytes(have)} available; {fix}"
+            f"{what} needs at least {memory.gib(need)} of memory, more than the "
+            f"{memory.gib(have)} available; {fix}"
         )

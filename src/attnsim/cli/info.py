@@ -114,11 +114,12 @@ def compiled_report(entry: lib.LibraryProgram, causal: bool = False) -> dict[str
     empty); ``heads_per_layer`` has one entry per block. ``{"error": ...}`` when the
     program cannot be compiled.
     """
-    from attnsim.compiler import compile_program  # imports torch: only when asked
+    from attnsim.compiler import CompileOptions, compile_program  # imports torch: when asked
 
     try:
+        options = CompileOptions(causal=causal)  # every other choice at its default
         model = compile_program(
-            entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, causal=causal
+            entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, options=options
         )
     except (ValueError, NotImplementedError, TypeError) as exc:
         return {"error": str(exc)}

@@ -18,10 +18,12 @@ from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memo
 
 DEFAULT_MAX_N = 4
 DEFAULT_MAX_D = 4
+# the build's defaults as --help shows them; the build itself takes them from
+# attnsim.simulator.config.SimulatorConfig (importing it here would import torch for --help;
+# tests/test_simulator_config.py keeps these equal to its defaults)
 DEFAULT_LOGIT_BOUND = 50.0  # maps=relu: the largest |score| U accepts
 DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
 DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
-LOGIT_LIMIT = 350.0  # maps=relu: the largest --logit-bound (simulator.universal.LOGIT_LIMIT)
 MAX_SEED = 2**63 - 1
 
 _MODULE_HELP = """\
@@ -195,19 +197,18 @@ def _check_build_args(args: argparse.Namespace) -> None:
                 f"(native maps are exact); add --maps relu or leave {flags} out"
             )
     else:
-        bound = DEFAULT_LOGIT_BOUND if args.logit_bound is None else args.logit_bound
-        tol = DEFAULT_MAP_TOLERANCE if args.map_tolerance is None else args.map_tolerance
-        if not (math.isfinite(bound) and 0 < bound <= LOGIT_LIMIT):
+        from attnsim.simulator.config import LOGIT_LIMIT
+
+        bound, tol, value = args.logit_bound, args.map_tolerance, args.value_bound
+        if bound is not None and not (math.isfinite(bound) and 0 < bound <= LOGIT_LIMIT):
             raise UserError(
                 f"--logit-bound must be in (0, {LOGIT_LIMIT:g}] (U realises exp down to "
                 f"e^(-2 x bound)), got {bound:g}"
             )
-        if not (math.isfinite(tol) and 0 < tol < 1):
+        if tol is not None and not (math.isfinite(tol) and 0 < tol < 1):
             raise UserError(f"--map-tolerance must be in (0, 1), e.g. 1e-6, got {tol}")
-        value = DEFAULT_VALUE_BOUND if args.value_bound is None else args.value_bound
-        if not (math.isfinite(value) and value > 0):
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise UserError(f"--value-bound must be positive, got {value:g}")
-        args.logit_bound, args.map_tolerance = bound, tol
 
 
 def _resolve_sizes(args: argparse.Namespace) -> None:
@@ -233,75 +234,80 @@ def _check_encoder_only(args: argparse.Namespace) -> None:
         )
 
 
-def _check_memory(args: argparse.Namespace) -> None:
-    """Refuses builds whose score matrices alone would not fit in memory (before building)."""
-    from attnsim.simulator.layout import Layout
+def _config(args: argparse.Namespace):
+    """The build's SimulatorConfig, made once from the flags (those left out take its
+    defaults); an option the config refuses is a LibraryError."""
+    import torch
 
-    ff = (args.max_ff or 2 * args.max_d) if args.layer == "encoder" else 0
+    from attnsim.simulator.config import SimulatorConfig
+
+    given = ("logit_bound", "map_tolerance", "value_bound", "score_bound")
+    given += ("max_ff",) if args.layer == "encoder" else ()
+    options = {name: getattr(args, name) for name in given if getattr(args, name) is not None}
     try:
-        length = Layout(args.max_n, args.max_d, args.max_heads, ff).length
-    except (ValueError, OverflowError) as exc:
-        raise UserError(f"cannot lay out U for these sizes: {exc}") from None
-    item = 4 if args.float32 else 8
+        return SimulatorConfig(
+            args.max_n,
+            args.max_d,
+            args.max_heads,
+            layer=args.layer,
+            attention=args.attention,
+            maps=args.maps,
+            dtype=torch.float32 if args.float32 else torch.float64,
+            **options,
+        )
+    except ValueError as exc:
+        raise LibraryError(f"cannot build U: {exc}") from None
+
+
+def _check_memory(config) -> None:
+    """Refuses builds whose score matrices alone would not fit in memory (before building)."""
+    length = config.layout.length
+    item = 4 if config.dtype_name == "float32" else 8
     need = float(item) * length * length  # one attention score matrix [pos, pos]
-    sizes = f"--max-n {args.max_n} --max-d {args.max_d} --max-heads {args.max_heads}"
+    sizes = f"--max-n {config.max_n} --max-d {config.max_d} --max-heads {config.max_heads}"
     fits_in_memory(
         need,
         f"U for {sizes} reads a sequence of {length:,} positions; running it",
         "use smaller --max-n, --max-d or --max-heads",
     )
-    if args.maps == "relu":
+    if config.maps == "relu":
         # ReLU maps: about (35,000 + 52,000) units at bound 50 and tolerance 1e-6, growing as
         # bound / sqrt(tolerance); each unit has a row and a column of the residual width
-        units = 87_000 * (args.logit_bound / 50.0) * math.sqrt(1e-6 / args.map_tolerance)
-        width = 40 + 20 * args.max_d  # U's residual width grows about so with max-d
+        bound, tol = config.logit_bound, config.map_tolerance
+        units = 87_000 * (bound / 50.0) * math.sqrt(1e-6 / tol)
+        width = 40 + 20 * config.max_d  # U's residual width grows about so with max-d
         fits_in_memory(
             2.0 * item * units * width,
-            f"--maps relu with --logit-bound {args.logit_bound:g} and --map-tolerance "
-            f"{args.map_tolerance:g} ({units:,.0f} ReLU units)",
+            f"--maps relu with --logit-bound {bound:g} and --map-tolerance "
+            f"{tol:g} ({units:,.0f} ReLU units)",
             "use a larger --map-tolerance or a smaller --logit-bound",
         )
 
 
-def _describe_build(args: argparse.Namespace) -> str:
+def _describe_build(config) -> str:
     """``U(4,4,2) for encoder layers with ReLU maps``: what a build is for (n, d, heads)."""
-    text = f"U({args.max_n},{args.max_d},{args.max_heads})"
-    if args.layer == "encoder":
-        text += f" for encoder layers (feed-forward <= {args.max_ff or 2 * args.max_d})"
-    if args.maps == "relu":
+    text = f"U({config.max_n},{config.max_d},{config.max_heads})"
+    if config.is_encoder:
+        text += f" for encoder layers (feed-forward <= {config.max_ff})"
+    if config.maps == "relu":
         text += " with ReLU maps"
     return text
 
 
-def _build(args: argparse.Namespace, bar: _output.Progress):
-    import torch
-
+def _build(config, bar: _output.Progress):
     from attnsim.simulator import universal
 
-    _check_memory(args)
-    bar.step(f"building {_describe_build(args)}")
+    _check_memory(config)
+    bar.step(f"building {_describe_build(config)}")
     try:
-        return universal.build(
-            args.max_n,
-            args.max_d,
-            args.max_heads,
-            attention=args.attention,
-            layer=args.layer,
-            max_ff=args.max_ff if args.layer == "encoder" else None,
-            maps=args.maps,
-            logit_bound=args.logit_bound if args.maps == "relu" else DEFAULT_LOGIT_BOUND,
-            map_tolerance=args.map_tolerance if args.maps == "relu" else DEFAULT_MAP_TOLERANCE,
-            dtype=torch.float32 if args.float32 else torch.float64,
-            value_bound=DEFAULT_VALUE_BOUND if args.value_bound is None else args.value_bound,
-            score_bound=args.score_bound,
-        )
+        return universal.build(config=config)
     except (ValueError, NotImplementedError) as exc:
         raise LibraryError(f"cannot build U: {exc}") from None
 
 
 def _module_target(args: argparse.Namespace):
     """The --module file as a spec; resolves the flags against what the file records."""
-    from attnsim.simulator import adapters, spec
+    from attnsim.simulator import adapters
 
     try:
         saved = adapters.read_layer(args.module)
@@ -405,7 +411,7 @@ def _module_target(args: argparse.Namespace):
             norm_first=args.norm_first,
             layer_norm_eps=args.layer_norm_eps,
         )
-        return spec.from_torch(module, causal=args.causal)
+        return adapters.from_torch(module, causal=args.causal)
     except (ValueError, TypeError) as exc:
         raise LibraryError(f"--module {name}: {exc}") from None
 
@@ -417,7 +423,8 @@ def _shown(flag: str, value) -> str:
 
 
 def _random_target(args: argparse.Namespace):
-    from attnsim.simulator import spec
+    """A random target of the flags' sizes, and the build's config."""
+    from attnsim.simulator import sampling
 
     _resolve_sizes(args)
     if args.layer != "encoder":
@@ -450,17 +457,20 @@ def _random_target(args: argparse.Namespace):
             f"a random target has width d = --max-d {args.max_d}, which {heads} heads do not "
             f"divide; pass --heads H with H dividing {args.max_d}, or another --max-d"
         )
-    if args.layer == "encoder":
-        return spec.random_encoder_layer(
+    config = _config(args)
+    if config.is_encoder:
+        target = sampling.random_encoder_layer(
             heads,
             args.max_d,
-            args.max_ff or 2 * args.max_d,
+            config.max_ff,
             seed=args.seed,
             causal=args.causal,
             activation=args.activation or "relu",
             norm_first=bool(args.norm_first),
         )
-    return spec.random_attention(heads, args.max_d, seed=args.seed, causal=args.causal)
+    else:
+        target = sampling.random_attention(heads, args.max_d, seed=args.seed, causal=args.causal)
+    return target, config
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -472,12 +482,16 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_build_args(args)
     at_least(args.n, "--n", 1)
     at_least(args.heads, "--heads", 1)
-    target = _module_target(args) if args.module else _random_target(args)
+    if args.module:
+        target = _module_target(args)
+        config = _config(args)
+    else:
+        target, config = _random_target(args)
     n = args.max_n if args.n is None else args.n
     if n > args.max_n:
         raise UserError(f"--n {n} exceeds --max-n {args.max_n}; pass --max-n {n} or a smaller --n")
     with _output.Progress("attnsim simulate") as bar:
-        U = _build(args, bar)
+        U = _build(config, bar)
         bar.step(f"simulating the target on X of shape ({n}, {target.d_model})")
         d = target.d_model
         X = torch.randn(
@@ -527,8 +541,9 @@ def _verify(args: argparse.Namespace) -> int:
     _check_build_args(args)
     at_least(args.targets, "--targets", 1)
     _resolve_sizes(args)
+    config = _config(args)
     with _output.Progress("attnsim verify") as bar:
-        U = _build(args, bar)
+        U = _build(config, bar)
         if not bar.terminal:  # through a pipe: one line for the whole run
             bar.step(f"simulating {args.targets} random targets")
             result = verify(U, targets=args.targets, seed=args.seed, progress=False)

@@ -1,42 +1,69 @@
-"""Stage 5, assembly: layers of named blocks become dense PyTorch weights.
+"""Stage 5, assembly: layers of named blocks become dense PyTorch weights, and the weights
+with their residual basis, run-time checks and report become a ``CompiledModel``.
 
 A head's score terms ``(query dir, key dir, w)`` become W_Q (one column per query direction
 it reads) and W_K (the weights); its value map becomes W_V (one column per source direction)
 and W_O. Embedding rows: 0 is BOS, then the vocabulary; the positional embedding holds the
 static S-ops.
+
+Glossary: d_model = residual directions, n_ctx = max_seq_len + 1 (BOS first), d_vocab =
+1 + vocabulary size.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
+from attnsim.compiler import components, scheduling, tracing
+from attnsim.compiler.lowering import LoweredProgram
+from attnsim.compiler.options import CompileOptions
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import Layer
 from attnsim.model import memory
+from attnsim.model.compiled import CompiledModel, GuardSpec, OutputSpec, Report
 from attnsim.model.config import ModelConfig
 from attnsim.model.transformer import Transformer
+from attnsim.rasp import expr as E
+from attnsim.values import value_key
+
+
+def inverse_temperature(max_seq_len: int, value_scale: float) -> float:
+    """Softmax mode's beta: the weight on unselected keys stays below 1e-17 of the values'
+    spread (``e^-40`` per key, over ``max_seq_len + 1`` keys, times ``value_scale^2``).
+
+    >>> round(inverse_temperature(9, 1.0), 3)
+    84.605
+    """
+    return 2.0 * (math.log(max_seq_len + 1) + 40.0 + math.log(value_scale))
 
 
 def assemble(
     layers: Sequence[Layer],
-    basis: Basis,
-    *,
-    static_embed: dict[str, np.ndarray],
-    token_dims: dict[str, Any],
-    token_vocab: Sequence[Any],
-    numerical_token_dir: str | None,
-    max_seq_len: int,
-    attention: str,
-    beta: float,
-    causal: bool,
-    dtype: torch.dtype,
+    lowered: LoweredProgram,
+    options: CompileOptions,
 ) -> Transformer:
-    """Builds the Transformer holding ``layers`` over the residual ``basis``."""
-    d_model = len(basis)
+    """Builds the Transformer holding ``layers`` over the lowered program's residual basis.
+
+    Raises:
+        ModelTooLargeError: the weights would not fit in memory (before allocating them).
+    """
+    basis = Basis(lowered.residual)
+    static_embed = lowered.static_embed
+    token_dims = lowered.token_dims
+    token_vocab = [] if lowered.vocab is None else list(lowered.vocab)
+    max_seq_len = lowered.max_seq_len
+    numerical_token_dir = lowered.numerical_token_dir
+    attention = options.attention.value
+    beta = inverse_temperature(max_seq_len, options.value_scale)
+    causal = options.causal
+    dtype = options.dtype
+    d_model = len(basis)  # one residual direction per label
     ix = basis.index
     # each head's query/key (and value/output) factors: one column per direction on the side
     # with fewer distinct directions, the weights on the other side
@@ -93,9 +120,9 @@ def assemble(
     W_E = w("W_E", cfg.d_vocab, d_model)
     W_E[0, ix("bos")] = 1.0
     W_E[1:, ix("notbos")] = 1.0
-    row = {_vkey(v): i + 1 for i, v in enumerate(token_vocab)}
+    row = {value_key(v): i + 1 for i, v in enumerate(token_vocab)}
     for d, v in token_dims.items():
-        W_E[row[_vkey(v)], ix(d)] = 1.0
+        W_E[row[value_key(v)], ix(d)] = 1.0
     if numerical_token_dir is not None:
         w("W_E_num", d_model)[ix(numerical_token_dir)] = 1.0
     W_pos = w("W_pos", cfg.n_ctx, d_model)
@@ -207,5 +234,54 @@ def _accumulate(arr: np.ndarray, rows: list[int], col: int, ws: list[float]) -> 
     np.add.at(arr, (rows, [col] * len(rows)), ws)
 
 
-def _vkey(v: Any) -> tuple:
-    return (type(v).__name__, v)
+def package(
+    program: E.SOp,
+    graph: tracing.Graph,
+    lowered: LoweredProgram,
+    sched: scheduling.Schedule,
+    model: Transformer,
+    checks: Sequence[GuardSpec],
+    options: CompileOptions,
+    start: float,
+) -> CompiledModel:
+    """The CompiledModel: weights, residual labels, output read-out, checks and report.
+
+    ``start`` is the ``time.perf_counter()`` at which compiling began (for the report).
+    """
+    layers = sched.layers
+    vocab = lowered.vocab
+    out = lowered.output
+    if out.kind == "num":
+        output = OutputSpec("num", form=tuple(sorted(out.form.items())))
+    else:
+        output = OutputSpec("cat", values=tuple(out.values), dims=tuple(out.dims))
+    table = components.build(graph, lowered, layers)
+    n_params, nonzero = count_parameters(model)
+    report = Report(
+        name=program.label,
+        layers=len(layers),
+        attention_layers=sum(1 for layer in layers if layer.heads),
+        heads_per_layer=[len(layer.heads) for layer in layers],
+        d_model=model.cfg.d_model,
+        d_head=model.cfg.d_head,
+        d_mlp=model.cfg.d_mlp,
+        d_bilinear=model.cfg.d_bilinear,
+        d_native=dict(model.cfg.d_native),
+        parameters=n_params,
+        nonzero_parameters=nonzero,
+        compile_seconds=time.perf_counter() - start,
+        attention=options.attention.value,
+        realisations=[dataclasses.asdict(r) for r in lowered.realisations],
+        components=[c.to_dict() for c in table.rows],
+    )
+    return CompiledModel(
+        model,
+        residual=lowered.residual,
+        vocab=None if vocab is None else list(vocab),
+        numerical_tokens=lowered.numerical_token_dir is not None,
+        max_seq_len=lowered.max_seq_len,
+        fixed_length=options.fixed_length or tracing.needs_full_length(graph),
+        output=output,
+        guards=checks,
+        report=report,
+    )

@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attnsim.compiler import lowering, tracing
+from attnsim.compiler import tracing
+from attnsim.compiler.lowering import LoweredProgram
 from attnsim.ir.blocks import BilinearUnit, Layer, NativeUnit
 from attnsim.model.compiled import Component
 from attnsim.rasp import expr as E
@@ -55,10 +56,9 @@ class _Block:
     writes: tuple[str, ...]
 
 
-def build(
-    graph: tracing.Graph, low: lowering.Lowerer, layers: Sequence[Layer], out_rep: lowering.Rep
-) -> Table:
+def build(graph: tracing.Graph, low: LoweredProgram, layers: Sequence[Layer]) -> Table:
     """The ground-truth table of a compiled program (see the module docstring)."""
+    out_rep = low.output
     by_label = {graph.labels[u]: graph.nodes[u] for u in graph.order}
     known = set(low.labels.values()) | set(by_label)
     unresolved: list[str] = []
@@ -239,12 +239,12 @@ def _blocks(layers: Sequence[Layer], known: set[str], unresolved: list[str]) -> 
     return out
 
 
-def _embed_blocks(low: lowering.Lowerer, known: set[str], unresolved: list[str]) -> list[_Block]:
+def _embed_blocks(low: LoweredProgram, known: set[str], unresolved: list[str]) -> list[_Block]:
     out = []
     for d in low.token_dims:
         out.append(_Block("embed", -1, "tokens", 0, (_resolve(d, known, [], ""),), (), (d,)))
-    if low.token_num_dir is not None:
-        d = low.token_num_dir
+    if low.numerical_token_dir is not None:
+        d = low.numerical_token_dir
         out.append(_Block("embed", -1, "tokens", 0, (_resolve(d, known, [], ""),), (), (d,)))
     for d in low.static_embed:
         out.append(_Block("embed", -1, "static", 0, (_resolve(d, known, [], ""),), (), (d,)))
@@ -368,7 +368,7 @@ def _head_ops(raw: Sequence[str], labels: Sequence[str], by_label: dict, names: 
     return tuple(sels) + tuple(ops)
 
 
-def _unit_op(label: str, raw: Sequence[str], by_label: dict, low: lowering.Lowerer) -> str:
+def _unit_op(label: str, raw: Sequence[str], by_label: dict, low: LoweredProgram) -> str:
     node = by_label.get(label)
     how = [r.how for r in low.realisations if r.label == label]
     text = f"{_kind(node)} '{label}'"

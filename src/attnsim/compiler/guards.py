@@ -32,13 +32,16 @@ run-time check failed: categorical Aggregate 'pick' would average several distin
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
-from attnsim.compiler import lowering, tracing
+from attnsim.compiler import scheduling, tracing
+from attnsim.compiler.lowering import LoweredProgram, Rep, UnsupportedError
 from attnsim.compiler.value_inference import MAX_TABLE, ValueInference, as_read, call_function
 from attnsim.model.compiled import GuardSpec
 from attnsim.rasp import expr as E
+from attnsim.values import is_numeric
 
 MIXTURE_ADVICE = (
     "a categorical aggregate must select one value (make the selector select one key, or "
@@ -52,15 +55,35 @@ NONE_ADVICE = (
 _RAISED = object()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Placed:
+    """A lowered program with the stages its schedule gives."""
+
+    low: LoweredProgram
+    sched: scheduling.Schedule
+
+    def block(self, sop: E.SOp) -> Rep | None:
+        return self.low.block_of(sop.uid)
+
+    def stage(self, r: Rep) -> int:
+        return self.sched.stage(r.after)
+
+
 def runtime_guards(
-    graph: tracing.Graph, vi: ValueInference, low: lowering.Lowerer
+    graph: tracing.Graph,
+    vi: ValueInference,
+    lowered: LoweredProgram,
+    sched: scheduling.Schedule,
 ) -> list[GuardSpec]:
-    """Every run-time check of a lowered program: the lowering's value checks, then the
-    block checks above, in dependency order."""
-    out = [
-        GuardSpec(g.label, g.form, g.stage, g.allowed, g.integer, g.value_range, reason=g.reason)
-        for g in _dedupe(low.guards)
-    ]
+    """Every run-time check of a scheduled program: the lowering's value checks (at the
+    stages the schedule gives), then the block checks above, in dependency order.
+
+    Raises:
+        NotImplementedError: an S-op that holds no value but None where a check needs one.
+    """
+    planned = [dataclasses.replace(g.spec, stage=sched.stage(g.after)) for g in lowered.guards]
+    out = _dedupe(planned)
+    low = _Placed(lowered, sched)
     combined = _combined_leaves(graph)
     for uid in graph.order:
         node = graph.nodes[uid]
@@ -91,7 +114,7 @@ def _combined_leaves(graph: tracing.Graph) -> dict[int, str]:
     return out
 
 
-def _dedupe(guards: list[lowering.Guard]) -> list[lowering.Guard]:
+def _dedupe(guards: list[GuardSpec]) -> list[GuardSpec]:
     seen = set()
     out = []
     for g in guards:
@@ -102,39 +125,30 @@ def _dedupe(guards: list[lowering.Guard]) -> list[lowering.Guard]:
     return out
 
 
-def _block(low: lowering.Lowerer, sop: E.SOp) -> lowering.Rep | None:
-    """The one-hot block of a lowered S-op (its own, or the one made from its number)."""
-    r = low.reps.get(sop.uid)
-    if r is not None and r.kind == "cat":
-        return r
-    r = low.reps_extra.get(("cat", sop.uid))
-    return r if r is not None and r.kind == "cat" else None
-
-
-def _spec(label: str, r: lowering.Rep, **kw: Any) -> GuardSpec:
+def _spec(low: _Placed, label: str, r: Rep, **kw: Any) -> GuardSpec:
     return GuardSpec(
-        label, (), r.ready, dims=tuple(r.dims), names=tuple(repr(v) for v in r.values), **kw
+        label, (), low.stage(r), dims=tuple(r.dims), names=tuple(repr(v) for v in r.values), **kw
     )
 
 
-def _not_none(low: lowering.Lowerer, sop: E.SOp, reason: str) -> list[GuardSpec]:
-    r = _block(low, sop)
+def _not_none(low: _Placed, sop: E.SOp, reason: str) -> list[GuardSpec]:
+    r = low.block(sop)
     if r is None:
         return []
     if not r.dims:  # no value but None: the check would fail at every position
-        raise lowering.UnsupportedError(
+        raise UnsupportedError(
             f"{sop.label!r} holds no value but None at any position, and {reason}; {NONE_ADVICE}"
         )
-    return [_spec(sop.label, r, none_ok=False, reason=f"{reason}; {NONE_ADVICE}")]
+    return [_spec(low, sop.label, r, none_ok=False, reason=f"{reason}; {NONE_ADVICE}")]
 
 
-def _aggregate_guards(e: E.Aggregate, vi: ValueInference, low: lowering.Lowerer) -> list:
+def _aggregate_guards(e: E.Aggregate, vi: ValueInference, low: _Placed) -> list:
     numeric = E.is_numerical(e) or e.reduction == "sum"
     if not numeric:
-        r = low.reps.get(e.uid)
+        r = low.low.reps.get(e.uid)
         if r is None or r.kind != "cat" or len(r.dims) < 2:
             return []  # one value (or none) cannot be mixed
-        return [_spec(e.label, r, one_hot=True, reason=MIXTURE_ADVICE)]
+        return [_spec(low, e.label, r, one_hot=True, reason=MIXTURE_ADVICE)]
     if not E.is_numerical(e.sop) and vi.may_be_none(e.sop):
         return _not_none(
             low,
@@ -166,9 +180,6 @@ def _raised(out: Any) -> bool:
     return isinstance(out, tuple) and len(out) == 2 and out[0] is _RAISED
 
 
-_is_number = lowering.is_real  # a value a numerical S-op can hold
-
-
 def _mismatch(e: E.Map | E.SequenceMap, args: tuple, got: Any, numeric: bool) -> str | None:
     """Why the model differs from the interpreter on ``args`` (None when it does not).
 
@@ -180,7 +191,7 @@ def _mismatch(e: E.Map | E.SequenceMap, args: tuple, got: Any, numeric: bool) ->
     if _raised(got):
         exc = got[1]
         return f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on ({shown})"
-    if numeric and not _is_number(got):
+    if numeric and not is_numeric(got):
         return (
             f"S-op {e.label!r} is numerical but holds the value {got!r} (its function on "
             f"({shown})); numerical S-ops need numbers (annotate it categorical, or map the "
@@ -210,13 +221,11 @@ def _mismatch(e: E.Map | E.SequenceMap, args: tuple, got: Any, numeric: bool) ->
     )
 
 
-def _function_guards(
-    e: E.Map | E.SequenceMap, vi: ValueInference, low: lowering.Lowerer
-) -> list[GuardSpec]:
+def _function_guards(e: E.Map | E.SequenceMap, vi: ValueInference, low: _Placed) -> list[GuardSpec]:
     """Forbids the input combinations where the model's map differs from the interpreter's."""
     inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
     numeric = E.is_numerical(e)
-    blocks = [_block(low, s) for s in inputs]
+    blocks = [low.block(s) for s in inputs]
     if any(b is None for b in blocks):
         if isinstance(e, E.Map):
             return _form_guards(e, vi, low, numeric)
@@ -245,7 +254,7 @@ def _function_guards(
         return []
     for s, b in zip(inputs, blocks):
         if not b.dims:  # no value but None: every position is a forbidden combination
-            raise lowering.UnsupportedError(
+            raise UnsupportedError(
                 f"{s.label!r} holds no value but None at any position, and "
                 f"{forbidden[0][1]}; a compiled model cannot answer there"
             )
@@ -253,7 +262,7 @@ def _function_guards(
         GuardSpec(
             e.label,
             (),
-            max(b.ready for b in blocks),
+            max(low.stage(b) for b in blocks),
             dims=tuple(d for b in blocks for d in b.dims),
             names=tuple(repr(v) for b in blocks for v in b.values),
             sizes=tuple(len(b.dims) for b in blocks),
@@ -262,15 +271,13 @@ def _function_guards(
     ]
 
 
-def _form_guards(
-    e: E.Map, vi: ValueInference, low: lowering.Lowerer, numeric: bool
-) -> list[GuardSpec]:
+def _form_guards(e: E.Map, vi: ValueInference, low: _Placed, numeric: bool) -> list[GuardSpec]:
     """A map of a number with a finite value set: its value may not be one it fails on."""
-    r = low.reps.get(e.inner.uid)
+    r = low.low.reps.get(e.inner.uid)
     vals = vi.values(e.inner)
     if r is None or r.kind != "num" or vals is None or len(vals) > MAX_TABLE:
         return []
-    if not all(_is_number(v) for v in vals):
+    if not all(is_numeric(v) for v in vals):
         return []  # the model reads this S-op as a number: every value must be one
     op = e._op
     if op is not None and op.numpy_fn is not None and E.is_numerical(e.inner):
@@ -285,15 +292,15 @@ def _form_guards(
         GuardSpec(
             e.label,
             tuple(sorted(r.form.items())),
-            r.ready,
-            allowed=tuple(float(v) for v in good if _is_number(v)),
+            low.stage(r),
+            allowed=tuple(float(v) for v in good if is_numeric(v)),
             reason=f"the interpreter raises there: {problems[0]}",
         )
     ]
 
 
 def _select_guards(
-    e: E.Select, vi: ValueInference, low: lowering.Lowerer, combined: str | None
+    e: E.Select, vi: ValueInference, low: _Placed, combined: str | None
 ) -> list[GuardSpec]:
     pred = e.predicate
     if pred in (E.Comparison.TRUE, E.Comparison.FALSE):
@@ -301,7 +308,7 @@ def _select_guards(
     sides = [(e.keys, True), (e.queries, False)]
     if not any(not E.is_numerical(s) and vi.may_be_none(s) for s, _ in sides):
         return []
-    table = _block(low, e.keys) is not None and _block(low, e.queries) is not None
+    table = low.block(e.keys) is not None and low.block(e.queries) is not None
     out: list[GuardSpec] = []
     for s, is_key in sides:
         if E.is_numerical(s) or not vi.may_be_none(s):

@@ -1,23 +1,76 @@
-"""Stage 4, scheduling: blocks placed at stages become layers; equal heads are merged.
+"""Stage 4, scheduling: every block is placed in the earliest layer its inputs allow.
 
-Stage 2l-1 is layer l's attention sublayer and stage 2l its MLP. Two heads with the same
-scores (same query-key terms and mode) in one layer become one head whose value/output map
-moves all their values: Aggregates that share a selector cost one head.
+Stage 0 is the embedding; layer l (1-based) has its attention sublayer at stage 2l-1 and its
+MLP at stage 2l. Lowering attaches each block to a slot, "the first attention sublayer (or
+MLP) after these slots"; ``place`` gives every slot its stage, as soon as possible. Then the
+blocks are grouped into layers, in the order they were made. Two heads with the same scores
+(same query-key terms and mode) in one layer become one head whose value/output map moves all
+their values: Aggregates that share a selector cost one head.
 
+>>> place([Slot("attn", frozenset()), Slot("mlp", frozenset({0})), Slot("mlp", frozenset())])
+(1, 2, 2)
 >>> from attnsim.ir.blocks import Head, ReluUnit
 >>> h1 = Head("a", (("q", "k", 1.0),), (("x", "ax", 1.0),))
 >>> h2 = Head("b", (("q", "k", 1.0),), (("y", "by", 1.0),))
->>> layers = schedule([(1, h1), (1, h2)], [(2, ReluUnit("u", (("ax", 1.0),), (("z", 1.0),)))])
+>>> layers = group([(1, h1), (1, h2)], [(2, ReluUnit("u", (("ax", 1.0),), (("z", 1.0),)))])
 >>> len(layers), len(layers[0].heads), layers[0].heads[0].name
 (1, 1, 'a+b')
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from attnsim.compiler.lowering.program import LoweredProgram, Slot
 from attnsim.ir.blocks import BilinearUnit, Head, Layer, NativeUnit, ReluUnit
 
 
-def schedule(heads: list[tuple[int, Head]], units: list[tuple[int, object]]) -> list[Layer]:
+def attn_stage(ready: int) -> int:
+    """The first attention stage (odd) after stage ``ready``."""
+    return ready + 1 if ready % 2 == 0 else ready + 2
+
+
+def mlp_stage(ready: int) -> int:
+    """The first MLP stage (even) after stage ``ready``."""
+    return ready + 1 if ready % 2 == 1 else ready + 2
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The layers of a program and the stage of every slot of its lowering.
+
+    Attributes:
+        layers: one per transformer block (``n_layers``), heads and units in place.
+        slot_stages: the stage of each slot of the lowering (by slot id).
+    """
+
+    layers: tuple[Layer, ...]
+    slot_stages: tuple[int, ...]
+
+    def stage(self, after: Iterable[int]) -> int:
+        """The stage after which a value needing the slots ``after`` is complete."""
+        return max((self.slot_stages[s] for s in after), default=0)
+
+
+def schedule(lowered: LoweredProgram) -> Schedule:
+    """Places the blocks of a lowered program in layers."""
+    stages = place(lowered.slots)
+    heads = [(stages[p.slot], p.block) for p in lowered.blocks if isinstance(p.block, Head)]
+    units = [(stages[p.slot], p.block) for p in lowered.blocks if not isinstance(p.block, Head)]
+    return Schedule(tuple(group(heads, units)), stages)
+
+
+def place(slots: Sequence[Slot]) -> tuple[int, ...]:
+    """The earliest stage of each slot: the first sublayer of its kind after its inputs."""
+    stages: list[int] = []
+    for slot in slots:
+        ready = max((stages[s] for s in slot.after), default=0)
+        stages.append(attn_stage(ready) if slot.kind == "attn" else mlp_stage(ready))
+    return tuple(stages)
+
+
+def group(heads: list[tuple[int, Head]], units: list[tuple[int, object]]) -> list[Layer]:
     """Groups blocks by stage into layers (layer l = stages 2l-1 and 2l)."""
     last = max([s for s, _ in heads] + [s for s, _ in units] + [0])
     n_layers = (last + 1) // 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnsim.model import memory
 from attnsim.rasp import expr as E
 
 
@@ -65,3 +66,41 @@ def unique_labels(exprs) -> dict[int, str]:
     for e in exprs:
         count[e.label] = count.get(e.label, 0) + 1
     return {e.uid: e.label if count[e.label] == 1 else f"{e.label}#{e.uid}" for e in exprs}
+
+
+def needs_full_length(graph: Graph) -> bool:
+    """Whether the program runs only on inputs of exactly max_seq_len tokens: a ConstantSOp
+    that checks its length, or a ConstantSelector, has one value per position (the
+    interpreter refuses other lengths, so the model must too)."""
+    return any(
+        isinstance(n, E.ConstantSelector) or (isinstance(n, E.ConstantSOp) and n.check_length)
+        for n in graph.nodes.values()
+    )
+
+
+def check_size(graph: Graph, max_seq_len: int, itemsize: int) -> None:
+    """Refuses a max_seq_len whose [pos, pos] arrays cannot fit, before making any.
+
+    Attention holds scores for every (query, key) pair; value inference evaluates static
+    selectors at full length. The weights are checked again once their sizes are known.
+
+    Args:
+        graph: the traced program.
+        max_seq_len: the longest input.
+        itemsize: bytes per number of the model's dtype (8 for float64, 4 for float32).
+
+    Raises:
+        ModelTooLargeError: the arrays would not fit in this machine's memory.
+    """
+    n_ctx = max_seq_len + 1
+    attends = any(
+        isinstance(n, (E.Aggregate, E.SelectorWidth, E.LengthType)) for n in graph.nodes.values()
+    )
+    needed = 2 * max_seq_len * max_seq_len  # the evaluator's masks and a selector, as bool
+    if attends:
+        needed = max(needed, memory.attention_bytes(n_ctx, 1, itemsize))
+    memory.check_fits(
+        needed,
+        f"compiling with max_seq_len={max_seq_len} (attention over {n_ctx} positions)",
+        "lower max_seq_len: the [max_seq_len + 1]^2 attention scores grow with its square",
+    )

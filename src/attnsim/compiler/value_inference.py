@@ -25,8 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from attnsim.compiler import tracing
+from attnsim.compiler.options import CompileOptions
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
+from attnsim.values import is_number
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
 MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
@@ -347,6 +350,32 @@ class ValueInference:
         return self._mean_values(tuple(combos), "mean", 0)
 
 
+def infer(
+    graph: tracing.Graph, vocab: tuple | None, max_seq_len: int, options: CompileOptions
+) -> ValueInference:
+    """Value inference for a program, refusing one that fails on inputs the vocab allows.
+
+    Args:
+        graph: the traced program.
+        vocab: the checked vocabulary (``check_vocab``), or None for real-valued tokens.
+        max_seq_len: the longest input.
+        options: the compile options (``causal`` and ``fixed_length`` matter here).
+
+    Raises:
+        RASPEvaluationError: (a ValueError) a selector's predicate raises on a pair of
+            values, or a map gives NaN or an infinity; all are listed.
+    """
+    vi = ValueInference(vocab, max_seq_len, options.causal, options.fixed_length)
+    errors = program_errors(vi, (graph.nodes[u] for u in graph.order))
+    if errors:
+        raise I.RASPEvaluationError(
+            "this program fails on inputs the vocabulary allows (a function that raises "
+            "there raises in the interpreter too; a NaN or an infinity is a value no compiled "
+            "model can hold):\n" + "\n".join(f"  - {m}" for m in errors)
+        )
+    return vi
+
+
 def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]:
     """What fails on some input the vocabulary allows, found from the value sets.
 
@@ -477,12 +506,12 @@ def _sop_key(sop: E.SOp) -> tuple:
 
 
 def _is_number(v: Any) -> bool:
-    """A real number (bools count, as the interpreter reads True as 1.0)."""
-    return isinstance(v, (int, float, np.integer, np.floating))
+    """A Python or numpy int or float, bools included (the interpreter reads True as 1.0)."""
+    return is_number(v) or isinstance(v, bool)
 
 
 def _all_numbers(parts: Sequence[Sequence[Any]]) -> bool:
-    return all(isinstance(v, (int, float, np.integer, np.floating)) for p in parts for v in p)
+    return all(_is_number(v) for p in parts for v in p)
 
 
 def as_read(v: Any) -> Any:

@@ -26,7 +26,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from attnsim.values import is_int
+
 __all__ = [
+    "dimension",
     "flat_index",
     "unflat_index",
     "flatten",
@@ -36,6 +39,33 @@ __all__ = [
     "pack_batch",
     "unpack",
 ]
+
+
+def dimension(value: object, name: str) -> int:
+    """``value`` as one positive dimension of a shape (a program builder's argument).
+
+    Args:
+        value: the dimension.
+        name: its name in messages (``"r"``, ``"heads"``).
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        TypeError: ``value`` is not an int (bools are refused). ValueError: it is below 1.
+
+    >>> dimension(3, "r")
+    3
+    >>> dimension(0, "c")
+    Traceback (most recent call last):
+    ...
+    ValueError: c must be >= 1, got 0
+    """
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
 
 
 def _shape(shape: Sequence[int], what: str = "shape") -> tuple[int, ...]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from safetensors.torch import load_file
 
 from attnsim.model import memory
 from attnsim.model.config import ModelConfig
+from attnsim.values import is_int, is_real, value_key
 
 FORMAT = "attnsim-compiled-model/1"
 META_KEYS = (
@@ -113,7 +113,7 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
     vocab = meta["vocab"]
     if vocab is not None:
         vocab = check.values(vocab, "'vocab'")
-        if any(v is None for v in vocab) or len(set(map(_vkey, vocab))) != len(vocab):
+        if any(v is None for v in vocab) or len(set(map(value_key, vocab))) != len(vocab):
             raise damaged(meta_file, "has a 'vocab' with None or repeated tokens")
     if cfg.d_vocab != 1 + max(len(vocab or ()), 1):
         raise damaged(
@@ -123,7 +123,7 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
         check.bool(meta[key], repr(key))
     if meta["numerical_tokens"] != cfg.numerical_tokens:
         raise damaged(meta_file, "disagrees with its config on 'numerical_tokens'")
-    if not _is_int(meta["max_seq_len"]) or meta["max_seq_len"] != cfg.n_ctx - 1:
+    if not is_int(meta["max_seq_len"]) or meta["max_seq_len"] != cfg.n_ctx - 1:
         raise damaged(
             meta_file,
             f"has max_seq_len={meta['max_seq_len']!r} for n_ctx={cfg.n_ctx} (max_seq_len + 1)",
@@ -171,7 +171,7 @@ def _components(check: _Checker, rows: Any, dirs: set) -> None:
         if row["site"] not in ("embed", "attn", "mlp", "output"):
             raise damaged(check.file, f"has {what} with an unknown site {row['site']!r}")
         for key in ("layer", "start", "stop"):
-            if not _is_int(row[key]):
+            if not is_int(row[key]):
                 raise damaged(check.file, f"has {what} with a {key!r} that is not an int")
         check.str_list(row["labels"], f"{what}.labels")
         check.str_list(row.get("ops", []), f"{what}.ops")
@@ -203,7 +203,7 @@ def _check_size(path: Path, cfg: ModelConfig) -> None:
 
 def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> dict:
     stage = g["stage"]
-    if not _is_int(stage) or not 0 <= stage <= 2 * cfg.n_layers:
+    if not is_int(stage) or not 0 <= stage <= 2 * cfg.n_layers:
         raise damaged(check.file, f"has {what} at stage {stage!r}, outside 0..{2 * cfg.n_layers}")
     allowed = g["allowed"]
     if allowed is not None:
@@ -219,7 +219,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
     if len(names) != len(dims):
         raise damaged(check.file, f"has {len(names)} names for {len(dims)} directions in {what}")
     sizes = tuple(check.list(g.get("sizes", []), f"{what}.sizes"))
-    if sizes and (not all(_is_int(n) and n >= 0 for n in sizes) or sum(sizes) != len(dims)):
+    if sizes and (not all(is_int(n) and n >= 0 for n in sizes) or sum(sizes) != len(dims)):
         raise damaged(check.file, f"has {what}.sizes that do not split its directions")
     limits = sizes or (len(dims),)
     forbidden = []
@@ -229,7 +229,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
             raise damaged(check.file, f"has a {what}.forbidden entry that is not [values, message]")
         combo = check.list(pair[0], f"{what}.forbidden")
         if len(combo) != len(limits) or not all(
-            _is_int(k) and -1 <= k < n for k, n in zip(combo, limits)
+            is_int(k) and -1 <= k < n for k, n in zip(combo, limits)
         ):
             raise damaged(check.file, f"has a {what}.forbidden entry outside its directions")
         forbidden.append((tuple(combo), pair[1]))
@@ -360,7 +360,7 @@ class _Checker:
         return items
 
     def number(self, obj: Any, what: str, inf: bool = False) -> float:
-        ok = _is_real(obj) and (math.isfinite(obj) or (inf and not math.isnan(obj)))
+        ok = is_real(obj) and (math.isfinite(obj) or (inf and not math.isnan(obj)))
         if not ok:
             raise damaged(self.file, f"has {what} = {obj!r}, expected a finite number")
         return obj
@@ -398,15 +398,3 @@ def _plain_value(v: Any) -> bool:
     if isinstance(v, float):
         return math.isfinite(v)
     return v is None or isinstance(v, (str, int, bool))
-
-
-def _vkey(v: Any) -> tuple:
-    return (type(v).__name__, v)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def _is_real(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)

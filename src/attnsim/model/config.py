@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import math
-import numbers
 from dataclasses import MISSING, dataclass, field, fields
+
+from attnsim.values import is_int, is_real
 
 
 class AttentionMode(str, enum.Enum):
@@ -74,7 +75,7 @@ class ModelConfig:
         sizes = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear", "n_ctx")
         for name in (*sizes, "d_vocab"):
             value = getattr(self, name)
-            if not _is_int(value):
+            if not is_int(value):
                 raise TypeError(
                     f"ModelConfig.{name} must be an int, got {type(value).__name__} {value!r}"
                 )
@@ -95,7 +96,7 @@ class ModelConfig:
                 f"unknown native units {sorted(unknown, key=repr)}; expected some of {NATIVE_KINDS}"
             )
         for kind, count in self.d_native.items():
-            if not _is_int(count) or count < 0:
+            if not is_int(count) or count < 0:
                 raise ValueError(
                     f"ModelConfig.d_native[{kind!r}] must be an int >= 0, got {count!r}"
                 )
@@ -106,7 +107,7 @@ class ModelConfig:
                 )
         for name in ("beta", "hard_tolerance"):
             value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value) or value <= 0:
+            if not is_real(value) or not math.isfinite(value) or value <= 0:
                 raise ValueError(
                     f"ModelConfig.{name} must be a positive finite number, got {value!r}"
                 )
@@ -123,7 +124,7 @@ class ModelConfig:
             if (
                 not isinstance(widths, (tuple, list))
                 or len(widths) != self.n_layers
-                or not all(_is_int(w) and 0 <= w <= self.d_mlp for w in widths)
+                or not all(is_int(w) and 0 <= w <= self.d_mlp for w in widths)
             ):
                 raise ValueError(
                     f"ModelConfig.mlp_widths must give 0..d_mlp={self.d_mlp} units for each of "
@@ -159,11 +160,3 @@ class ModelConfig:
         if required - set(d):
             raise TypeError(f"missing ModelConfig fields {sorted(required - set(d))}")
         return cls(**d)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)

@@ -71,6 +71,25 @@ def memory_limit() -> int:
     return total
 
 
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation now (None when it cannot be read).
+
+    Less than :func:`memory_limit` by what is in use: the kernel's ``MemAvailable``, or the
+    free physical pages where that cannot be read.
+    """
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def gib(n: float) -> str:
     """Bytes as GiB, for messages."""
     return f"{n / GIB:.1f} GiB"
@@ -87,6 +106,6 @@ def check_fits(needed: int, what: str, advice: str) -> None:
     limit = memory_limit()
     if needed > limit:
         raise ModelTooLargeError(
-            f"{what} needs about {needed / GIB:.1f} GiB, more than this machine's "
+            f"{what} needs about {gib(needed)}, more than this machine's "
             f"{gib(limit)} of memory; {advice}"
         )

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from attnsim.values import is_number
+
 __all__ = [
     "RASPExpr",
     "SOp",
@@ -185,7 +187,7 @@ class SOp(RASPExpr):
         if isinstance(other, RASPExpr):
             raise TypeError(f"cannot combine an S-op with a {type(other).__name__}")
         c = other
-        if kind in ("add", "sub", "mul", "div") and _is_number(c):
+        if kind in ("add", "sub", "mul", "div") and is_number(c):
             # affine forms x*a + b keep their coefficients for the compiler
             if kind == "add":
                 a_, b_ = 1, c
@@ -306,10 +308,6 @@ class SOp(RASPExpr):
     __hash__ = object.__hash__
 
 
-def _is_number(c: Any) -> bool:
-    return isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool)
-
-
 def _affine_fn(a: float, b: float) -> Callable:
     def fn(x):
         return x * a + b
@@ -337,7 +335,7 @@ def _numpy_binary(kind: str) -> Callable | None:
 
 def _numpy_const(kind: str, c: Any, reverse: bool) -> Callable | None:
     f = _numpy_binary(kind)
-    if f is None or not _is_number(c):
+    if f is None or not is_number(c):
         return None
     return (lambda x: f(c, x)) if reverse else (lambda x: f(x, c))
 

@@ -37,102 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from attnsim.rasp import columns
 from attnsim.rasp import expr as E
+from attnsim.rasp.columns import Cat, RASPEvaluationError
+from attnsim.values import is_hashable, is_number
 
-__all__ = ["evaluate", "evaluate_batch", "Cat", "RASPEvaluationError"]
+# names that other layers read from this module
+_as_python_number = columns.as_python_number
 
-
-class RASPEvaluationError(ValueError):
-    """A program cannot be evaluated on the given input (the message says why)."""
-
-
-class Cat:
-    """A categorical value: ``codes [batch, n]`` indexing into ``table`` (distinct values)."""
-
-    __slots__ = ("codes", "table")
-
-    def __init__(self, codes: np.ndarray, table: list) -> None:
-        self.codes = codes
-        self.table = table
-
-    def to_objects(self) -> np.ndarray:
-        tab = np.empty(len(self.table), dtype=object)
-        tab[:] = self.table
-        return tab[self.codes]
-
-
-def _key(v: Any) -> tuple:
-    # keep True and 1 (and 1.0) apart: they hash alike but are different RASP values
-    return (type(v), v)
-
-
-def _factorize(values: Iterable[Any]) -> tuple[list, np.ndarray]:
-    """Distinct values (first-seen order) and the code of each value."""
-    index: dict[tuple, int] = {}
-    table: list = []
-    codes = []
-    try:
-        for v in values:
-            k = _key(v)
-            c = index.get(k)
-            if c is None:
-                c = index[k] = len(table)
-                table.append(v)
-            codes.append(c)
-    except TypeError:  # an unhashable value (a list, a dict, an array)
-        raise RASPEvaluationError(
-            f"RASP values must be hashable, got {type(v).__name__} {v!r}; return a tuple "
-            "instead of a list (or another hashable value)"
-        ) from None
-    return table, np.asarray(codes, dtype=np.int64)
-
-
-def _cat_from_table_values(codes: np.ndarray, raw_table: list) -> Cat:
-    """Builds a Cat whose table may contain duplicates: dedupes and remaps the codes."""
-    table, remap = _factorize(raw_table)
-    if len(table) == len(raw_table):
-        return Cat(codes, table)
-    return Cat(remap[codes] if codes.size else codes, table)
-
-
-def _cat_from_array(arr: np.ndarray) -> Cat:
-    """Categorical view of a numerical array (distinct float values)."""
-    uniq, inv = np.unique(arr, return_inverse=True)
-    table = [_as_python_number(u) for u in uniq]
-    return Cat(inv.reshape(arr.shape).astype(np.int64), table)
-
-
-def _cat_from_bools(arr: np.ndarray) -> Cat:
-    """Categorical view of a boolean array (values False and True, not 0 and 1)."""
-    return Cat(arr.astype(np.int64), [False, True])
-
-
-def _as_python_number(u: Any) -> Any:
-    f = float(u)
-    return int(f) if f.is_integer() and abs(f) < 2**53 else f
-
-
-def _to_float(v: Any, what: str) -> np.ndarray:
-    if isinstance(v, np.ndarray):
-        return v
-    try:
-        tab = np.array([_number(x, what) for x in v.table], dtype=np.float64)
-    except RASPEvaluationError:
-        raise
-    return tab[v.codes] if len(tab) else np.zeros(v.codes.shape)
-
-
-def _number(x: Any, what: str) -> float:
-    if x is None or isinstance(x, str):
-        raise RASPEvaluationError(
-            f"{what} is numerical but holds the value {x!r}; numerical S-ops need numbers "
-            "(annotate it categorical, or map the value to a number first)"
-        )
-    return float(x)
-
-
-def _to_cat(v: Any) -> Cat:
-    return v if isinstance(v, Cat) else _cat_from_array(v)
+__all__ = ["evaluate", "evaluate_batch", "Cat", "RASPEvaluationError", "is_hashable"]
 
 
 class _Evaluator:
@@ -144,13 +57,13 @@ class _Evaluator:
                 self.token_array = toks.astype(np.float64)
                 self.token_cat = None  # made on first categorical use
             else:
-                table, codes = _factorize(toks.ravel().tolist())
+                table, codes = columns.factorize(toks.ravel().tolist())
                 self.token_cat = Cat(codes.reshape(toks.shape), table)
         else:
             self.batch = len(toks)
             self.n = len(toks[0]) if self.batch else 0
             flat = [t for row in toks for t in row]
-            table, codes = _factorize(flat)
+            table, codes = columns.factorize(flat)
             self.token_cat = Cat(codes.reshape(self.batch, self.n), table)
         self.memo: dict[int, Any] = {}
         self._int_tokens = isinstance(toks, np.ndarray) and toks.dtype.kind in "iub"
@@ -180,9 +93,9 @@ class _Evaluator:
         val = self._compute(e)
         if isinstance(e, E.SOp):
             if E.is_numerical(e):
-                val = _to_float(val, f"S-op {e.label!r}")
+                val = columns.to_float(val, f"S-op {e.label!r}")
             elif isinstance(val, np.ndarray):
-                val = _cat_from_array(val)
+                val = columns.cat_from_array(val)
         return val
 
     def _compute(self, e: E.RASPExpr) -> Any:
@@ -192,7 +105,7 @@ class _Evaluator:
             if self.token_cat is None and (E.is_numerical(e) or not self._int_tokens):
                 return self.token_array
             if self.token_cat is None:
-                self.token_cat = _cat_from_array(self.token_array)
+                self.token_cat = columns.cat_from_array(self.token_array)
             return self.token_cat
         if isinstance(e, E.IndicesType):
             return Cat(np.broadcast_to(np.arange(n), (b, n)).copy(), list(range(n)))
@@ -211,7 +124,7 @@ class _Evaluator:
                         f"length {n}; give one value per position"
                     )
                 vals = vals[:n]
-            table, codes = _factorize(vals)
+            table, codes = columns.factorize(vals)
             return Cat(np.broadcast_to(codes, (b, n)).copy(), table)
         if isinstance(e, E.Map):
             return self._map(e, m[e.inner.uid])
@@ -258,11 +171,12 @@ class _Evaluator:
                 with np.errstate(all="ignore"):
                     out = op.numpy_fn(x)
                 if out.dtype == bool and not E.is_numerical(e):
-                    return _cat_from_bools(out)  # a categorical test keeps True/False values
+                    # a categorical test keeps True/False values
+                    return columns.cat_from_bools(out)
                 return np.asarray(out, dtype=np.float64) if out.dtype != object else out
-            x = _cat_from_array(x)
+            x = columns.cat_from_array(x)
         raw = [_call(e, e.f, v) for v in x.table]
-        return _cat_from_table_values(x.codes, raw)
+        return columns.cat_from_table_values(x.codes, raw)
 
     def _sequence_map(self, e: E.SequenceMap, args: list[Any]) -> Any:
         op = e._op
@@ -270,9 +184,9 @@ class _Evaluator:
             with np.errstate(all="ignore"):
                 out = np.asarray(op.numpy_fn(*args))
             if out.dtype == bool and not E.is_numerical(e):
-                return _cat_from_bools(out)
+                return columns.cat_from_bools(out)
             return out.astype(np.float64)
-        cats = [_to_cat(a) for a in args]
+        cats = [columns.to_cat(a) for a in args]
         # joint code of the tuple of argument values, then f once per distinct tuple
         joint = np.zeros(cats[0].codes.shape, dtype=np.int64)
         for c in cats:
@@ -287,7 +201,7 @@ class _Evaluator:
                 vals.append(c.table[u % size])
                 u //= size
             raw.append(_call(e, e.f, *reversed(vals)))
-        return _cat_from_table_values(inv.astype(np.int64), raw)
+        return columns.cat_from_table_values(inv.astype(np.int64), raw)
 
     # -- selectors -------------------------------------------------------------------------
     def _select(self, e: E.Select, keys: Any, queries: Any) -> np.ndarray:
@@ -297,16 +211,17 @@ class _Evaluator:
             return self._causal(sel)
         numeric = isinstance(keys, np.ndarray) and isinstance(queries, np.ndarray)
         if isinstance(pred, E.Comparison) and numeric:
-            if _same_rows(keys) and _same_rows(queries):  # one [1, n, n] pattern for all rows
+            # one [1, n, n] pattern for all rows
+            if columns.same_rows(keys) and columns.same_rows(queries):
                 keys, queries = keys[:1], queries[:1]
             sel = pred.numpy_fn(keys[:, None, :], queries[:, :, None])
             return self._causal(np.asarray(sel, dtype=bool))
-        kc, qc = _to_cat(keys), _to_cat(queries)
+        kc, qc = columns.to_cat(keys), columns.to_cat(queries)
         kcodes, qcodes = kc.codes, qc.codes
-        if _same_rows(kcodes) and _same_rows(qcodes):
+        if columns.same_rows(kcodes) and columns.same_rows(qcodes):
             kcodes, qcodes = kcodes[:1], qcodes[:1]
         if isinstance(pred, E.Comparison):
-            ranks = _order_ranks(kc.table, qc.table)
+            ranks = columns.order_ranks(kc.table, qc.table)
             if ranks is not None:
                 # compare ranks in a common order: the same answers, no table lookup
                 rk, rq = ranks
@@ -315,7 +230,7 @@ class _Evaluator:
         # predicate table [query value, key value], evaluated once per pair of values
         table = None
         if isinstance(pred, E.Comparison):
-            table = _comparison_table(pred, kc.table, qc.table)
+            table = columns.comparison_table(pred, kc.table, qc.table)
         if table is None:
             table = np.zeros((len(qc.table), len(kc.table)), dtype=bool)
             for qi, qv in enumerate(qc.table):
@@ -326,7 +241,7 @@ class _Evaluator:
 
     def _select_max(self, e: E.SelectMax, base: np.ndarray, score: Any) -> np.ndarray:
         """The keys of ``base`` whose score is the largest among them (ties all kept)."""
-        s = _to_float(score, f"the score of SelectMax {e.label!r}")  # [batch, key]
+        s = columns.to_float(score, f"the score of SelectMax {e.label!r}")  # [batch, key]
         full = np.broadcast_to(base, (self.batch, self.n, self.n))
         if np.isnan(s).any():
             rows, qs, ks = np.nonzero(full & np.isnan(s)[:, None, :])
@@ -344,7 +259,7 @@ class _Evaluator:
         b, n = self.batch, self.n
         count = np.broadcast_to(sel.sum(axis=-1), (b, n))
         if E.is_numerical(e) or e.reduction == "sum":
-            v = _to_float(vals, f"the values aggregated by {e.label!r}")
+            v = columns.to_float(vals, f"the values aggregated by {e.label!r}")
             with np.errstate(all="ignore"):  # inf and nan values propagate, as in numpy
                 if not np.isfinite(v).all():
                     # only selected keys count: an inf at an unselected key must not turn
@@ -358,10 +273,13 @@ class _Evaluator:
             if e.reduction == "mean":
                 with np.errstate(all="ignore"):
                     total = total / np.maximum(count, 1)
-            default = 0.0 if e.default is None else _number(e.default, f"{e.label!r} default")
+            default = (
+                0.0 if e.default is None else columns.to_number(e.default, f"{e.label!r} default")
+            )
             return np.where(count > 0, total, default)
-        c = _to_cat(vals)
-        codes = c.codes.astype(_small_int(len(c.table)))  # narrow codes: faster comparisons
+        c = columns.to_cat(vals)
+        # narrow codes: faster comparisons
+        codes = c.codes.astype(columns.small_int(len(c.table)))
         # the first selected key's code, then: does any selected key hold another one?
         first = np.broadcast_to(np.argmax(sel, axis=-1), (b, n))
         lo = np.take_along_axis(codes, first, axis=1)
@@ -385,63 +303,7 @@ class _Evaluator:
             remap = np.zeros(len(table), dtype=np.int64)
             remap[used] = np.arange(len(used))
             out, table = remap[out], [table[k] for k in used.tolist()]
-        return _cat_from_table_values(out, table)
-
-
-def _same_rows(a: np.ndarray) -> bool:
-    """Whether every row of ``a [batch, n]`` equals the first (indices, constants, ...)."""
-    return a.shape[0] == 1 or bool((a == a[:1]).all())
-
-
-def _small_int(size: int) -> type:
-    """The narrowest integer type that holds codes 0..size."""
-    return np.int16 if size < 2**15 else (np.int32 if size < 2**31 else np.int64)
-
-
-def _orderable(v: Any) -> bool:
-    if isinstance(v, str):
-        return True
-    if isinstance(v, (int, float, np.integer, np.floating)):
-        return v == v  # not NaN
-    return False
-
-
-def _order_ranks(keys: list, queries: list) -> tuple[np.ndarray, np.ndarray] | None:
-    """Ranks of the key and query values in one sorted order (equal values, equal ranks).
-
-    Comparing ranks answers every ``Comparison`` exactly as comparing the values would, when
-    the values are all numbers (no NaN) or all strings; otherwise None.
-    """
-    values = list(keys) + list(queries)
-    if not values:
-        return None
-    kinds = {isinstance(v, str) for v in values}
-    if len(kinds) != 1 or not all(_orderable(v) for v in values):
-        return None
-    order = sorted(range(len(values)), key=values.__getitem__)
-    rank = np.empty(len(values), dtype=np.int64)
-    r = 0
-    for j, i in enumerate(order):
-        if j and values[order[j - 1]] < values[i]:
-            r += 1
-        rank[i] = r
-    rank = rank.astype(_small_int(r + 1))
-    return rank[: len(keys)], rank[len(keys) :]
-
-
-def _comparison_table(pred: E.Comparison, keys: list, queries: list) -> np.ndarray | None:
-    """The predicate on every (query value, key value) pair, vectorised when the values allow."""
-    if any(v is None for v in keys) or any(v is None for v in queries):
-        return None
-    kt = np.empty(len(keys), dtype=object)
-    kt[:] = keys
-    qt = np.empty(len(queries), dtype=object)
-    qt[:] = queries
-    try:
-        out = pred.numpy_fn(kt[None, :], qt[:, None])
-    except TypeError:
-        return None
-    return np.asarray(out, dtype=bool).reshape(len(queries), len(keys))
+        return columns.cat_from_table_values(out, table)
 
 
 def _call(e: E.RASPExpr, f: Any, *args: Any) -> Any:
@@ -492,33 +354,18 @@ def _check_inputs(
                 f"{type(unhashable[0]).__name__} {unhashable[0]!r}; use a tuple for a "
                 "compound token"
             )
-        allowed = {_key(v) for v in vocab}
+        allowed = {columns.value_identity(v) for v in vocab}
         for r, row in enumerate(rows):
             for i, t in enumerate(row):
-                if _key(t) not in allowed and not (
-                    _key(_as_python_number(t)) in allowed if _is_num(t) else False
+                if columns.value_identity(t) not in allowed and not (
+                    columns.value_identity(columns.as_python_number(t)) in allowed
+                    if is_number(t)
+                    else False
                 ):
                     raise ValueError(
                         f"token {t!r} at position {i} (row {r}) is not in the vocabulary "
                         f"{sorted(vocab, key=repr)}; use only declared tokens"
                     )
-
-
-def is_hashable(v: Any) -> bool:
-    """Whether ``v`` can be a token or a table key (a dict key, a set member).
-
-    >>> is_hashable("a"), is_hashable((1, 2)), is_hashable([1])
-    (True, True, False)
-    """
-    try:
-        hash(v)
-    except TypeError:
-        return False
-    return True
-
-
-def _is_num(t: Any) -> bool:
-    return isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool)
 
 
 def _output(e: E.RASPExpr, val: Any) -> list:

@@ -1,17 +1,24 @@
-"""The universal simulator's target side: the simulated layer T as data, and its oracle.
+"""The universal simulator U and its target side: the simulated layer T as data, and its oracle.
 
-- :mod:`attnsim.simulator.spec`: :class:`~attnsim.simulator.spec.AttentionSpec`,
-  :class:`~attnsim.simulator.spec.MergedAttention`,
-  :class:`~attnsim.simulator.spec.EncoderLayerSpec` (validated, immutable, float64), adapters
-  from ``torch.nn.MultiheadAttention`` / ``torch.nn.TransformerEncoderLayer`` and random
-  targets for tests;
-- :mod:`attnsim.simulator.reference`: ``reference(spec, X)`` computes T(X) in plain torch;
+The modules, from the data to U:
+
+- :mod:`~attnsim.simulator.spec`: the simulated layer as validated data
+  (:class:`~attnsim.simulator.spec.AttentionSpec`, ``MergedAttention``, ``EncoderLayerSpec``,
+  float64, immutable); :mod:`~attnsim.simulator.adapters`: specs from torch modules
+  (``from_torch``) and saved layer files; :mod:`~attnsim.simulator.sampling`: random targets;
+- :mod:`~attnsim.simulator.reference`: ``reference(spec, X)`` computes T(X) in plain torch;
+- :mod:`~attnsim.simulator.config`: :class:`SimulatorConfig`, what a U is built for;
+  :mod:`~attnsim.simulator.layout` and :mod:`~attnsim.simulator.codec`: where <T, X> lives
+  in U's input, and the one place that packs it and reads T(X) back;
+  :mod:`~attnsim.simulator.programs`: U as RASP programs;
 - :func:`attnsim.simulator.build` (= :func:`attnsim.simulator.universal.build`): builds U, the
-  universal simulator, loaded on first use.
+  universal simulator; :mod:`~attnsim.simulator.verify` checks it on random targets.
+
+Everything past ``spec`` and ``reference`` is loaded on first use.
 
 >>> import torch
->>> from attnsim.simulator import reference, spec
->>> target = spec.random_attention(2, 4, seed=0)
+>>> from attnsim.simulator import reference, sampling
+>>> target = sampling.random_attention(2, 4, seed=0)
 >>> X = torch.zeros(3, 4, dtype=torch.float64)
 >>> tuple(reference.reference(target, X).shape)
 (3, 4)
@@ -25,8 +32,26 @@ from attnsim.simulator import reference, spec
 _LAZY = {
     "build": ("attnsim.simulator.universal", "build"),
     "UniversalSimulator": ("attnsim.simulator.universal", "UniversalSimulator"),
-    "universal": ("attnsim.simulator.universal", None),
-    "verify": ("attnsim.simulator.verify", None),
+    "SimulatorConfig": ("attnsim.simulator.config", "SimulatorConfig"),
+    "LayerKind": ("attnsim.simulator.config", "LayerKind"),
+    "AttentionKind": ("attnsim.simulator.config", "AttentionKind"),
+    "Maps": ("attnsim.simulator.config", "Maps"),
+    "from_torch": ("attnsim.simulator.adapters", "from_torch"),
+    **{
+        name: (f"attnsim.simulator.{name}", None)
+        for name in (
+            "adapters",
+            "checks",
+            "codec",
+            "config",
+            "layout",
+            "programs",
+            "sampling",
+            "saving",
+            "universal",
+            "verify",
+        )
+    },
 }
 
 

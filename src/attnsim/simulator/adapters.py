@@ -1,4 +1,7 @@
-"""Torch layers saved to a file, read back without running any code from the file.
+"""Specs from torch layers: from a module (:func:`from_torch`) or from a file.
+
+:func:`from_torch` reads a ``torch.nn.MultiheadAttention`` or a
+``torch.nn.TransformerEncoderLayer`` into a spec (:mod:`attnsim.simulator.spec`).
 
 A file holds either a whole module (``torch.save(module, FILE)``) or its weights
 (``torch.save(module.state_dict(), FILE)``), of ``torch.nn.MultiheadAttention`` or
@@ -35,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["SavedLayer", "read_layer", "ACTIVATIONS", "DEFAULT_LAYER_NORM_EPS"]
+from attnsim.simulator import spec as S
+
+__all__ = ["from_torch", "SavedLayer", "read_layer", "ACTIVATIONS", "DEFAULT_LAYER_NORM_EPS"]
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")  # what an encoder layer's feed-forward may use
 DEFAULT_LAYER_NORM_EPS = 1e-5  # torch.nn.TransformerEncoderLayer's default
@@ -361,4 +366,148 @@ def read_layer(path: str | Path) -> SavedLayer:
     raise ValueError(
         f"{path} is not the state_dict of an nn.MultiheadAttention or an "
         f"nn.TransformerEncoderLayer (it has no in_proj_weight){hint}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# specs from torch modules
+
+
+def from_torch(module: nn.Module, *, causal: bool = False) -> S.AttentionSpec | S.EncoderLayerSpec:
+    """Read a torch module's weights into a spec (float64 copies).
+
+    Supported: ``nn.MultiheadAttention`` (self-attention, ``kdim == vdim == embed_dim``,
+    with or without bias, ``batch_first`` either way) and ``nn.TransformerEncoderLayer``
+    (``norm_first`` either way, activation ``"relu"``/``"gelu"`` or ``F.relu``/``F.gelu`` or
+    ``nn.ReLU()``/``nn.GELU(approximate=...)``). Modules with dropout > 0 must be in eval mode.
+    A mask is a call argument in torch, not part of the module: pass ``causal=True`` for a
+    layer that is called with a causal mask.
+
+    Args:
+        module: the torch module.
+        causal: whether the layer is used with a causal mask.
+
+    Returns:
+        an ``AttentionSpec`` for ``nn.MultiheadAttention``, an ``EncoderLayerSpec`` for
+        ``nn.TransformerEncoderLayer`` (:mod:`attnsim.simulator.spec`).
+
+    Raises:
+        TypeError: ``module`` is of another type.
+        ValueError: an option is unsupported (named in the message).
+
+    >>> from torch import nn
+    >>> spec = from_torch(nn.MultiheadAttention(4, 2))
+    >>> spec.n_heads, spec.d_head
+    (2, 2)
+    """
+    S._check_bool(causal, "from_torch causal")
+    if isinstance(module, nn.MultiheadAttention):
+        return _from_multihead_attention(module, causal)
+    if isinstance(module, nn.TransformerEncoderLayer):
+        return _from_encoder_layer(module, causal)
+    raise TypeError(
+        f"from_torch supports nn.MultiheadAttention and nn.TransformerEncoderLayer, got "
+        f"{type(module).__name__}; build the spec directly (AttentionSpec, EncoderLayerSpec)"
+    )
+
+
+def _reject_training_dropout(module: nn.Module, p: float, kind: str) -> None:
+    if module.training and p > 0:
+        raise ValueError(
+            f"{kind} has dropout={p} and is in training mode, so its output is random; "
+            f"call module.eval() (or build it with dropout=0.0) before from_torch"
+        )
+
+
+def _w(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(S.DTYPE)
+
+
+def _from_multihead_attention(m: nn.MultiheadAttention, causal: bool) -> S.AttentionSpec:
+    kind = "nn.MultiheadAttention"
+    if not m._qkv_same_embed_dim or m.kdim != m.embed_dim or m.vdim != m.embed_dim:
+        raise ValueError(
+            f"{kind} with kdim={m.kdim}, vdim={m.vdim} different from embed_dim={m.embed_dim} "
+            f"is not supported: the simulated layer is self-attention over one input X; "
+            f"build it with kdim=vdim=embed_dim (or leave them None)"
+        )
+    if m.bias_k is not None or m.bias_v is not None:
+        raise ValueError(
+            f"{kind} with add_bias_kv=True is not supported: it appends a learned key/value "
+            f"position that is not part of X; build it with add_bias_kv=False"
+        )
+    if m.add_zero_attn:
+        raise ValueError(
+            f"{kind} with add_zero_attn=True is not supported: it appends an all-zero "
+            f"key/value position that is not part of X; build it with add_zero_attn=False"
+        )
+    _reject_training_dropout(m, m.dropout, kind)
+    d, h, dh = m.embed_dim, m.num_heads, m.head_dim
+
+    def heads(w: torch.Tensor) -> torch.Tensor:  # torch [h*dh, d] (out x in) -> [h, d, dh]
+        return w.T.reshape(d, h, dh).permute(1, 0, 2)
+
+    W_Q, W_K, W_V = (heads(w) for w in _w(m.in_proj_weight).chunk(3))
+    b_Q = b_K = b_V = None
+    if m.in_proj_bias is not None:
+        b_Q, b_K, b_V = (b.reshape(h, dh) for b in _w(m.in_proj_bias).chunk(3))
+    return S.AttentionSpec(
+        W_Q=W_Q,
+        W_K=W_K,
+        W_V=W_V,
+        W_O=_w(m.out_proj.weight).T.reshape(h, dh, d),  # [d, h*dh] (out x in) -> [h, dh, d]
+        b_Q=b_Q,
+        b_K=b_K,
+        b_V=b_V,
+        b_O=_w(m.out_proj.bias),
+        causal=causal,
+    )
+
+
+def _activation_of(fn: Any) -> S.Activation:
+    if fn is F.relu or fn is torch.relu or isinstance(fn, nn.ReLU):
+        return S.Activation.RELU
+    if fn is F.gelu:
+        return S.Activation.GELU
+    if isinstance(fn, nn.GELU):
+        return S.Activation.GELU_TANH if fn.approximate == "tanh" else S.Activation.GELU
+    raise ValueError(
+        f"nn.TransformerEncoderLayer option activation={fn!r} is not supported; expected "
+        f"'relu' or 'gelu' (as a string, F.relu/F.gelu, nn.ReLU() or nn.GELU()); for "
+        f"'maxmin' build a FeedForwardSpec directly"
+    )
+
+
+def _layer_norm_of(norm: Any, name: str, d: int) -> S.LayerNormSpec:
+    if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (d,):
+        raise ValueError(
+            f"nn.TransformerEncoderLayer option {name}={norm!r} is not supported; expected "
+            f"nn.LayerNorm({d}) over the model width"
+        )
+    weight = _w(norm.weight) if norm.weight is not None else torch.ones(d, dtype=S.DTYPE)
+    return S.LayerNormSpec(weight=weight, bias=_w(norm.bias), eps=norm.eps)
+
+
+def _from_encoder_layer(layer: nn.TransformerEncoderLayer, causal: bool) -> S.EncoderLayerSpec:
+    kind = "nn.TransformerEncoderLayer"
+    for name in ("dropout", "dropout1", "dropout2"):
+        _reject_training_dropout(layer, getattr(layer, name).p, f"{kind} ({name})")
+    attention = _from_multihead_attention(layer.self_attn, causal)
+    d = attention.d_model
+    for name in ("linear1", "linear2"):
+        if not isinstance(getattr(layer, name), nn.Linear):
+            raise ValueError(f"{kind} option {name} must be an nn.Linear; got a replacement")
+    ffn = S.FeedForwardSpec(
+        W1=_w(layer.linear1.weight).T,  # torch [d_mlp, d] (out x in) -> [d, d_mlp]
+        b1=_w(layer.linear1.bias),
+        W2=_w(layer.linear2.weight).T,  # [d, d_mlp] -> [d_mlp, d]
+        b2=_w(layer.linear2.bias),
+        activation=_activation_of(layer.activation),
+    )
+    return S.EncoderLayerSpec(
+        attention=attention,
+        ffn=ffn,
+        norm1=_layer_norm_of(layer.norm1, "norm1", d),
+        norm2=_layer_norm_of(layer.norm2, "norm2", d),
+        norm_first=bool(layer.norm_first),
     )

@@ -4,23 +4,31 @@ For a build of sizes (N, D, H) and D' = D + 1 (the constant-1 feature of X~ = [X
 
 ```
  region   count        holds                                   written by
- X        N*D          X[i, a] at i*D + a (zero padded);        encode (input)
+ X        N*D          X[i, a] at i*D + a (zero padded);        codec.pack (input)
                        T(X)[i, c] is read back from here        U's last layer (output)
- A        H*D'*D'      A~_h[a, b] (scores: X~ A~_h X~^T)        encode
- W        H*D'*D       W~_h[a, c] (values: X~ W~_h)             encode
- B        D            b_O[c]                                   encode
- PAD      N            1 where row j >= n (padding), else 0     encode
- FLAG     1            1 if the target is causal                encode
+ A        H*D'*D'      A~_h[a, b] (scores: X~ A~_h X~^T)        codec.pack
+ W        H*D'*D       W~_h[a, c] (values: X~ W~_h)             codec.pack
+ B        D            b_O[c]                                   codec.pack
+ PAD      N            1 where row j >= n (padding), else 0     codec.pack
+ FLAG     1            1 if the target is causal                codec.pack
+ encoder layouts (F > 0) go on with:
+ LN       3*(2D+1)     per LayerNorm slot: gain[D], bias[D], eps codec.pack
+ FLAGS    4            norm_first, relu, gelu, gelu_tanh        codec.pack
+ COLV     D            1 for the target's d real columns        codec.pack
+ W1, B1   D*F, F       W1[c, m] at c*F + m, b1[m]               codec.pack
+ W2, B2   F*D, D       W2[m, c] at m*D + c, b2[c]               codec.pack
  R        N*H*D'       scratch: q[i,h,b] = (X~ A~_h)[i, b]      layers 1-2
  V        N*H*D        scratch: v[j,h,c] = (X~ W~_h)[j, c]      layers 1-2
  P        N*N*H        scratch: one (query i, key j, head h)    layers 2-5
+ HID      N*F          scratch: one (row i, hidden unit m)      encoder FFN
 ```
 
 The scratch roles reuse positions from the start of the sequence (R, then V; P from 0): a
 position keeps its input token and, separately, the directions of each role it plays.
 
 Every scratch position's role and coordinates are known at compile time, so all the index
-arithmetic is static (computed into the positional embedding).
+arithmetic is static (computed into the positional embedding). This module is the geometry
+only; :mod:`attnsim.simulator.codec` writes a target and X into it and reads T(X) back.
 
 >>> lay = Layout(2, 2, 1)
 >>> lay.length, lay.xpos(1, 0), sorted(lay.roles(lay.ppos(1, 0, 0)))
@@ -32,12 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import numpy as np
-
 INPUT_ROLES = ("X", "A", "W", "B", "PAD", "FLAG")
 ENCODER_ROLES = ("LN", "FLAGS", "COLV", "W1", "B1", "W2", "B2")
 SCRATCH_ROLES = ("R", "V", "P", "HID")
-# the three LayerNorm slots of an encoder layer (see encoder.py) and the flags
+# the three LayerNorm slots of an encoder layer (see programs.py) and the flags
 LN_SLOTS = ("input", "middle", "output")
 FLAG_NAMES = ("norm_first", "relu", "gelu", "gelu_tanh")
 
@@ -117,6 +123,10 @@ class Layout:
     def length(self) -> int:
         """Positions in U's input (BOS not counted)."""
         return max(self.input_length, self.sizes["R"] + self.sizes["V"], self.sizes["P"])
+
+    def region(self, role: str) -> slice:
+        """The positions of an input region (``"X"``, ``"A"``, ...) as a slice of the sequence."""
+        return slice(self.starts[role], self.starts[role] + self.sizes[role])
 
     # -- positions ---------------------------------------------------------------------------
     def xpos(self, i: int, a: int) -> int:
@@ -205,49 +215,6 @@ class Layout:
             if r in self._role_table[p]:
                 return r
         return ""
-
-    # -- encoding ----------------------------------------------------------------------------
-    def encode(
-        self, A_aug: np.ndarray, W_aug: np.ndarray, b_O: np.ndarray, X: np.ndarray, causal: bool
-    ) -> np.ndarray:
-        """Writes a target (augmented forms, see ``MergedAttention.augmented``) and X.
-
-        Args:
-            A_aug: ``[h, d+1, d+1]`` score forms over X~ = [X, 1].
-            W_aug: ``[h, d+1, d]`` value-output forms over X~.
-            b_O: ``[d]`` output bias (the part not folded into W_aug).
-            X: ``[n, d]`` input.
-            causal: whether the target masks future keys.
-
-        Returns:
-            The sequence, ``[length]`` float64 (zeros in padding and scratch positions).
-        """
-        h, d1, _ = A_aug.shape
-        d = d1 - 1
-        n = X.shape[0]
-        seq = np.zeros(self.length, dtype=np.float64)
-        D, Dp = self.D, self.Dp
-        # feature index map: real features 0..d-1 stay, the constant feature d goes to D
-        feat = list(range(d)) + [D]
-        Xp = np.zeros((self.N, D))
-        Xp[:n, :d] = X
-        seq[self.starts["X"] : self.starts["X"] + self.N * D] = Xp.ravel()
-        Ap = np.zeros((self.H, Dp, Dp))
-        Ap[np.ix_(range(h), feat, feat)] = A_aug
-        seq[self.starts["A"] : self.starts["A"] + Ap.size] = Ap.ravel()
-        Wp = np.zeros((self.H, Dp, D))
-        Wp[np.ix_(range(h), feat, range(d))] = W_aug
-        seq[self.starts["W"] : self.starts["W"] + Wp.size] = Wp.ravel()
-        seq[self.starts["B"] : self.starts["B"] + d] = b_O
-        pad = np.ones(self.N)
-        pad[:n] = 0.0
-        seq[self.starts["PAD"] : self.starts["PAD"] + self.N] = pad
-        seq[self.starts["FLAG"]] = 1.0 if causal else 0.0
-        return seq
-
-    def output_positions(self, n: int, d: int) -> np.ndarray:
-        """Positions holding T(X)[i, c] for i < n, c < d, as an ``[n, d]`` index array."""
-        return np.array([[self.xpos(i, c) for c in range(d)] for i in range(n)], dtype=np.int64)
 
     def diagram(self) -> str:
         """A one-line-per-region text picture of the layout."""

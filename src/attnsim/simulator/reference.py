@@ -292,7 +292,8 @@ def encoder_layer(layer: specs.EncoderLayerSpec, X: Tensor, mask: Any = None) ->
 
     >>> import torch
     >>> from attnsim.simulator import spec as specs
-    >>> layer = specs.random_encoder_layer(1, 2, seed=0)
+    >>> from attnsim.simulator import sampling
+    >>> layer = sampling.random_encoder_layer(1, 2, seed=0)
     >>> tuple(encoder_layer(layer, torch.ones(3, 2, dtype=torch.float64)).shape)
     (3, 2)
     """
@@ -323,7 +324,8 @@ def reference(spec: Spec, X: Any, mask: Any = None) -> Tensor:
 
     >>> import torch
     >>> from attnsim.simulator import spec as specs
-    >>> spec = specs.random_attention(2, 4, seed=0)
+    >>> from attnsim.simulator import sampling
+    >>> spec = sampling.random_attention(2, 4, seed=0)
     >>> X = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     >>> bool(torch.allclose(reference(spec, X), reference(spec.merged(), X), atol=1e-12))
     True

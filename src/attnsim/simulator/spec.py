@@ -1,4 +1,4 @@
-"""The simulated layer T as validated, immutable data, and adapters from torch modules.
+"""The simulated layer T as validated, immutable data.
 
 A target is one of:
 
@@ -11,16 +11,18 @@ A target is one of:
   (:class:`FeedForwardSpec`) with residual connections and optional LayerNorms
   (:class:`LayerNormSpec`) before (``norm_first``) or after each sublayer.
 
+Specs from torch modules: :func:`attnsim.simulator.adapters.from_torch`; random ones:
+:mod:`attnsim.simulator.sampling` (also reachable here: ``spec.from_torch`` etc.).
+
 Every array is stored as a detached float64 ``torch.Tensor`` (a private copy of what was
 passed in); treat it as read-only. Shapes follow TransformerLens (rows are inputs, so a
 layer computes ``x @ W``). Glossary: ``n`` positions, ``d_model`` model width ``d``,
 ``n_heads`` heads ``h``, ``d_head`` width of one head, ``d_mlp`` hidden width of the FFN.
 
 Biases in the scores. With query and key biases the score of query ``i`` and key ``j`` is
-``scale * (x_i W_Q + b_Q)(x_j W_K + b_K)^T``, which expands to
-
-``x_i A x_j^T + x_i . a_query + x_j . a_key + a_const``, with ``A = scale W_Q W_K^T``,
-``a_query = scale W_Q b_K^T``, ``a_key = scale W_K b_Q^T``, ``a_const = scale b_Q . b_K``.
+``scale * (x_i W_Q + b_Q)(x_j W_K + b_K)^T``, which expands to ``x_i A x_j^T + x_i . a_query
++ x_j . a_key + a_const``, with ``A = scale W_Q W_K^T``, ``a_query = scale W_Q b_K^T``,
+``a_key = scale W_K b_Q^T``, ``a_const = scale b_Q . b_K``.
 
 :class:`AttentionSpec` keeps the factors and biases exactly as given; :class:`MergedAttention`
 keeps the four score terms separately, and :meth:`MergedAttention.augmented` folds them into
@@ -31,25 +33,22 @@ themselves are reproduced. Likewise the value bias gives ``softmax(S) 1 b_OV = 1
 sum to one), so it could be folded into ``b_O``; it is kept per head
 (:meth:`MergedAttention.output_bias` gives the folded constant).
 
->>> spec = random_attention(2, 4, seed=0)
->>> spec.n_heads, spec.d_model, spec.d_head
-(2, 4, 2)
->>> merged = spec.merged()
->>> tuple(merged.A.shape), tuple(merged.W_OV.shape)
-((2, 4, 4), (2, 4, 4))
+>>> import torch
+>>> W = torch.ones(2, 4, 2)  # [n_heads, d_model, d_head]
+>>> spec = AttentionSpec(W_Q=W, W_K=W, W_V=W, W_O=torch.ones(4, 4))
+>>> spec.n_heads, spec.d_model, spec.d_head, tuple(spec.merged().A.shape)
+(2, 4, 2, (2, 4, 4))
 """
 
 import dataclasses
 import enum
+import importlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 __all__ = [
     "Activation",
@@ -58,11 +57,20 @@ __all__ = [
     "LayerNormSpec",
     "FeedForwardSpec",
     "EncoderLayerSpec",
-    "from_torch",
-    "random_attention",
-    "random_encoder_layer",
-    "with_logit_scale",
 ]
+
+# names that moved out of this module -> their module, imported on first use (no cycle)
+_SAMPLED = ("random_attention", "random_encoder_layer", "with_logit_scale")
+_MOVED = {"from_torch": "attnsim.simulator.adapters"} | dict.fromkeys(
+    _SAMPLED, "attnsim.simulator.sampling"
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MOVED[name]), name)
+
 
 Tensor = torch.Tensor
 DTYPE = torch.float64  # every stored array has this dtype
@@ -377,6 +385,7 @@ class AttentionSpec:
         Returns:
             The equivalent :class:`MergedAttention` (same scores, same outputs).
 
+        >>> from attnsim.simulator.sampling import random_attention
         >>> spec = random_attention(3, 6, seed=1)
         >>> m = spec.merged()
         >>> m.n_heads, tuple(m.A.shape), m.causal == spec.causal
@@ -536,6 +545,7 @@ class EncoderLayerSpec:
         TypeError: a part has the wrong type, or ``norm_first`` is not a bool.
         ValueError: the parts disagree on ``d_model``.
 
+    >>> from attnsim.simulator.sampling import random_encoder_layer
     >>> layer = random_encoder_layer(2, 4, 8, seed=0, norm_first=True)
     >>> layer.d_model, layer.ffn.d_mlp, layer.norm_first
     (4, 8, True)
@@ -581,382 +591,9 @@ class EncoderLayerSpec:
         Returns:
             A new :class:`EncoderLayerSpec`; the other parts are shared.
 
+        >>> from attnsim.simulator.sampling import random_encoder_layer
         >>> layer = random_encoder_layer(1, 2, 4, seed=0)
         >>> type(layer.merged().attention).__name__
         'MergedAttention'
         """
         return dataclasses.replace(self, attention=self.attention.merged())
-
-
-# --------------------------------------------------------------------------------------------
-# adapters from torch modules
-
-
-def from_torch(module: nn.Module, *, causal: bool = False) -> AttentionSpec | EncoderLayerSpec:
-    """Read a torch module's weights into a spec (float64 copies).
-
-    Supported: ``nn.MultiheadAttention`` (self-attention, ``kdim == vdim == embed_dim``,
-    with or without bias, ``batch_first`` either way) and ``nn.TransformerEncoderLayer``
-    (``norm_first`` either way, activation ``"relu"``/``"gelu"`` or ``F.relu``/``F.gelu`` or
-    ``nn.ReLU()``/``nn.GELU(approximate=...)``). Modules with dropout > 0 must be in eval mode.
-    A mask is a call argument in torch, not part of the module: pass ``causal=True`` for a
-    layer that is called with a causal mask.
-
-    Args:
-        module: the torch module.
-        causal: whether the layer is used with a causal mask.
-
-    Returns:
-        :class:`AttentionSpec` for ``nn.MultiheadAttention``, :class:`EncoderLayerSpec` for
-        ``nn.TransformerEncoderLayer``.
-
-    Raises:
-        TypeError: ``module`` is of another type.
-        ValueError: an option is unsupported (named in the message).
-
-    >>> from torch import nn
-    >>> spec = from_torch(nn.MultiheadAttention(4, 2))
-    >>> spec.n_heads, spec.d_head
-    (2, 2)
-    """
-    _check_bool(causal, "from_torch causal")
-    if isinstance(module, nn.MultiheadAttention):
-        return _from_multihead_attention(module, causal)
-    if isinstance(module, nn.TransformerEncoderLayer):
-        return _from_encoder_layer(module, causal)
-    raise TypeError(
-        f"from_torch supports nn.MultiheadAttention and nn.TransformerEncoderLayer, got "
-        f"{type(module).__name__}; build the spec directly (AttentionSpec, EncoderLayerSpec)"
-    )
-
-
-def _reject_training_dropout(module: nn.Module, p: float, kind: str) -> None:
-    if module.training and p > 0:
-        raise ValueError(
-            f"{kind} has dropout={p} and is in training mode, so its output is random; "
-            f"call module.eval() (or build it with dropout=0.0) before from_torch"
-        )
-
-
-def _w(t: Tensor | None) -> Tensor | None:
-    return None if t is None else t.detach().to(DTYPE)
-
-
-def _from_multihead_attention(m: nn.MultiheadAttention, causal: bool) -> AttentionSpec:
-    kind = "nn.MultiheadAttention"
-    if not m._qkv_same_embed_dim or m.kdim != m.embed_dim or m.vdim != m.embed_dim:
-        raise ValueError(
-            f"{kind} with kdim={m.kdim}, vdim={m.vdim} different from embed_dim={m.embed_dim} "
-            f"is not supported: the simulated layer is self-attention over one input X; "
-            f"build it with kdim=vdim=embed_dim (or leave them None)"
-        )
-    if m.bias_k is not None or m.bias_v is not None:
-        raise ValueError(
-            f"{kind} with add_bias_kv=True is not supported: it appends a learned key/value "
-            f"position that is not part of X; build it with add_bias_kv=False"
-        )
-    if m.add_zero_attn:
-        raise ValueError(
-            f"{kind} with add_zero_attn=True is not supported: it appends an all-zero "
-            f"key/value position that is not part of X; build it with add_zero_attn=False"
-        )
-    _reject_training_dropout(m, m.dropout, kind)
-    d, h, dh = m.embed_dim, m.num_heads, m.head_dim
-
-    def heads(w: Tensor) -> Tensor:  # torch [h*dh, d] (out x in) -> [h, d, dh]
-        return w.T.reshape(d, h, dh).permute(1, 0, 2)
-
-    W_Q, W_K, W_V = (heads(w) for w in _w(m.in_proj_weight).chunk(3))
-    b_Q = b_K = b_V = None
-    if m.in_proj_bias is not None:
-        b_Q, b_K, b_V = (b.reshape(h, dh) for b in _w(m.in_proj_bias).chunk(3))
-    return AttentionSpec(
-        W_Q=W_Q,
-        W_K=W_K,
-        W_V=W_V,
-        W_O=_w(m.out_proj.weight).T.reshape(h, dh, d),  # [d, h*dh] (out x in) -> [h, dh, d]
-        b_Q=b_Q,
-        b_K=b_K,
-        b_V=b_V,
-        b_O=_w(m.out_proj.bias),
-        causal=causal,
-    )
-
-
-def _activation_of(fn: Any) -> Activation:
-    if fn is F.relu or fn is torch.relu or isinstance(fn, nn.ReLU):
-        return Activation.RELU
-    if fn is F.gelu:
-        return Activation.GELU
-    if isinstance(fn, nn.GELU):
-        return Activation.GELU_TANH if fn.approximate == "tanh" else Activation.GELU
-    raise ValueError(
-        f"nn.TransformerEncoderLayer option activation={fn!r} is not supported; expected "
-        f"'relu' or 'gelu' (as a string, F.relu/F.gelu, nn.ReLU() or nn.GELU()); for "
-        f"'maxmin' build a FeedForwardSpec directly"
-    )
-
-
-def _layer_norm_of(norm: Any, name: str, d: int) -> LayerNormSpec:
-    if not isinstance(norm, nn.LayerNorm) or tuple(norm.normalized_shape) != (d,):
-        raise ValueError(
-            f"nn.TransformerEncoderLayer option {name}={norm!r} is not supported; expected "
-            f"nn.LayerNorm({d}) over the model width"
-        )
-    weight = _w(norm.weight) if norm.weight is not None else torch.ones(d, dtype=DTYPE)
-    return LayerNormSpec(weight=weight, bias=_w(norm.bias), eps=norm.eps)
-
-
-def _from_encoder_layer(layer: nn.TransformerEncoderLayer, causal: bool) -> EncoderLayerSpec:
-    kind = "nn.TransformerEncoderLayer"
-    for name in ("dropout", "dropout1", "dropout2"):
-        _reject_training_dropout(layer, getattr(layer, name).p, f"{kind} ({name})")
-    attention = _from_multihead_attention(layer.self_attn, causal)
-    d = attention.d_model
-    for name in ("linear1", "linear2"):
-        if not isinstance(getattr(layer, name), nn.Linear):
-            raise ValueError(f"{kind} option {name} must be an nn.Linear; got a replacement")
-    ffn = FeedForwardSpec(
-        W1=_w(layer.linear1.weight).T,  # torch [d_mlp, d] (out x in) -> [d, d_mlp]
-        b1=_w(layer.linear1.bias),
-        W2=_w(layer.linear2.weight).T,  # [d, d_mlp] -> [d_mlp, d]
-        b2=_w(layer.linear2.bias),
-        activation=_activation_of(layer.activation),
-    )
-    return EncoderLayerSpec(
-        attention=attention,
-        ffn=ffn,
-        norm1=_layer_norm_of(layer.norm1, "norm1", d),
-        norm2=_layer_norm_of(layer.norm2, "norm2", d),
-        norm_first=bool(layer.norm_first),
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# random targets for tests
-
-
-def _randn(g: torch.Generator, *shape: int, std: float) -> Tensor:
-    return torch.randn(*shape, generator=g, dtype=DTYPE) * std
-
-
-def _check_size(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def random_attention(
-    n_heads: int,
-    d: int,
-    d_head: int | None = None,
-    *,
-    seed: int,
-    logit_scale: float | None = None,
-    X: Any = None,
-    bias: bool = True,
-    causal: bool = False,
-) -> AttentionSpec:
-    """Draw a random :class:`AttentionSpec` (Gaussian weights, entries of variance ``1/d``).
-
-    Args:
-        n_heads: number of heads.
-        d: model width.
-        d_head: width of one head; ``None`` means ``d // n_heads`` (``d`` must then be
-            divisible by ``n_heads``).
-        seed: seed of the private generator (the same seed gives the same spec).
-        logit_scale: if given with ``X``, rescale each head so that its largest pre-softmax
-            score on ``X`` has magnitude exactly ``logit_scale`` (see
-            :func:`with_logit_scale`); without ``X``, rescale each head so that the spectral
-            norm of its augmented score form (:meth:`MergedAttention.augmented`) is
-            ``logit_scale``, which bounds ``|S[i, j]| <= logit_scale * |[x_i, 1]| |[x_j, 1]|``.
-        X: ``[n, d]`` input the scores refer to (only used with ``logit_scale``).
-        bias: draw biases (True) or leave them zero.
-        causal: the spec's causal flag.
-
-    Returns:
-        The spec.
-
-    Raises:
-        ValueError: non-positive sizes, ``d`` not divisible by ``n_heads`` when ``d_head`` is
-            None, or a logit scale that cannot be reached (all scores zero).
-
-    >>> import torch
-    >>> from attnsim.simulator import reference
-    >>> X = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    >>> spec = random_attention(2, 4, seed=0, logit_scale=50.0, X=X)
-    >>> peaks = reference.scores(spec, X).abs().amax(dim=(1, 2))  # per head
-    >>> [round(p, 9) for p in peaks.tolist()]
-    [50.0, 50.0]
-    """
-    n_heads, d = _check_size(n_heads, "n_heads"), _check_size(d, "d")
-    if d_head is None:
-        if d % n_heads:
-            raise ValueError(
-                f"d={d} is not divisible by n_heads={n_heads}; pass d_head explicitly or "
-                f"choose d as a multiple of n_heads"
-            )
-        d_head = d // n_heads
-    d_head = _check_size(d_head, "d_head")
-    g = torch.Generator().manual_seed(seed)
-    std = 1.0 / math.sqrt(d)
-    W_Q, W_K, W_V = (_randn(g, n_heads, d, d_head, std=std) for _ in range(3))
-    W_O = _randn(g, n_heads, d_head, d, std=1.0 / math.sqrt(n_heads * d_head))
-    biases = [_randn(g, n_heads, d_head, std=0.5) for _ in range(3)] + [_randn(g, d, std=0.5)]
-    if not bias:
-        biases = [None] * 4
-    spec = AttentionSpec(W_Q, W_K, W_V, W_O, *biases, causal=causal)
-    if logit_scale is None:
-        return spec
-    if X is not None:
-        return with_logit_scale(spec, X, logit_scale)
-    target = _check_real(logit_scale, "logit_scale")
-    norms = torch.linalg.matrix_norm(spec.merged().augmented()[0], ord=2)  # [h]
-    return _scale_queries(spec, target / norms)
-
-
-def _scale_queries(spec: AttentionSpec, factor: Tensor) -> AttentionSpec:
-    """Multiply each head's query weights and bias by ``factor[h]`` (scores scale likewise)."""
-    return dataclasses.replace(
-        spec, W_Q=spec.W_Q * factor[:, None, None], b_Q=spec.b_Q * factor[:, None]
-    )
-
-
-def with_logit_scale(
-    spec: AttentionSpec | MergedAttention | EncoderLayerSpec, X: Any, magnitude: float
-) -> AttentionSpec | MergedAttention | EncoderLayerSpec:
-    """Rescale each head so that its largest pre-softmax score on ``X`` is ``magnitude``.
-
-    Scores are linear in the query side (``W_Q`` and ``b_Q``; for a merged spec, all four
-    score terms), so multiplying it by ``magnitude / max_ij |S_h[i, j]|`` makes
-    ``max |S_h| == magnitude`` for every head (only the entries a query can see count when the
-    spec is causal). For an encoder layer, ``X`` is the layer's input and the scores are
-    those of the attention's input (``norm1(X)`` when ``norm_first``).
-
-    Args:
-        spec: the target.
-        X: ``[n, d_model]`` input.
-        magnitude: the wanted largest ``|score|`` per head (positive).
-
-    Returns:
-        A new spec of the same type.
-
-    Raises:
-        ValueError: ``magnitude <= 0``, a bad ``X``, or a head whose scores on ``X`` are all
-            zero (it cannot be rescaled).
-
-    >>> import torch
-    >>> spec = random_attention(1, 3, seed=2)
-    >>> X = torch.eye(3, dtype=torch.float64)
-    >>> from attnsim.simulator import reference
-    >>> round(reference.scores(with_logit_scale(spec, X, 20.0), X).abs().max().item(), 9)
-    20.0
-    """
-    from attnsim.simulator import reference  # the oracle computes the scores; no import cycle
-
-    target = _check_real(magnitude, "magnitude")
-    if target <= 0:
-        raise ValueError(f"magnitude must be positive, got {target}; pass e.g. 50.0")
-    if isinstance(spec, EncoderLayerSpec):
-        X = reference.check_input(spec, X)
-        if spec.norm_first:
-            X = reference.layer_norm(spec.norm1, X)
-        return dataclasses.replace(spec, attention=with_logit_scale(spec.attention, X, target))
-    if not isinstance(spec, (AttentionSpec, MergedAttention)):
-        raise TypeError(
-            f"with_logit_scale needs an AttentionSpec, MergedAttention or EncoderLayerSpec, "
-            f"got {type(spec).__name__}"
-        )
-    X = reference.check_input(spec, X)
-    S = reference.scores(spec, X)  # [h, n, n]
-    if spec.causal:
-        S = S.tril()  # entries above the diagonal are never seen
-    peak = S.abs().amax(dim=(1, 2))  # [h]
-    if bool((peak == 0).any()):
-        head = int((peak == 0).nonzero()[0])
-        raise ValueError(
-            f"head {head} has all scores zero on X, so no rescaling reaches |score| = "
-            f"{target}; use an X with nonzero rows or draw the spec with another seed"
-        )
-    factor = target / peak
-    if isinstance(spec, AttentionSpec):
-        return _scale_queries(spec, factor)
-    return dataclasses.replace(
-        spec,
-        A=spec.A * factor[:, None, None],
-        a_query=spec.a_query * factor[:, None],
-        a_key=spec.a_key * factor[:, None],
-        a_const=spec.a_const * factor,
-    )
-
-
-def random_encoder_layer(
-    n_heads: int,
-    d: int,
-    d_mlp: int | None = None,
-    *,
-    seed: int,
-    activation: Activation | str = Activation.RELU,
-    norm_first: bool = False,
-    layer_norm: bool = True,
-    bias: bool = True,
-    causal: bool = False,
-    logit_scale: float | None = None,
-    X: Any = None,
-) -> EncoderLayerSpec:
-    """Draw a random :class:`EncoderLayerSpec`.
-
-    Args:
-        n_heads: number of heads (``d`` must be divisible by it).
-        d: model width.
-        d_mlp: FFN hidden width; ``None`` means ``4 * d``.
-        seed: seed of the private generator.
-        activation: FFN activation (see :class:`Activation`).
-        norm_first: pre-norm (True) or post-norm (False).
-        layer_norm: include the two LayerNorms (random gains near 1 and small shifts).
-        bias: draw biases (True) or leave them zero.
-        causal: the attention's causal flag.
-        logit_scale: as in :func:`random_attention`; with ``X`` it refers to the scores of
-            this layer on input ``X`` (see :func:`with_logit_scale`).
-        X: ``[n, d]`` layer input for ``logit_scale``.
-
-    Returns:
-        The spec.
-
-    Raises:
-        ValueError: bad sizes or activation (see the spec classes).
-
-    >>> layer = random_encoder_layer(2, 4, seed=0, activation="gelu")
-    >>> layer.ffn.d_mlp, layer.ffn.activation.value, layer.norm1 is not None
-    (16, 'gelu', True)
-    """
-    d = _check_size(d, "d")
-    d_mlp = 4 * d if d_mlp is None else _check_size(d_mlp, "d_mlp")
-    attention = random_attention(
-        n_heads,
-        d,
-        seed=seed,
-        bias=bias,
-        causal=causal,
-        logit_scale=None if X is not None else logit_scale,
-    )
-    g = torch.Generator().manual_seed(seed + 1_000_003)  # independent of the attention draw
-    ffn = FeedForwardSpec(
-        W1=_randn(g, d, d_mlp, std=1.0 / math.sqrt(d)),
-        b1=_randn(g, d_mlp, std=0.5) if bias else None,
-        W2=_randn(g, d_mlp, d, std=1.0 / math.sqrt(d_mlp)),
-        b2=_randn(g, d, std=0.5) if bias else None,
-        activation=activation,
-    )
-    norms: Sequence[LayerNormSpec | None] = [None, None]
-    if layer_norm:
-        norms = [
-            LayerNormSpec(
-                weight=1.0 + _randn(g, d, std=0.2), bias=_randn(g, d, std=0.2) if bias else None
-            )
-            for _ in range(2)
-        ]
-    layer = EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=norm_first)
-    if logit_scale is not None and X is not None:
-        return with_logit_scale(layer, X, logit_scale)
-    return layer

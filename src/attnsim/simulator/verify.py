@@ -1,5 +1,8 @@
 """Checking U against the plain-torch oracle on many random targets, and the demo.
 
+The random targets come from :mod:`attnsim.simulator.sampling` (``random_target``,
+``shift_rows`` and ``random_shifted_target`` are also reachable here).
+
 >>> from attnsim.simulator import universal
 >>> result = verify(universal.build(2, 2, 1), targets=3, seed=0, progress=False)
 >>> result.failures, result.max_error <= 1e-9
@@ -8,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
@@ -18,9 +20,19 @@ import rich.progress
 import rich.table
 import torch
 
-from attnsim.simulator import spec
+from attnsim.simulator import universal
 from attnsim.simulator.reference import reference
-from attnsim.simulator.universal import UniversalSimulator
+from attnsim.simulator.sampling import random_shifted_target, random_target, shift_rows
+
+__all__ = [
+    "VerifyResult",
+    "demo",
+    "relative_error",
+    "verify",
+    "random_target",  # from sampling
+    "random_shifted_target",  # from sampling
+    "shift_rows",  # from sampling
+]
 
 
 @dataclass
@@ -54,100 +66,13 @@ class VerifyResult:
         return dict(self.__dict__)
 
 
-def random_target(
-    rng: np.random.Generator,
-    max_n: int,
-    max_d: int,
-    max_heads: int,
-    max_logit: float,
-    max_ff: int = 0,
-) -> tuple[spec.AttentionSpec | spec.EncoderLayerSpec, torch.Tensor, int]:
-    """A random target within the sizes, its input X, and the seed that made it.
-
-    With ``max_ff > 0`` the target is a full encoder layer (norm first or last, relu, gelu
-    or gelu_tanh), else a multi-head attention layer.
-    """
-    h = int(rng.integers(1, max_heads + 1))
-    d = int(rng.integers(1, max_d // h + 1)) * h
-    n = int(rng.integers(1, max_n + 1))
-    seed = int(rng.integers(1 << 31))
-    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
-    logit = float(rng.uniform(0.1, max_logit))
-    if max_ff:
-        return (
-            spec.random_encoder_layer(
-                h,
-                d,
-                int(rng.integers(1, max_ff + 1)),
-                seed=seed,
-                activation=("relu", "gelu", "gelu_tanh")[seed % 3],
-                norm_first=bool(seed % 2),
-                causal=bool((seed // 2) % 2),
-                logit_scale=logit,
-                X=X,
-            ),
-            X,
-            seed,
-        )
-    target = spec.random_attention(h, d, seed=seed, causal=bool(seed % 2), bias=True)
-    target = spec.with_logit_scale(target, X, logit)
-    return target, X, seed
-
-
-def shift_rows(
-    rng: np.random.Generator, target: spec.MergedAttention, X: torch.Tensor, bound: float
-) -> spec.MergedAttention:
-    """``target`` with every row of every head's scores on X shifted by its own amount.
-
-    The shift of row i in head h, ``x_i . a_query_h + a_const_h``, adds the same amount to
-    every key of the row (softmax does not change; a softmax without a max shift fails):
-    drawn uniformly so that every score stays within ``bound`` (solved exactly when
-    n <= d + 1, else a random direction scaled to reach the drawn size).
-
-    >>> import torch
-    >>> T, X = spec.MergedAttention(A=torch.eye(2)[None], W_OV=torch.eye(2)[None]), torch.eye(2)
-    >>> from attnsim.simulator.reference import scores
-    >>> S = scores(shift_rows(np.random.default_rng(0), T, X.double(), 1e4), X.double())
-    >>> bool(S.abs().max() <= 1e4), bool(S.abs().max() > 100)
-    (True, True)
-    """
-    from attnsim.simulator.reference import scores
-
-    n, d = X.shape
-    room = bound - float(scores(target, X).abs().max()) - 1e-6 * bound
-    if room <= 0:
-        raise ValueError(f"the target's scores already reach the bound {bound:g}")
-    Xt = torch.cat([X, torch.ones(n, 1, dtype=X.dtype)], dim=1)  # [n, d + 1]
-    a_query, a_const = target.a_query.clone(), target.a_const.clone()
-    for h in range(target.n_heads):
-        want = torch.tensor(rng.uniform(-room, room, n), dtype=X.dtype)
-        if n <= d + 1:
-            w = torch.linalg.lstsq(Xt, want[:, None]).solution[:, 0]
-        else:
-            w = torch.tensor(rng.standard_normal(d + 1), dtype=X.dtype)
-            w = w * float(want.abs().max()) / float((Xt @ w).abs().max())
-        w = w * min(1.0, room / float((Xt @ w).abs().max()))
-        a_query[h] += w[:d]
-        a_const[h] += w[d]
-    return dataclasses.replace(target, a_query=a_query, a_const=a_const)
-
-
-def random_shifted_target(
-    rng: np.random.Generator, max_n: int, max_d: int, max_heads: int, bound: float
-) -> tuple[spec.MergedAttention, torch.Tensor, int]:
-    """A random attention target (as ``random_target``, scores scaled up to 20) whose rows
-    are shifted anywhere within ``bound`` (see ``shift_rows``), its X and its seed."""
-    target, X, seed = random_target(rng, max_n, max_d, max_heads, 20.0)
-    return shift_rows(rng, target.merged(), X, bound), X, seed
-
-
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     """``max|got - want| / max|want|``."""
     return float((got - want).abs().max() / want.abs().max().clamp(min=1e-300))
 
 
 def verify(
-    U: UniversalSimulator,
+    U: universal.UniversalSimulator,
     *,
     targets: int = 100,
     seed: int = 0,
@@ -226,8 +151,6 @@ def demo(console: rich.console.Console, sizes: tuple[int, int, int] = (4, 4, 2))
     Returns:
         0 when every simulated output matches the oracle within 1e-9, else 1.
     """
-    from attnsim.simulator import universal
-
     n, d, h = sizes
     with console.status(
         f"building the universal simulator U for n <= {n}, d <= {d}, heads <= {h} ..."

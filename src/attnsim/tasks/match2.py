@@ -22,16 +22,17 @@ wrong, see the notes):
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 from attnsim import rasp
+from attnsim.rasp import gathers
+from attnsim.values import is_int
 
 __all__ = ["match2", "match2_reference"]
 
 
 def _modulus(modulus: object) -> int:
-    if isinstance(modulus, bool) or not isinstance(modulus, numbers.Integral):
+    if not is_int(modulus):
         raise TypeError(f"modulus must be an int, got {type(modulus).__name__} {modulus!r}")
     if modulus < 1:
         raise ValueError(f"modulus must be >= 1, got {modulus}")
@@ -65,7 +66,7 @@ def match2(modulus: int) -> rasp.SOp:
     """
     m = _modulus(modulus)
     partner = rasp.Select(rasp.tokens, rasp.tokens, lambda key, query: (key + query) % m == 0)
-    found = rasp.numerical(rasp.Aggregate(partner, rasp.numerical(rasp.Full(1.0)), default=0))
+    found = gathers.any_selected(partner)
     return rasp.categorical(rasp.Map(lambda v: 1 if v > 0 else 0, found)).named(f"match2_mod{m}")
 
 

@@ -25,10 +25,11 @@ tokens as a batch (a list of sequences):
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Sequence
 
 from attnsim import rasp
+from attnsim.rasp import gathers
+from attnsim.values import is_int
 
 __all__ = [
     "parity",
@@ -48,10 +49,6 @@ def _count_mod2(selector: rasp.Selector, ones: rasp.SOp, name: str) -> rasp.SOp:
     return rasp.categorical(rasp.Map(lambda v: int(round(v)) % 2, count)).named(name)
 
 
-def _everything() -> rasp.Selector:
-    return rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.TRUE)
-
-
 def parity() -> rasp.SOp:
     """The parity of all bits: tokens are 0/1 (ints or bools). Cost: 1 layer, 1 head.
 
@@ -66,7 +63,7 @@ def parity() -> rasp.SOp:
     >>> rasp.evaluate(parity(), [1, 0, 1, 1])
     [1, 1, 1, 1]
     """
-    return _count_mod2(_everything(), rasp.tokens, "parity")
+    return _count_mod2(gathers.select_all(), rasp.tokens, "parity")
 
 
 def k_parity() -> rasp.SOp:
@@ -84,7 +81,7 @@ def k_parity() -> rasp.SOp:
     ones = rasp.numerical(
         rasp.Map(lambda t: 1.0 if _is_one(t[0]) and bool(t[1]) else 0.0, rasp.tokens)
     )
-    return _count_mod2(_everything(), ones, "k_parity")
+    return _count_mod2(gathers.select_all(), ones, "k_parity")
 
 
 def fixed_subset_parity(subset: Iterable[int]) -> rasp.SOp:
@@ -106,14 +103,14 @@ def fixed_subset_parity(subset: Iterable[int]) -> rasp.SOp:
     [0, 0, 0, 0]
     """
     members = frozenset(_positions(subset))
-    chosen = rasp.Select(rasp.indices, rasp.indices, lambda key, query: key in members)
+    chosen = gathers.select_keys(lambda key: key in members)
     return _count_mod2(chosen, rasp.tokens, f"parity_of_{sorted(members)}")
 
 
 def _positions(subset: Iterable[int]) -> list[int]:
     out = []
     for p in subset:
-        if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+        if not is_int(p):
             raise TypeError(f"subset positions must be ints, got {type(p).__name__} {p!r}")
         if p < 0:
             raise ValueError(f"subset positions must be >= 0, got {p}")

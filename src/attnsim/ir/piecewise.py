@@ -7,8 +7,12 @@ known in closed form for each supported function. The tolerance is absolute, or 
 ``relative=True`` relative to ``min|f|`` on each interval (for functions without a zero on the
 range: exp, 1/x, 1/sqrt(x), sqrt above 0), which suits ranges where f spans many orders of
 magnitude. Outside ``[lo, hi]`` the realisation is flat (the compiled model checks at run time
-that inputs stay inside), except below ``lo`` for exp, where the compiler ramps it down to 0
-at ``lo - 1`` (the error there is at most ``exp(lo)``, and far below it the value is exactly 0).
+that inputs stay inside), except below ``lo`` for exp, where ``interpolant_units(ramp=True)``
+ramps it down to 0 at ``lo - 1`` (the error there is at most ``exp(lo)``, and far below it the
+value is exactly 0).
+
+``interpolant_units`` writes the interpolant as ReLU units: a constant (the value at one end)
+plus one unit per knot where the slope changes.
 
 >>> pl = fit("exp", -2.0, 2.0, tolerance=1e-3)
 >>> len(pl.knots) > 10, pl.bound <= 1e-3
@@ -18,12 +22,20 @@ True
 >>> r = fit("reciprocal", 1e-3, 1e3, tolerance=1e-4, relative=True)
 >>> abs(r(0.5) * 0.5 - 1.0) <= r.bound <= 1e-4
 True
+>>> import numpy as np
+>>> units = interpolant_units("exp", {"x": 1.0}, pl, "y")
+>>> s = {"notbos": np.array([0.0, 1.0]), "x": np.array([0.0, 0.3])}
+>>> bool(abs(sum(u.apply(s)["y"] for u in units)[1] - math.exp(0.3)) <= pl.bound)
+True
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from attnsim.ir.blocks import NOTBOS, ReluUnit, linear_form
 
 KINDS = ("exp", "log", "sqrt", "reciprocal", "rsqrt", "gelu", "gelu_tanh")
 _PHI0 = 1.0 / math.sqrt(2.0 * math.pi)
@@ -194,3 +206,57 @@ def fit(
                 "knots; widen the tolerance or narrow the declared range"
             )
     return PiecewiseLinear(kind, tuple(knots), tuple(f(k) for k in knots), worst, relative)
+
+
+def interpolant_units(
+    name: str,
+    form: Mapping[str, float],
+    pl: PiecewiseLinear,
+    out: str,
+    *,
+    scale: float = 1.0,
+    ramp: bool = False,
+) -> list[ReluUnit]:
+    """ReLU units writing ``scale * pl(x)`` to ``out``, where x is the linear form ``form``.
+
+    The sum is anchored at the end where f is flatter (the constant unit ``relu(notbos)``
+    holds the value there), so that inside the range every active unit adds terms of one sign
+    for convex monotone f: no cancellation, even where f spans many orders of magnitude (1/x
+    on ``[e^-50, e^50]``). The interpolant is flat outside the knots.
+
+    Args:
+        name: the units' name.
+        form: the input (direction -> coefficient).
+        pl: the interpolant, from :func:`fit`.
+        out: the direction written.
+        scale: a factor on every output weight (``c / x`` is ``c`` times a reciprocal).
+        ramp: prepend the knot ``(knots[0] - 1, 0)``: below the range the output falls to
+            exactly 0 (for exp, whose inputs may be pushed far down).
+
+    Returns:
+        The units: the constant first, then one per knot with a change of slope.
+    """
+    knots, values = list(pl.knots), list(pl.values)
+    if ramp:
+        knots.insert(0, knots[0] - 1.0)
+        values.insert(0, 0.0)
+    slopes = [
+        (values[k + 1] - values[k]) / (knots[k + 1] - knots[k]) for k in range(len(knots) - 1)
+    ]
+    # the slope changes at each knot (flat outside the knots)
+    deltas = [s1 - s0 for s0, s1 in zip([0.0, *slopes], [*slopes, 0.0])]
+    left = abs(slopes[-1]) < abs(slopes[0])
+    inputs_list = [((NOTBOS, 1.0),)]
+    outs = [(values[-1] if left else values[0]) * scale]
+    for x_k, delta in zip(knots, deltas):
+        if delta == 0.0:
+            continue
+        if left:  # delta * relu(x_k - x)
+            inputs = {k: -c for k, c in form.items()}
+            inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) + x_k
+        else:  # delta * relu(x - x_k)
+            inputs = dict(form)
+            inputs[NOTBOS] = inputs.get(NOTBOS, 0.0) - x_k
+        inputs_list.append(linear_form(inputs))
+        outs.append(delta * scale)
+    return [ReluUnit(name, lf, ((out, w),)) for lf, w in zip(inputs_list, outs)]

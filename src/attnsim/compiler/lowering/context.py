@@ -1,0 +1,201 @@
+"""The state of one lowering: names, residual directions, slots, blocks, and the memo of reps.
+
+Every construction module (maps, selectors, aggregates, forms) is a set of functions taking a
+``Context`` first. The context knows no construction: ``Context.rep`` calls the dispatch
+function it was made with (``lowering.lower_sop``), which keeps the modules free of cycles.
+Once every S-op is lowered, ``Context.freeze`` returns the ``LoweredProgram``.
+
+A block's place is a slot (see ``program``): ``ctx.mlp_stage(after)`` is the first MLP after
+``after``, as an ``After`` of that one slot, to attach blocks to with ``ctx.emit`` and to
+give as the ``after`` of what they write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from attnsim.compiler.lowering.program import (
+    After,
+    Block,
+    LoweredProgram,
+    PlacedBlock,
+    PlannedGuard,
+    Realisation,
+    Rep,
+    Slot,
+)
+from attnsim.compiler.options import CompileOptions
+from attnsim.compiler.value_inference import ValueInference, call_function
+from attnsim.ir.basis import Basis
+from attnsim.ir.blocks import BOS, NOTBOS, Head
+from attnsim.model.compiled import GuardSpec
+from attnsim.rasp import expr as E
+
+MAX_LOOKUP = 50_000  # hidden units one lookup table may use
+
+FAILED = object()  # what a function gives on a value it raises on
+
+
+class Context:
+    """One program's lowering in progress (memoised: each S-op is lowered once)."""
+
+    def __init__(
+        self,
+        vi: ValueInference,
+        labels: dict[int, str],
+        options: CompileOptions,
+        lower: Callable[[Context, E.SOp], Rep],
+    ) -> None:
+        self.vi = vi
+        self.L = vi.L
+        self.options = options
+        self.map_ranges = dict(options.map_ranges or {})
+        self.labels = dict(labels)
+        self.used_labels = set(labels.values())
+        self._lower = lower
+        self.basis = Basis([BOS, NOTBOS])
+        self.static_embed: dict[str, np.ndarray] = {}  # direction -> value per position
+        self.token_dims: dict[str, Any] = {}  # direction -> vocabulary value (one-hot tokens)
+        self.token_num_dir: str | None = None
+        self.slots: list[Slot] = []
+        self._slot_ids: dict[Slot, int] = {}
+        self.blocks: list[PlacedBlock] = []
+        self.reps: dict[int, Rep] = {}
+        self.categorical: dict[int, Rep] = {}  # uid -> one-hot block made from a number
+        self.scores: dict[int, tuple[tuple, float, After]] = {}
+        self.guards: list[PlannedGuard] = []
+        self.realisations: list[Realisation] = []
+        self.squares: dict[tuple, tuple[str, After]] = {}
+        self.gains: dict[int, float] = {}  # SelectMax selector uid -> the gain G of its base
+        self._n_units = 0
+
+    # -- naming ------------------------------------------------------------------------------
+    def label(self, e: E.RASPExpr) -> str:
+        """The expression's unique label (made unique once, for expressions lowering adds)."""
+        got = self.labels.get(e.uid)
+        if got is None:
+            base = e.label
+            got = base if base not in self.used_labels else f"{base}#{e.uid}"
+            self.used_labels.add(got)
+            self.labels[e.uid] = got
+        return got
+
+    def fresh(self, base: str) -> str:
+        """A label not used yet: ``base``, else ``base_2``, ``base_3``, ..."""
+        i = 1
+        name = base
+        while name in self.used_labels:
+            i += 1
+            name = f"{base}_{i}"
+        self.used_labels.add(name)
+        return name
+
+    def new_dir(self, label: str) -> str:
+        """Adds a residual direction (if new) and returns its label."""
+        self.basis.add(label)
+        return label
+
+    # -- placement ---------------------------------------------------------------------------
+    def _slot(self, kind: str, after: After) -> After:
+        key = Slot(kind, frozenset(after))
+        i = self._slot_ids.get(key)
+        if i is None:
+            i = self._slot_ids[key] = len(self.slots)
+            self.slots.append(key)
+        return frozenset((i,))
+
+    def attn_stage(self, after: After) -> After:
+        """The first attention sublayer after ``after``."""
+        return self._slot("attn", after)
+
+    def mlp_stage(self, after: After) -> After:
+        """The first MLP after ``after``."""
+        return self._slot("mlp", after)
+
+    def emit(self, stage: After, block: Block) -> None:
+        """Attaches a block to ``stage`` (from attn_stage or mlp_stage); units get a numbered
+        name (``"base/k"``), heads keep theirs."""
+        (slot,) = stage
+        if not isinstance(block, Head):
+            self._n_units += 1
+            block = dataclasses.replace(block, name=f"{block.name}/{self._n_units}")
+        self.blocks.append(PlacedBlock(slot, block))
+
+    def emit_all(self, stage: After, blocks: Iterable[Block]) -> int:
+        """Attaches every block to ``stage``; returns how many."""
+        n = 0
+        for b in blocks:
+            self.emit(stage, b)
+            n += 1
+        return n
+
+    def guard(self, after: After, label: str, form: tuple, **kw: Any) -> None:
+        """A run-time check on a linear form, read once ``after`` is complete."""
+        self.guards.append(PlannedGuard(GuardSpec(label, form, 0, **kw), frozenset(after)))
+
+    def realised(self, label: str, how: str, level: str, units: int, **kw: Any) -> None:
+        self.realisations.append(Realisation(label, how, level, units, **kw))
+
+    # -- representations ---------------------------------------------------------------------
+    def rep(self, e: E.SOp) -> Rep:
+        """The S-op's representation, lowering it (and what it reads) on first use."""
+        got = self.reps.get(e.uid)
+        if got is None:
+            got = self.reps[e.uid] = self._lower(self, e)
+        return got
+
+    def freeze(self, output: E.SOp) -> LoweredProgram:
+        """The finished lowering, with ``output`` as the program's representation."""
+        return LoweredProgram(
+            vocab=self.vi.vocab,
+            max_seq_len=self.L,
+            residual=self.basis.labels,
+            slots=tuple(self.slots),
+            blocks=tuple(self.blocks),
+            static_embed=MappingProxyType(dict(self.static_embed)),
+            token_dims=MappingProxyType(dict(self.token_dims)),
+            numerical_token_dir=self.token_num_dir,
+            output=self.rep(output),
+            reps=MappingProxyType(dict(self.reps)),
+            categorical=MappingProxyType(dict(self.categorical)),
+            guards=tuple(self.guards),
+            realisations=tuple(self.realisations),
+            labels=MappingProxyType(dict(self.labels)),
+        )
+
+
+def union(afters: Iterable[After]) -> After:
+    """Every slot of several ``After`` sets (the later of several values)."""
+    out: frozenset = frozenset()
+    for a in afters:
+        out = out | a
+    return out
+
+
+# -- calling the program's functions ---------------------------------------------------------
+
+
+def apply_safely(f: Any, *args: Any) -> Any:
+    """``f(*args)``; None where an argument is None, ``FAILED`` where f raises."""
+    if any(a is None for a in args):
+        return None
+    try:
+        return f(*args)
+    except Exception:
+        return FAILED
+
+
+def call_safely(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
+    """The function of a map on input values as the interpreter calls it (``FAILED`` where
+    it raises, None where an input is None)."""
+    if any(a is None for a in args):
+        return None
+    try:
+        return call_function(e, args)
+    except Exception:
+        return FAILED

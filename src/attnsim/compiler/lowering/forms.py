@@ -1,0 +1,232 @@
+"""Embedded S-ops and conversions between the two representations.
+
+- ``static`` and ``tokens``: what the embedding writes (static S-ops per position, one-hot or
+  numerical tokens);
+- ``numeric_form``: a categorical S-op read as a number (a virtual linear form);
+- ``categorical_rep``: a numerical S-op with a finite value set made one-hot, by a discretiser
+  (``discretise``, ReLU steps between the values: ``ir.discretise``);
+- ``square``: the square of a linear form (one bilinear unit, shared by equal forms);
+- static numbers, squares and position indicators for selector scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from attnsim.compiler.lowering.context import FAILED, Context
+from attnsim.compiler.lowering.program import After, Rep, UnsupportedError
+from attnsim.compiler.value_inference import dedupe, sort_values
+from attnsim.ir import discretise as D
+from attnsim.ir import numeric
+from attnsim.ir.blocks import linear_form
+from attnsim.rasp import expr as E
+from attnsim.values import as_number, is_hashable, is_number, is_numeric, value_key, value_text
+
+
+def static(ctx: Context, e: E.SOp) -> Rep:
+    """A static S-op: its value at every position, in the positional embedding."""
+    label = ctx.label(e)
+    vals = ctx.vi.static_values(e)
+    if E.is_numerical(e):
+        arr = np.asarray(vals, dtype=np.float64)
+        d = ctx.new_dir(label)
+        ctx.static_embed[d] = arr
+        return Rep("num", form={d: 1.0})
+    distinct = sort_values(dedupe(v for v in vals if v is not None))
+    dims = []
+    for v in distinct:
+        d = ctx.new_dir(f"{label}:{value_text(v)}")
+        ctx.static_embed[d] = np.array([1.0 if _same(x, v) else 0.0 for x in vals])
+        dims.append(d)
+    return Rep("cat", values=distinct, dims=tuple(dims))
+
+
+def tokens(ctx: Context, e: E.SOp) -> Rep:
+    """The tokens: one direction per vocabulary value, or one real-valued direction."""
+    vocab = ctx.vi.vocab
+    if E.is_numerical(e):
+        ctx.token_num_dir = ctx.new_dir("tokens")
+        return Rep("num", form={"tokens": 1.0})
+    if vocab is None:
+        raise UnsupportedError(
+            "tokens are used categorically but no vocab was given; pass vocab=[...] or "
+            "annotate the tokens rasp.numerical(rasp.tokens) for real-valued input"
+        )
+    dims = []
+    for v in sort_values(vocab):
+        d = ctx.new_dir(f"tokens:{value_text(v)}")
+        ctx.token_dims[d] = v
+        dims.append(d)
+    return Rep("cat", values=sort_values(vocab), dims=tuple(dims))
+
+
+def numeric_form(ctx: Context, e: E.SOp, r: Rep | None = None) -> dict[str, float]:
+    """The S-op's value as a linear form (categorical values must be numbers)."""
+    r = r or ctx.rep(e)
+    if r.kind == "num":
+        return dict(r.form)
+    form = {}
+    for v, d in zip(r.values, r.dims):
+        if isinstance(v, str) or v is None:
+            raise UnsupportedError(f"{ctx.label(e)}: used as a number but takes the value {v!r}")
+        if float(v) != 0.0:
+            form[d] = float(v)
+    return form
+
+
+def categorical_rep(ctx: Context, e: E.SOp) -> Rep:
+    """A one-hot representation of ``e`` (converting a numerical one if needed)."""
+    r = ctx.rep(e)
+    if r.kind == "cat":
+        return r
+    if ctx.vi.is_static(e):
+        if e.uid not in ctx.categorical:
+            ctx.categorical[e.uid] = static(ctx, E.categorical(e))
+        return ctx.categorical[e.uid]
+    vals = ctx.vi.values(e)
+    if vals is None:
+        raise UnsupportedError(
+            f"{ctx.label(e)}: needs a one-hot encoding (for a table) but its values are "
+            "not a known finite set; declare them with a categorical S-op or use EQ on "
+            "integer values"
+        )
+    if e.uid in ctx.categorical:
+        return ctx.categorical[e.uid]
+    out = discretise(ctx, ctx.label(e) + "@cat", r.form, r.after, vals, None, vals)
+    ctx.categorical[e.uid] = out
+    return out
+
+
+def discretise(
+    ctx: Context,
+    label: str,
+    form: dict[str, float],
+    after: After,
+    in_vals: Sequence[float],
+    table: dict | None,
+    out_vals: Sequence[Any] | None,
+    num_out: bool = False,
+    bos_guard: float = 0.0,
+) -> Rep:
+    """A function of a number with finite value set, by ReLU steps between the values.
+
+    ``table`` maps value keys of the inputs to outputs (None: the identity, as a one-hot).
+    A run-time check keeps the input on its values.
+    """
+    xs, outs = [], []
+    for group in D.close_groups(sorted({float(v) for v in in_vals})):
+        if table is None:
+            got = [as_number(x) for x in group]
+        else:
+            got = [table.get(value_key(as_number(x)), table.get(value_key(x))) for x in group]
+        if not _same_outputs(got):
+            raise UnsupportedError(
+                f"{label}: its input takes values that differ only by float rounding "
+                f"({group[0]!r} and {group[-1]!r}) but its function gives different "
+                f"results there ({got[0]!r} and {got[-1]!r}); a compiled model computes "
+                "up to float rounding and cannot tell them apart: round the input first "
+                "(for example with a map to round(x, 9)) or give the function results "
+                "that are numbers"
+            )
+        # values equal up to rounding are one value: steps between them would need a
+        # slope of 1/ulp, which amplifies every rounding error of the model
+        xs.append(group[0])
+        outs.append(got[0])
+    stage = ctx.mlp_stage(after)
+    if num_out:
+        d = ctx.new_dir(label)
+        rep = Rep("num", stage, form={d: 1.0})
+
+        def vec(v):
+            return {d: float(v)} if v is not FAILED and is_numeric(v) else {}
+    else:
+        cats = sort_values(dedupe(v for v in outs if v is not None and v is not FAILED))
+        dims = tuple(ctx.new_dir(f"{label}:{value_text(v)}") for v in cats)
+        rep = Rep("cat", stage, values=cats, dims=dims)
+        index = rep.dim_of()
+
+        def vec(v):
+            return {} if v is None or v is FAILED else {index[value_key(v)]: 1.0}
+
+    units = D.step_units(label, form, xs, [vec(v) for v in outs], bos_guard)
+    n_units = ctx.emit_all(stage, units)
+    ctx.guard(after, label, linear_form(form), allowed=tuple(xs))
+    ctx.realised(label, "steps on finite values", "exact", n_units)
+    return rep
+
+
+def square(ctx: Context, form: dict[str, float], after: After, label: str) -> tuple[str, After]:
+    """A direction holding the square of a linear form (one bilinear unit)."""
+    key = linear_form(form)
+    got = ctx.squares.get(key)
+    if got is not None:
+        return got
+    stage = ctx.mlp_stage(after)
+    d = ctx.new_dir(ctx.fresh(f"{label}^2"))
+    ctx.emit(stage, numeric.product_unit(d, form, form, d))
+    ctx.squares[key] = (d, stage)
+    return d, stage
+
+
+# -- static numbers for selector scores --------------------------------------------------------
+
+
+def position_dir(ctx: Context, i: int) -> str:
+    """The direction that is 1 at position i (0-based, after BOS) only."""
+    d = f"pos:{i}"
+    if d not in ctx.static_embed:
+        ctx.new_dir(d)
+        arr = np.zeros(ctx.L)
+        arr[i] = 1.0
+        ctx.static_embed[d] = arr
+    return d
+
+
+def numeric_static(ctx: Context, e: E.SOp) -> dict[str, float]:
+    """A static S-op's value as a number, embedded (``"label@num"``)."""
+    key = f"{ctx.label(e)}@num"
+    if key not in ctx.static_embed:
+        ctx.new_dir(key)
+        ctx.static_embed[key] = np.asarray(
+            [float(v) for v in ctx.vi.static_values(e)], dtype=np.float64
+        )
+    return {key: 1.0}
+
+
+def static_square(ctx: Context, e: E.SOp) -> str:
+    """The square of a static S-op's value, embedded (``"label@num^2"``)."""
+    key = f"{ctx.label(e)}@num^2"
+    if key not in ctx.static_embed:
+        ctx.new_dir(key)
+        vals = np.asarray([float(v) for v in ctx.vi.static_values(e)], dtype=np.float64)
+        ctx.static_embed[key] = vals * vals
+    return key
+
+
+# -- value helpers ---------------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    return value_key(a) == value_key(b) or (is_number(a) and is_number(b) and float(a) == float(b))
+
+
+def _same_outputs(outs: list) -> bool:
+    """Whether a function's results on values equal up to rounding agree (numbers: up to
+    rounding too)."""
+    first = outs[0]
+    for o in outs[1:]:
+        hashable = is_hashable(o) and is_hashable(first)
+        if value_key(o) == value_key(first) if hashable else o is first:
+            continue
+        if (
+            is_number(o)
+            and is_number(first)
+            and math.isclose(o, first, rel_tol=1e-9, abs_tol=1e-12)
+        ):
+            continue
+        return False
+    return True

@@ -1,0 +1,245 @@
+"""Position-only gathers and sums: selectors that depend on positions alone, and their reads.
+
+A *gather* moves values between positions by index arithmetic fixed when the program is
+built: query position ``p`` reads the key at ``source(p)``, where ``source`` is a plain
+Python function of ``p`` (or an S-op of the position). Such selectors read only ``indices``,
+so the compiler builds them without any MLP and gives one attention head per selector object;
+a query whose source is ``-1`` (or any position that does not exist) selects nothing and
+reads the default 0.
+
+The pieces, each one line of RASP:
+
+- :func:`index_map`, :func:`index_constant`: S-ops of the position alone (an int for a
+  selector to compare, or a numerical per-position coefficient);
+- :func:`reader`, :func:`select_keys`, :func:`select_all`: position-only selectors;
+- :func:`read`, :func:`gather`, :func:`sum_into`, :func:`any_selected`: numerical reads
+  through a selector;
+- :func:`sum_of`, :func:`max_of`: elementwise sums and maxima of several S-ops (no
+  attention).
+
+Each builder creates the same expressions, in the same order, on every call, so a program
+made from them compiles to the same weights every time.
+
+>>> from attnsim import rasp
+>>> from attnsim.rasp import gathers
+>>> x = rasp.numerical(rasp.tokens)
+>>> rasp.evaluate(gathers.gather(lambda p: p + 1, x), [1.0, 2.0, 3.0])  # read the next token
+[2.0, 3.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+# the language, under the module name tracr programs use for it
+from attnsim.rasp import expr as rasp
+
+__all__ = [
+    "any_selected",
+    "gather",
+    "index_constant",
+    "index_map",
+    "max_of",
+    "read",
+    "reader",
+    "select_all",
+    "select_keys",
+    "sum_into",
+    "sum_of",
+]
+
+
+def index_map(fn: Callable[[int], int]) -> rasp.SOp:
+    """A categorical S-op of the position alone: position ``p`` holds ``fn(p)``.
+
+    Args:
+        fn: position -> an int (a source position, say).
+
+    Returns:
+        ``Map(fn, indices)``.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(index_map(lambda p: 2 * p), ["a", "b", "c"])
+    [0, 2, 4]
+    """
+    return rasp.Map(fn, rasp.indices)
+
+
+def index_constant(fn: Callable[[int], float]) -> rasp.SOp:
+    """A numerical S-op of the position alone: ``float(fn(p))`` (a per-position coefficient).
+
+    Args:
+        fn: position -> a number or a bool (``True`` reads as 1.0, a mask).
+
+    Returns:
+        A numerical ``Map`` of ``indices``.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(index_constant(lambda p: p % 2 == 0), ["a", "b", "c"])
+    [1.0, 0.0, 1.0]
+    """
+    return rasp.numerical(rasp.Map(lambda p: float(fn(p)), rasp.indices))
+
+
+def reader(source: Callable[[int], int] | rasp.SOp) -> rasp.Selector:
+    """The selector with which query ``p`` reads key ``source(p)``: one attention head.
+
+    Args:
+        source: position -> the key position to read (-1 for none), or an S-op that holds
+            that key position (``indices + 1``, say).
+
+    Returns:
+        ``Select(indices, source, EQ)``; a callable source becomes :func:`index_map` first.
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(read(reader(lambda p: 0), x), [5.0, 6.0, 7.0])
+    [5.0, 5.0, 5.0]
+    """
+    queries = source if isinstance(source, rasp.SOp) else index_map(source)
+    return rasp.Select(rasp.indices, queries, rasp.Comparison.EQ)
+
+
+def read(selector: rasp.Selector, values: rasp.SOp) -> rasp.SOp:
+    """The numerical mean of the selected values, 0 where nothing is selected.
+
+    With a selector that picks one key per query (a :func:`reader`) this reads that key's
+    value; with a wider one it averages.
+
+    Args:
+        selector: any selector.
+        values: a numerical S-op.
+
+    Returns:
+        A numerical ``Aggregate`` with default 0.
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(read(select_all(), x), [1.0, 2.0, 6.0])
+    [3.0, 3.0, 3.0]
+    """
+    return rasp.numerical(rasp.Aggregate(selector, values, default=0))
+
+
+def gather(source: Callable[[int], int] | rasp.SOp, values: rasp.SOp) -> rasp.SOp:
+    """Position ``p`` reads ``values[source(p)]``, or 0 when that position does not exist.
+
+    Args:
+        source: as for :func:`reader`.
+        values: a numerical S-op.
+
+    Returns:
+        ``read(reader(source), values)``.
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(gather(lambda p: 2 - p, x), [1.0, 2.0, 3.0])  # reverse 3 positions
+    [3.0, 2.0, 1.0]
+    >>> rasp.evaluate(gather(lambda p: -1 if p == 0 else p - 1, x), [1.0, 2.0, 3.0])
+    [0.0, 1.0, 2.0]
+    """
+    return read(reader(source), values)
+
+
+def select_keys(keep: Callable[[int], bool]) -> rasp.Selector:
+    """Every query selects the same keys: the positions ``k`` with ``keep(k)``.
+
+    Args:
+        keep: key position -> whether every query selects it.
+
+    Returns:
+        ``Select(indices, indices, lambda key, query: keep(key))``.
+
+    >>> from attnsim import rasp
+    >>> evens = select_keys(lambda k: k % 2 == 0)
+    >>> rasp.evaluate(rasp.SumAggregate(evens, rasp.numerical(rasp.tokens)), [1, 2, 3, 4])
+    [4.0, 4.0, 4.0, 4.0]
+    """
+    return rasp.Select(rasp.indices, rasp.indices, lambda key, query: keep(key))
+
+
+def select_all() -> rasp.Selector:
+    """Every query selects every key (``Comparison.TRUE`` on ``indices``).
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(rasp.SelectorWidth(select_all()), ["a", "b", "c"])
+    [3, 3, 3]
+    """
+    return rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.TRUE)
+
+
+def sum_into(
+    owner: Callable[[int], int], target: Callable[[int], int], values: rasp.SOp
+) -> rasp.SOp:
+    """Query ``q`` sums the values of every key ``k`` with ``owner(k) == target(q)``.
+
+    The scatter-add of gathers: each key names the one output position it contributes to
+    (-1 for none), and each query names the owner it collects (give it one no key uses,
+    -2 say, to collect nothing). One attention head.
+
+    Args:
+        owner: key position -> the position its value is added into.
+        target: query position -> the owner it sums.
+        values: a numerical S-op.
+
+    Returns:
+        A numerical ``SumAggregate``.
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(sum_into(lambda k: k % 2, lambda q: q if q < 2 else -2, x), [1, 2, 3, 4])
+    [4.0, 6.0, 0.0, 0.0]
+    """
+    selector = rasp.Select(index_map(owner), index_map(target), rasp.Comparison.EQ)
+    return rasp.SumAggregate(selector, values)
+
+
+def any_selected(selector: rasp.Selector) -> rasp.SOp:
+    """1.0 where ``selector`` selects some key, 0.0 where it selects none.
+
+    The mean of a constant 1 over the selected keys (in a compiled model 1 up to float
+    rounding). Through a :func:`reader` it tells whether the source position exists.
+
+    Args:
+        selector: any selector.
+
+    Returns:
+        A numerical S-op.
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(any_selected(reader(lambda p: p + 1)), ["a", "b", "c"])
+    [1.0, 1.0, 0.0]
+    """
+    return read(selector, rasp.numerical(rasp.Full(1.0)))
+
+
+def sum_of(terms: Sequence[rasp.SOp]) -> rasp.SOp:
+    """``terms[0] + terms[1] + ...``, left to right (no attention).
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(sum_of([x, x * 2.0, x * 3.0]), [1.0, 2.0])
+    [6.0, 12.0]
+    """
+    return functools.reduce(lambda a, b: a + b, terms)
+
+
+def max_of(terms: Sequence[rasp.SOp]) -> rasp.SOp:
+    """The elementwise maximum by a balanced tree of ``max(a, b) = a + relu(b - a)``.
+
+    Only products, sums and ReLUs, so the compiler realises it exactly with ReLU units; the
+    tree has ``ceil(log2(len(terms)))`` levels.
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.tokens)
+    >>> rasp.evaluate(max_of([x, x * -1.0, rasp.numerical(rasp.Full(0.5))]), [2.0, -3.0, 0.0])
+    [2.0, 3.0, 0.5]
+    """
+    level = list(terms)
+    while len(level) > 1:
+        nxt = [a + rasp.relu(b - a) for a, b in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]

@@ -1,0 +1,210 @@
+"""What U checks: a target and X before they are packed, and its own values while it runs.
+
+:func:`prepare` turns what a caller passes (a spec or a torch module, and X) into a
+:class:`~attnsim.simulator.codec.Case` once, or raises saying what the build allows and what
+to build instead. :func:`check_guard` reads one of the run-time checks the compiler placed in
+U's transformer (the scores' range for its max head; with maps="relu", the input range of
+every ReLU map) and raises a ValueError that names the quantity, where it occurs in the
+target, the bound and what to do.
+
+>>> import torch
+>>> from attnsim.simulator import config, sampling
+>>> cfg = config.SimulatorConfig(2, 2)
+>>> case = prepare(cfg, sampling.random_attention(1, 2, seed=0), torch.zeros(2, 2))
+>>> case.shape
+Shape(n=2, d=2, n_heads=1, d_mlp=0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnsim.simulator import adapters, codec
+from attnsim.simulator import spec as S
+from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
+from attnsim.simulator.programs import SCORE
+
+__all__ = ["prepare", "check_guard", "LN_SLOT_NAMES"]
+
+LN_SLOT_NAMES = {  # the encoder U's LayerNorm slots, in the target's terms
+    "ln_input": "before the attention: norm1 of a pre-norm layer",
+    "ln_middle": "after the attention: norm1 of a post-norm layer, norm2 of a pre-norm one",
+    "ln_output": "after the feed-forward block: norm2 of a post-norm layer",
+}
+
+Target = Any  # AttentionSpec | MergedAttention | EncoderLayerSpec | a torch module
+
+
+def prepare(
+    config: SimulatorConfig, target: Target, X: Any, causal: bool | None = None
+) -> codec.Case:
+    """Validates a target and X against a build and returns them as a case for the codec.
+
+    A torch module is read with ``from_torch`` (with ``causal``); a spec's attention is
+    merged once, its causal flag replaced by ``causal`` when that is given.
+
+    Raises:
+        TypeError: ``target`` is not a spec or a supported torch module.
+        ValueError: the target or X does not fit the build, or X is not finite.
+        NotImplementedError: an encoder layer U does not simulate yet (maxmin, no LayerNorm).
+    """
+    layout = config.layout
+    if isinstance(target, nn.Module):
+        target = adapters.from_torch(target, causal=bool(causal))
+    layer = None
+    if isinstance(target, S.EncoderLayerSpec):
+        if not config.is_encoder:
+            raise ValueError(
+                "this U simulates attention layers; build one with layer='encoder' for full "
+                "encoder layers"
+            )
+        _check_encoder(config, target)
+        layer, attention = target, target.attention
+    elif not isinstance(target, (S.AttentionSpec, S.MergedAttention)):
+        raise TypeError(
+            f"simulate expects an AttentionSpec, a MergedAttention, an EncoderLayerSpec or a "
+            f"torch.nn.MultiheadAttention / TransformerEncoderLayer, got {type(target).__name__}"
+        )
+    elif config.is_encoder:
+        raise ValueError(
+            "this U simulates encoder layers; give an EncoderLayerSpec or a "
+            "torch.nn.TransformerEncoderLayer (or build a U with layer='attention')"
+        )
+    else:
+        attention = target
+    merged = attention.merged()
+    if merged.n_heads > layout.H or merged.d_model > layout.D:
+        raise ValueError(
+            f"target has {merged.n_heads} heads and d={merged.d_model}, but this U was "
+            f"built for at most {layout.H} heads and d <= {layout.D}; build a "
+            "larger U with simulator.build(max_n, max_d, max_heads)"
+        )
+    X = _check_x(X, merged.d_model, layout.N)
+    if layer is not None:
+        _check_norm_eps(config, layer)
+    if causal is not None and bool(causal) != merged.causal:
+        merged = dataclasses.replace(merged, causal=bool(causal))
+    return codec.Case(merged, X, layer)
+
+
+def _check_encoder(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:
+    ffn = target.ffn
+    if ffn.d_mlp > config.max_ff:
+        raise ValueError(
+            f"target's feed-forward width is {ffn.d_mlp}, but this U was built for at most "
+            f"{config.max_ff}; build a U with a larger max_ff"
+        )
+    if ffn.activation is S.Activation.MAXMIN:
+        raise NotImplementedError(
+            "the encoder U simulates relu, gelu and gelu_tanh feed-forward blocks; maxmin "
+            "is not built yet"
+        )
+    if target.norm1 is None or target.norm2 is None:
+        raise NotImplementedError(
+            "the encoder U simulates layers with both LayerNorms (as torch's "
+            "TransformerEncoderLayer has); a layer without them is not built yet"
+        )
+
+
+def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:
+    """maps="relu", encoder: each LayerNorm's eps must lie in the range U's 1/sqrt covers
+    for a constant row (variance 0)."""
+    if config.relu_value_bound is None:
+        return
+    for name, norm in (("norm1", target.norm1), ("norm2", target.norm2)):
+        if not EPS_RANGE[0] <= norm.eps <= EPS_RANGE[1]:
+            raise ValueError(
+                f"the target's {name}.eps = {norm.eps:g} is outside [{EPS_RANGE[0]:g}, "
+                f"{EPS_RANGE[1]:g}], the range this U's ReLU 1/sqrt covers (maps='relu')"
+            )
+
+
+def _check_x(X: Any, d: int, max_n: int) -> torch.Tensor:
+    """X as a float64 ``[n, d]`` tensor with 1 <= n <= max_n and finite entries."""
+    X = torch.as_tensor(X, dtype=torch.float64)
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(f"X must have shape (n, {d}), got {tuple(X.shape)}")
+    n = X.shape[0]
+    if not 1 <= n <= max_n:
+        raise ValueError(
+            f"X has n={n} rows, but this U was built for 1 <= n <= {max_n}; build a larger U"
+        )
+    if not torch.isfinite(X).all():
+        i, c = (int(v) for v in torch.nonzero(~torch.isfinite(X))[0])
+        raise ValueError(f"X[{i}, {c}] = {float(X[i, c])} is not finite")
+    return X
+
+
+def check_guard(config: SimulatorConfig, guard: Any, vals: torch.Tensor) -> None:
+    """Raises a ValueError that names the quantity, where, the bound and what to do when
+    a guarded value leaves what U was built for.
+
+    Args:
+        config: the build.
+        guard: one of the compiled model's run-time checks (its label, range or values).
+        vals: ``[batch, length]`` the guarded value at every position (BOS left out).
+    """
+    if guard.value_range is not None:
+        lo, hi = guard.value_range
+        slack = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0, abs(hi))
+        bad = (vals < lo - slack) | (vals > hi + slack) | ~torch.isfinite(vals)
+    elif guard.integer:
+        bad = (vals - vals.round()).abs() > 1e-6 * vals.abs().clamp(min=1)
+        lo = hi = math.nan
+    else:
+        allowed = torch.tensor(guard.allowed, dtype=vals.dtype)
+        bad = (vals[..., None] - allowed).abs().amin(dim=-1) > 1e-6 * vals.abs().clamp(min=1)
+        lo = hi = math.nan
+    if not bool(bad.any()):
+        return
+    b, p = (int(x) for x in torch.nonzero(bad)[0])
+    raise ValueError(_range_message(config, guard.label, p, float(vals[b, p]), lo, hi, b))
+
+
+def _range_message(
+    config: SimulatorConfig, label: str, p: int, v: float, lo: float, hi: float, b: int
+) -> str:
+    roles = config.layout.roles(p)
+    which = f" (target {b} of the batch)" if b else ""
+    value_bound = config.relu_value_bound
+    if label == SCORE and "P" in roles:
+        i, j, h = roles["P"]
+        limit = max_score_bound(config.layout, config.dtype)
+        return (
+            f"the target's attention score of query row {i} and key row {j} in head {h} "
+            f"is {v:.6g}{which}, beyond +-{config.score_bound:g}, the score bound this U was "
+            f"built for (scores of masked keys count too); build U with a larger "
+            f"score_bound (at most {limit:g} for this build in {config.dtype_name}) or scale "
+            "the target's scores down"
+        )
+    if label.endswith("_rsqrt") and value_bound is not None:
+        slot = label[: -len("_rsqrt")]
+        where = f" for row {roles['X'][0]}" if "X" in roles else ""
+        return (
+            f"LayerNorm '{slot}' ({LN_SLOT_NAMES.get(slot, 'a LayerNorm')}): the variance "
+            "plus eps of the values it normalises is "
+            f"{v:.6g}{where}{which}, outside [{lo:g}, {hi:g}], the range this U's ReLU "
+            f"1/sqrt covers (maps='relu', value_bound {value_bound:g}: entries up to "
+            f"about +-{value_bound:g}); build U with a larger value_bound"
+        )
+    if label.startswith("ffn_") and value_bound is not None:
+        where = ""
+        if "HID" in roles:
+            where = f" for row {roles['HID'][0]} and hidden unit {roles['HID'][1]}"
+        return (
+            f"the feed-forward pre-activations reach {v:.6g}{where}{which}, beyond the "
+            f"value bound {value_bound:g} this U (maps='relu') was built for: its "
+            "ReLU gelu covers only [-value_bound, value_bound]; build U with a larger "
+            "value_bound"
+        )
+    bounds = f"[{lo:g}, {hi:g}]" if math.isfinite(hi) else "its planned values"
+    return (
+        f"U's run-time check on {label!r} failed: {v:.6g} at sequence position {p}{which} "
+        f"is outside {bounds}; U would be wrong here. This is not expected for any target "
+        "within the build's bounds: please report the target and X"
+    )

@@ -1,0 +1,284 @@
+"""What a universal simulator U is built for: one frozen, validated configuration.
+
+:class:`SimulatorConfig` holds every choice :func:`attnsim.simulator.build` takes: the layer
+kind U simulates, its build sizes, U's own attention, how its maps are realised, and the
+numeric bounds. It is checked once, in ``__post_init__``, and stores resolved values (the
+default feed-forward width and score bound filled in), so that it can be written to JSON
+and read back to the same build.
+
+>>> cfg = SimulatorConfig(4, 4, 2, layer="encoder")
+>>> cfg.layer, cfg.max_ff, cfg.score_bound, cfg.layout.length
+(<LayerKind.ENCODER: 'encoder'>, 8, 10000.0, 226)
+>>> SimulatorConfig.from_json(cfg.to_json()) == cfg
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from attnsim.simulator.layout import Layout
+
+__all__ = [
+    "AttentionKind",
+    "LayerKind",
+    "Maps",
+    "SimulatorConfig",
+    "max_score_bound",
+    "EPS_RANGE",
+    "LOGIT_LIMIT",
+    "DEFAULT_SCORE_BOUND",
+    "SCORE_BOUND",
+    "SCORE_LIMIT",
+]
+
+# the default bound on |score| (every score of the target on its X, masked keys included),
+# and the largest one a build accepts, by dtype: beyond 1e6 a float64 score carries an
+# absolute rounding error (|s| * 2^-53 and more) that shows in exp at the 1e-9 level; float32
+# is also limited by the max head's precision (see ``max_score_bound``)
+SCORE_BOUND = {torch.float64: 1.0e4, torch.float32: 1.0e3}
+SCORE_LIMIT = {torch.float64: 1.0e6, torch.float32: 1.0e4}
+DEFAULT_SCORE_BOUND = SCORE_BOUND[torch.float64]  # 1e4: the default of a float64 build
+LOGIT_LIMIT = 350.0  # maps="relu": exp is realised down to e^(-2 logit_bound) > 0
+EPS_RANGE = (1e-6, 1.0)  # maps="relu", encoder: the LayerNorm eps a build accepts
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+class LayerKind(str, enum.Enum):
+    """The kind of layer T that U simulates."""
+
+    ATTENTION = "attention"  # a multi-head self-attention layer
+    ENCODER = "encoder"  # a whole TransformerEncoderLayer: attention, LayerNorms, FFN
+
+
+class AttentionKind(str, enum.Enum):
+    """U's own attention (not the target's, which is always softmax)."""
+
+    HARD = "hard"  # average-hard attention: exact gathers
+    SOFTMAX = "softmax"  # softmax with a large inverse temperature
+
+
+class Maps(str, enum.Enum):
+    """How U realises exp, 1/x, 1/sqrt and gelu."""
+
+    NATIVE = "native"  # declared elementwise units, exact
+    RELU = "relu"  # ReLU units only, piecewise linear with certified error bounds
+
+
+def _enum(kind: type[enum.Enum], value: Any, name: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        choices = " or ".join(repr(k.value) for k in kind)
+        raise ValueError(f"{name} must be {choices}, got {value!r}") from None
+
+
+def _positive_int(value: Any, name: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int ({what}), got {value!r}")
+    return value
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    """The build configuration of a universal simulator U.
+
+    Enums accept their values as strings (``layer="encoder"``); ``dtype`` accepts
+    ``"float64"``/``"float32"``. ``max_ff`` and ``score_bound`` are stored resolved.
+
+    Attributes:
+        max_n: the most rows of X.
+        max_d: the largest model width d.
+        max_heads: the most attention heads.
+        layer: the kind of layer U simulates (:class:`LayerKind`): a multi-head attention
+            layer, or a full TransformerEncoderLayer (attention, residuals, LayerNorms
+            before or after, and a ReLU/GELU feed-forward block).
+        max_ff: encoder: the largest feed-forward width (default 2 * max_d); 0 for attention.
+        attention: U's own attention (:class:`AttentionKind`).
+        maps: how U realises its maps (:class:`Maps`): "native" (exp, 1/x, rsqrt, gelu as
+            declared elementwise units, exact) or "relu" (ReLU units only: exp, 1/x and
+            rsqrt piecewise linear with certified relative error bounds, gelu with an
+            absolute one).
+        logit_bound: maps="relu": U shifts each row of scores by its maximum, and exp is
+            realised on exponents in [-2 logit_bound, 1] (those of every row whose scores
+            lie within logit_bound of some centre, anywhere within the score bound); a key
+            further below its row's maximum gets a weight within e^(-2 logit_bound)
+            absolutely, which ``error_bound`` counts. 1/Z is realised on [1/2, 2 e max_n].
+            At most ``LOGIT_LIMIT`` (350).
+        value_bound: maps="relu", encoder: the scale of the values the ReLU maps read:
+            1/sqrt is realised on [1e-6, value_bound^2 + 2] (a LayerNorm's variance plus
+            eps: rows with entries up to about value_bound) and gelu on [-value_bound,
+            value_bound] (the feed-forward pre-activations); LayerNorm eps must lie in
+            [1e-6, 1]. U checks these values while it runs and refuses a target beyond them.
+        map_tolerance: maps="relu": the relative error allowed to each map. The ReLU widths
+            grow as ``logit_bound / sqrt(map_tolerance)`` (about 35,000 units for exp at 50
+            and 1e-6; 1/Z needs about 1,000).
+        dtype: U's float type, torch.float64 or torch.float32.
+        score_bound: the largest |score| of a target on its X (every query-key pair of every
+            head, masked keys included) that U accepts: U checks it while it runs. Default
+            1e4 in float64 (at most 1e6) and 1e3 in float32 (at most what
+            ``max_score_bound`` allows for the build: 8191 for (4, 4, 2), 511 for
+            (8, 8, 4)).
+
+    Raises:
+        ValueError: a choice is unknown or a value is out of its range (the message names
+            the option, the range and what arrived).
+
+    >>> SimulatorConfig(2, 2, maps="tanh")
+    Traceback (most recent call last):
+    ...
+    ValueError: maps must be 'native' or 'relu', got 'tanh'
+    """
+
+    max_n: int
+    max_d: int
+    max_heads: int = 1
+    layer: LayerKind = LayerKind.ATTENTION  # attention layers unless asked for encoders
+    max_ff: int | None = None  # None: 2 * max_d for an encoder U, 0 for an attention U
+    attention: AttentionKind = AttentionKind.HARD  # average-hard: exact gathers
+    maps: Maps = Maps.NATIVE  # exact elementwise units
+    logit_bound: float = 50.0  # maps="relu": a row's scores within 50 of some centre
+    value_bound: float = 20.0  # maps="relu", encoder: entries up to about +-20
+    map_tolerance: float = 1e-6  # maps="relu": each map within a relative 1e-6
+    dtype: torch.dtype = torch.float64  # float64: errors at the 1e-12 level
+    score_bound: float | None = None  # None: 1e4 in float64, 1e3 in float32 (or the limit)
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)  # frozen: only __post_init__ writes
+
+        put("layer", _enum(LayerKind, self.layer, "layer"))
+        put("maps", _enum(Maps, self.maps, "maps"))
+        dtype = DTYPES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
+        if dtype not in SCORE_BOUND:
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
+        put("dtype", dtype)
+        put("attention", _enum(AttentionKind, self.attention, "attention"))
+        _positive_int(self.max_n, "max_n", "the most rows of X")
+        _positive_int(self.max_d, "max_d", "the largest model width")
+        _positive_int(self.max_heads, "max_heads", "the most attention heads")
+        if self.layer is LayerKind.ENCODER:
+            ff = 2 * self.max_d if self.max_ff is None else self.max_ff
+            put("max_ff", _positive_int(ff, "max_ff", "the largest feed-forward width"))
+        elif self.max_ff not in (None, 0):
+            raise ValueError("max_ff applies to layer='encoder' only")
+        else:
+            put("max_ff", 0)
+        limit = self.score_limit
+        bound = min(SCORE_BOUND[dtype], limit) if self.score_bound is None else self.score_bound
+        if not (_is_real(bound) and 0 < bound <= limit):
+            raise ValueError(
+                f"score_bound must be in (0, {limit:g}] for this build in {self.dtype_name} "
+                f"(the precision of its max head and of exp), got {bound!r}"
+                + ("; use dtype=torch.float64 for larger scores" if dtype == torch.float32 else "")
+            )
+        put("score_bound", float(bound))
+        if self.maps is Maps.RELU:
+            B = self.logit_bound
+            if not (_is_real(B) and math.isfinite(B) and 0 < B <= LOGIT_LIMIT):
+                raise ValueError(f"logit_bound must be in (0, {LOGIT_LIMIT:g}], got {B!r}")
+            V = self.value_bound
+            if not (_is_real(V) and math.isfinite(V) and V > 0):
+                raise ValueError(f"value_bound must be positive and finite, got {V!r}")
+        tol = self.map_tolerance
+        if not (_is_real(tol) and math.isfinite(tol) and tol > 0):
+            raise ValueError(f"map_tolerance must be a positive finite number, got {tol!r}")
+        for name in ("logit_bound", "value_bound", "map_tolerance"):
+            value = getattr(self, name)
+            put(name, float(value) if _is_real(value) else value)
+
+    # -- derived -------------------------------------------------------------------------
+    @cached_property
+    def layout(self) -> Layout:
+        """Where everything lives in U's input sequence (see :mod:`.layout`)."""
+        return Layout(self.max_n, self.max_d, self.max_heads, self.max_ff)
+
+    @property
+    def score_limit(self) -> float:
+        """The largest score bound this build accepts (see :func:`max_score_bound`)."""
+        return max_score_bound(Layout(self.max_n, self.max_d, self.max_heads), self.dtype)
+
+    @property
+    def dtype_name(self) -> str:
+        """``"float64"`` or ``"float32"``."""
+        return "float64" if self.dtype == torch.float64 else "float32"
+
+    @property
+    def is_encoder(self) -> bool:
+        return self.layer is LayerKind.ENCODER
+
+    @property
+    def relu_logit_bound(self) -> float | None:
+        """``logit_bound`` where it applies (maps="relu"), else None."""
+        return self.logit_bound if self.maps is Maps.RELU else None
+
+    @property
+    def relu_value_bound(self) -> float | None:
+        """``value_bound`` where it applies (maps="relu" and an encoder U), else None."""
+        return self.value_bound if self.maps is Maps.RELU and self.is_encoder else None
+
+    # -- JSON ----------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The configuration as JSON-ready values (enums by value, dtype by name)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif f.name == "dtype":
+                value = self.dtype_name
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> SimulatorConfig:
+        """Reads what :meth:`to_json` wrote (every field, nothing else), then validates it.
+
+        Raises:
+            ValueError: ``data`` is not such an object, or a value is invalid.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(data, dict):
+            raise ValueError(f"a simulator config must be a JSON object, got {type(data).__name__}")
+        missing = [n for n in names if n not in data]
+        extra = sorted(set(data) - set(names))
+        if missing or extra:
+            raise ValueError(
+                f"a simulator config needs exactly the keys {', '.join(names)}; "
+                + (f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(extra)}")
+            )
+        if data["dtype"] not in DTYPES:
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {data['dtype']!r}")
+        return cls(**data)
+
+
+def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
+    """The largest score bound a build of this layout accepts in ``dtype``.
+
+    The max head scores a key ``G * base + s`` with ``G`` the power of two
+    ``>= 4 (score_bound + 1)`` and ``base`` a quadratic form in the centred row ids (at most
+    ``r`` in size): its terms reach ``M = G (4 r^2 + 6)``, and the head must still resolve
+    ``s`` to well within its tolerance, ``2 M u <= 1/2`` (``u`` the unit roundoff), so that
+    the row maximum it finds stays within ``EXP_HI`` of the true one. In float64 that is
+    never the limit (``SCORE_LIMIT`` is: exp of a score carries its absolute rounding).
+
+    >>> lay = Layout(4, 4, 2)
+    >>> max_score_bound(lay, torch.float32), max_score_bound(lay, torch.float64)
+    (8191.0, 1000000.0)
+    """
+    rows = layout.N * layout.H
+    r = rows - rows // 2 + 1  # the largest |row id| (the values outside P included)
+    u = torch.finfo(dtype).eps / 2
+    gain = 2.0 ** math.floor(math.log2(0.25 / (u * (4 * r * r + 6))))
+    return min(SCORE_LIMIT[dtype], gain / 4.0 - 1.0)
