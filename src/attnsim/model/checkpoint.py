@@ -96,7 +96,7 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
             "written by CompiledModel.save"
         )
     check = _Checker(meta_file)
-    check.keys(meta, META_KEYS, (), "the file")
+    check.keys(meta, META_KEYS, ("plan",), "the file")
     try:
         cfg = ModelConfig.from_json(meta["config"])
     except (TypeError, ValueError) as exc:
@@ -149,6 +149,8 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
         raise damaged(meta_file, "has a 'report' that is not an object")
     if report is not None and report.get("components") is not None:
         _components(check, report["components"], dirs)
+    if "plan" in meta:
+        _plan_summary(check, meta["plan"], cfg)
     clean = dict(meta)
     clean.update(
         vocab=vocab,
@@ -156,6 +158,25 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
         guards=guards,
     )
     return clean, cfg
+
+
+PLAN_KEYS = ("static_heads", "partial_heads")
+
+
+def _plan_summary(check: _Checker, plan: Any, cfg: ModelConfig) -> None:
+    """The saved execution plan summary: per layer, lists of head indices."""
+    check.keys(plan, PLAN_KEYS, (), "'plan'")
+    for key in PLAN_KEYS:
+        layers = check.list(plan[key], f"'plan.{key}'")
+        if len(layers) != cfg.n_layers or not all(
+            isinstance(hs, list) and all(is_int(h) and 0 <= h < cfg.n_heads for h in hs)
+            for hs in layers
+        ):
+            raise damaged(
+                check.file,
+                f"has a 'plan.{key}' that is not {cfg.n_layers} lists of head indices "
+                f"below {cfg.n_heads}",
+            )
 
 
 COMPONENT_KEYS = ("site", "layer", "kind", "start", "stop", "labels")

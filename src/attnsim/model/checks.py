@@ -138,6 +138,20 @@ def stage_resid(cache: dict, stage: int, n_layers: int) -> torch.Tensor:
     return cache[f"blocks.{layer}.{hook}"]
 
 
+def streams_as_cache(streams: Mapping[int, torch.Tensor], n_layers: int) -> dict:
+    """The residual streams of a run's ``streams`` (stage -> tensor) under the cache's
+    names, for :func:`check_guards` (stages past the last block are the final stream)."""
+    cache = {}
+    for stage, x in streams.items():
+        if stage == 0:
+            cache["hook_embed"] = x
+        else:
+            layer = (stage + 1) // 2 - 1
+            hook = "hook_resid_mid" if stage % 2 == 1 else "hook_resid_post"
+            cache[f"blocks.{layer}.{hook}"] = x
+    return cache
+
+
 def check_finite(resid: torch.Tensor, cache: dict | None, n_layers: int) -> None:
     """Every value the model computed at a real position is finite.
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attnsim.model import checkpoint, checks, codec
+from attnsim.model import checkpoint, checks, codec, plans
 from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTimeCheckError
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
@@ -145,12 +145,23 @@ class CompiledModel:
             RunTimeCheckError: (a ValueError) a check failed; the message says where and why.
         """
         batch, single = _as_batch(xs, self._is_token)
-        if check and (any(not g.on_block for g in self.guards) or self._singular_kinds()):
+        if check and self._singular_kinds():  # the checks read MLP inputs: a full cache
             out, _ = self.run_with_cache(batch, check=True)
             return out[0] if single else out
         ids, vals = self.encode(batch)
-        resid = self.forward(ids, vals)
+        n_layers = self.config.n_layers
+        # the guards read the residual stream after a few stages: only those are kept
+        # (a full cache would hold every head's pattern, and run every head densely)
+        streams = (
+            {min(g.stage, 2 * n_layers): None for g in self.guards if not g.on_block}
+            if check
+            else {}
+        )
+        with torch.no_grad():
+            resid = self.model(ids, vals, streams=streams or None)
         if check:
+            if streams:
+                self._check_guards(checks.streams_as_cache(streams, n_layers))
             self._check_finite(resid)
             self._check_blocks(resid)
         out = self._decode(resid)
@@ -293,6 +304,35 @@ class CompiledModel:
             raise ValueError("this model carries no report")
         return self._report
 
+    @property
+    def executor(self) -> str:
+        """How the forward pass runs: "plan" (default: heads whose pattern only the input
+        length decides run as gathers and sparse sums, see :mod:`attnsim.model.plans`) or
+        "dense" (every head over [query, key]: the plain definition). Settable.
+
+        >>> from attnsim import rasp
+        >>> from attnsim.compiler import compile_program
+        >>> m = compile_program(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
+        ...     rasp.Comparison.EQ), rasp.tokens), vocab=["a", "b"], max_seq_len=3)
+        >>> m.executor, m.plan_summary()["static_heads"]
+        ('plan', [[0]])
+        >>> m.executor = "dense"; m.run(["a", "b"])
+        ['a', 'b']
+        """
+        return self.model.executor
+
+    @executor.setter
+    def executor(self, value: str) -> None:
+        if value not in plans.EXECUTORS:
+            raise ValueError(f"executor must be one of {plans.EXECUTORS}, got {value!r}")
+        self.model.executor = value
+
+    def plan_summary(self) -> dict:
+        """Which heads the plan executor runs without [query, key] scores, per layer:
+        ``static_heads`` (pattern fixed by the length) and ``partial_heads`` (hard heads
+        whose scores are static up to a bounded part: run on their candidate keys)."""
+        return plans.summary(self.model)
+
     def save(self, directory: str | Path) -> Path:
         """Writes ``model.safetensors`` and ``model.json`` into ``directory``."""
         path = Path(directory)
@@ -332,6 +372,7 @@ class CompiledModel:
                 for g in self.guards
             ],
             "report": None if self._report is None else self._report.to_dict(),
+            "plan": self.plan_summary(),
         }
         (path / "model.json").write_text(json.dumps(meta, indent=1))
         return path
@@ -355,6 +396,14 @@ class CompiledModel:
         state = checkpoint.read_weights(path, cfg)
         model = Transformer(cfg)
         model.load_state_dict(state)
+        if "plan" in meta:  # re-derive the plan from the weights: it must be the one saved
+            found = plans.summary(model)
+            if found != meta["plan"]:
+                raise checkpoint.damaged(
+                    path / "model.json",
+                    f"has an execution plan {meta['plan']} that its weights do not give "
+                    f"({found}); the weights or the plan were changed after saving",
+                )
         out = meta["output"]
         report = None
         if meta["report"] is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from attnsim.model.config import ModelConfig
-from attnsim.model.transformer import Transformer
+from attnsim.model.transformer import HEAD_CHUNK_VALUES, Transformer
 
 GIB = float(1 << 30)
 
@@ -53,9 +53,17 @@ def weight_bytes(cfg: ModelConfig) -> int:
 
 
 def attention_bytes(n_ctx: int, n_heads: int, itemsize: int) -> int:
-    """Working memory of one attention layer on one full-length sequence (scores, the
-    selection and the pattern, per head)."""
-    return 3 * n_heads * n_ctx * n_ctx * itemsize
+    """Working memory of one attention layer on one full-length sequence in the dense
+    forward: scores, selection and pattern of one chunk of heads (heads run in chunks of
+    about 2^25 values, at least one head each).
+
+    >>> attention_bytes(100, 4, 8) == 3 * 4 * 100 * 100 * 8  # all four heads in one chunk
+    True
+    >>> attention_bytes(10_000, 50, 8) == 3 * 10_000 ** 2 * 8  # one head at a time
+    True
+    """
+    per_chunk = max(1, HEAD_CHUNK_VALUES // max(1, n_ctx * n_ctx))
+    return 3 * min(n_heads, per_chunk) * n_ctx * n_ctx * itemsize
 
 
 def memory_limit() -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnsim.model import plans as execution
 from attnsim.model.config import AttentionMode, ModelConfig
 
 NATIVE_FUNCTIONS = {
@@ -30,6 +31,9 @@ NATIVE_FUNCTIONS = {
     "gelu": lambda x: torch.nn.functional.gelu(x),
     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
 }
+
+
+HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
 
 
 def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
@@ -72,8 +76,14 @@ class Attention(nn.Module):
         """Indices of heads with any non-zero output weight."""
         return torch.sort(self._plan()[0]).values
 
-    def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
-        # x: [batch, pos, d_model]
+    def forward(
+        self, x: torch.Tensor, cache: dict | None, prefix: str, plan: tuple | None = None
+    ) -> torch.Tensor:
+        # x: [batch, pos, d_model]; plan: this layer's execution plan (attnsim.model.plans)
+        if plan is not None:  # the heads whose pattern is static as gathers and sparse sums
+            return execution.planned_attention(self, x, plan)
+        if cache is None:
+            return self.dense_heads(x, self._plan()[0])
         heads, qk_width, ov_width = self._plan()
         out = torch.zeros_like(x)
         n = x.shape[1]
@@ -81,7 +91,7 @@ class Attention(nn.Module):
             scores_all = torch.zeros(x.shape[0], self.cfg.n_heads, n, n, dtype=x.dtype)
             pattern_all = torch.zeros_like(scores_all)
         # heads in chunks so that a chunk's [batch, head, query, key] stays near 2^25 values
-        chunk = max(1, (1 << 25) // max(1, x.shape[0] * n * n))
+        chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
         for start in range(0, len(heads), chunk):
             hs = heads[start : start + chunk]
             wq = max(1, int(qk_width[hs].max()))  # columns past these are zero in every head
@@ -94,6 +104,22 @@ class Attention(nn.Module):
         if cache is not None:
             cache[f"{prefix}.hook_attn_scores"] = scores_all
             cache[f"{prefix}.hook_pattern"] = pattern_all
+        return out
+
+    def dense_heads(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """The summed output ``[batch, pos, d_model]`` of the given heads, each computed
+        densely over ``[query, key]``."""
+        _, qk_width, ov_width = self._plan()
+        out = torch.zeros_like(x)
+        n = x.shape[1]
+        # heads in chunks so that a chunk's [batch, head, query, key] stays near 2^25 values
+        chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
+        for start in range(0, len(heads), chunk):
+            hs = heads[start : start + chunk]
+            wq = max(1, int(qk_width[hs].max()))  # columns past these are zero in every head
+            wv = max(1, int(ov_width[hs].max()))
+            _, _, z = self._heads(x, hs, wq, wv, False)
+            out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv])
         return out
 
     def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int, need_pattern: bool):
@@ -162,6 +188,32 @@ class MLP(nn.Module):
             self._plan_key = key
         return self._plan_cache
 
+    def _unit_slices(self) -> dict:
+        """For the bilinear units and each kind of declared unit: (the rows they read, the
+        columns they write, their input weights on those rows, their output weights on those
+        columns); cached until the weights change."""
+        ws = [self.W_bil_a, self.W_bil_b, self.W_bil_out]
+        for kind in self.native_kinds:
+            ws += [getattr(self, f"W_{kind}_{part}") for part in ("in", "gate", "out")]
+        key = tuple((w.data_ptr(), w._version) for w in ws)
+        if getattr(self, "_slices_key", None) != key:
+            groups = {"bilinear": (self.W_bil_a, self.W_bil_b, self.W_bil_out)}
+            for kind in self.native_kinds:
+                groups[kind] = tuple(getattr(self, f"W_{kind}_{p}") for p in ("in", "gate", "out"))
+            slices = {}
+            for name, (w1, w2, w_out) in groups.items():
+                # the rows read, where a sum over them rounds as the full sum does (at most
+                # two terms per unit); else every row
+                few = max(int((w != 0).sum(dim=0).max()) if w.shape[1] else 0 for w in (w1, w2))
+                if few <= 2:
+                    rows = torch.nonzero((w1.abs() + w2.abs()).sum(dim=1) > 0).flatten()
+                else:
+                    rows = torch.arange(w1.shape[0])
+                cols = torch.nonzero(w_out.abs().sum(dim=0) > 0).flatten()
+                slices[name] = (rows, cols, (w1[rows], w2[rows]), w_out[:, cols])
+            self._slices, self._slices_key = slices, key
+        return self._slices
+
     def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         plan = self._plan()
         if plan is None:
@@ -184,17 +236,24 @@ class MLP(nn.Module):
             out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
         if cache is not None:
             cache[f"{prefix}.hook_post"] = post
+        # bilinear and declared units read and write a few directions of the stream: their
+        # sums run over those rows and columns only (the others hold zero weights)
+        slices = self._unit_slices()
         if self.W_bil_a.shape[1]:
-            prod = (x @ self.W_bil_a) * (x @ self.W_bil_b)
-            out = out + prod @ self.W_bil_out
+            rows, cols, (a, b), w_out = slices["bilinear"]
+            xs = x[..., rows]
+            prod = (xs @ a) * (xs @ b)
+            out[..., cols] += prod @ w_out
             if cache is not None:
                 cache[f"{prefix}.hook_bilinear"] = prod
         for kind in self.native_kinds:
-            pre = x @ getattr(self, f"W_{kind}_in")
-            gate = x @ getattr(self, f"W_{kind}_gate")
+            rows, cols, (w_in, w_gate), w_out = slices[kind]
+            xs = x[..., rows]
+            pre = xs @ w_in
+            gate = xs @ w_gate
             # the gate is 0 where the unit is unused (BOS): keep 0 * inf from becoming NaN
             val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
-            out = out + val @ getattr(self, f"W_{kind}_out")
+            out[..., cols] += val @ w_out
             if cache is not None:
                 cache[f"{prefix}.hook_{kind}"] = val
                 cache[f"{prefix}.hook_{kind}_pre"] = pre  # [batch, pos, units]
@@ -217,19 +276,26 @@ class Block(nn.Module):
         prefix: str,
         streams: dict | None = None,
         stage: int = 1,
+        plan: tuple | None = None,
     ) -> torch.Tensor:
         if cache is not None:
             cache[f"{prefix}.hook_resid_pre"] = x
-        x = x + self.attn(x, cache, f"{prefix}.attn")
+        if plan is None:
+            x = x + self.attn(x, cache, f"{prefix}.attn", plan)
+        else:  # the planned path owns its stream: the update is added in place
+            x += self.attn(x, cache, f"{prefix}.attn", plan)
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
         if streams is not None and stage in streams:
-            streams[stage] = x
-        x = x + self.mlp(x, cache, f"{prefix}.mlp")
+            streams[stage] = x.clone()
+        if plan is None:
+            x = x + self.mlp(x, cache, f"{prefix}.mlp")
+        else:
+            x += self.mlp(x, cache, f"{prefix}.mlp")
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
         if streams is not None and stage + 1 in streams:
-            streams[stage + 1] = x
+            streams[stage + 1] = x.clone()
         return x
 
 
@@ -246,6 +312,24 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(
             Block(cfg, dtype, cfg.mlp_width(li)) for li in range(cfg.n_layers)
         )
+        # "plan": heads whose pattern only the length decides run as gathers and sparse
+        # sums (see attnsim.model.plans); "dense": every head over [query, key]
+        self.executor = "plan"
+        self._plans: dict = {}
+        self._plans_key: tuple | None = None
+
+    def plans(self, n: int) -> list | None:
+        """The execution plan for inputs of ``n`` positions (BOS included), or None when no
+        head's pattern is static. Built once per length and kept until the weights change."""
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        if key != self._plans_key:
+            self._plans, self._plans_key = {}, key
+            self._analysis = execution.StaticAnalysis.of(self)
+        if not any(self._analysis.heads) and not any(self._analysis.partial):
+            return None
+        if n not in self._plans:
+            self._plans[n] = execution.build_plans(self, n, self._analysis)
+        return self._plans[n]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -273,7 +357,15 @@ class Transformer(nn.Module):
         if cache is not None:
             cache["hook_embed"] = x
         if streams is not None and 0 in streams:
-            streams[0] = x
+            streams[0] = x.clone()
+        if self.executor not in execution.EXECUTORS:
+            raise ValueError(
+                f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"
+            )
+        # a cache records every head's scores and pattern: that needs the dense path
+        plan = self.plans(n) if self.executor == "plan" and cache is None else None
         for i, block in enumerate(self.blocks):
-            x = block(x, cache, f"blocks.{i}", streams, 2 * i + 1)
+            x = block(
+                x, cache, f"blocks.{i}", streams, 2 * i + 1, None if plan is None else plan[i]
+            )
         return x

@@ -484,6 +484,9 @@ def build(
         # smallest number (e^-700 in float64, e^-88 in float32), as hard attention would
         value_scale=math.exp(700.0 if config.dtype == torch.float64 else 88.0),
     )
+    # the execution plan for U's one input length: its gathers and sums, found once here
+    # so that every simulate runs them without [query, key] scores
+    model.model.plans(config.layout.length + 1)
     seconds = time.perf_counter() - start
     return UniversalSimulator(config, model, build_seconds=seconds, program=program)
 

@@ -1,0 +1,523 @@
+"""Execution plans: attention heads whose pattern the input cannot change, run as gathers.
+
+A compiled head often selects keys by position alone (reverse, shift, transpose, every
+gather and row sum of the universal simulator). Its pattern is then the same for every input
+of a given length, and computing it densely over ``[query, key]`` for every batch is waste.
+This module finds such heads *from the weights* and runs them as sparse sums.
+
+**Static directions.** A residual direction is static when its value at every position is
+the same for every input of a length: the embedding writes it from positions (and from the
+BOS row, which always sits at position 0) but never from a token other than BOS, and every
+sublayer that writes it reads static directions only. A head whose query and key weights
+read static directions only has a static pattern; if its value weights do too, its output is
+static as well. The analysis is exact: it reads which weights are non-zero, and a zero weight
+contributes an exact 0 to every sum.
+
+**Plans.** For each input length the pattern of every static head is computed once, on one
+input of that length, by the same arithmetic the dense forward uses (the scores, the hard
+threshold or the softmax), and kept as the selected keys of each query in compressed rows
+(CSR). Running the head is then ``z = mean over the selected keys of v`` (hard attention:
+the sum, then one division by the count, as the dense path does) or ``z = sum w v`` with the
+kept softmax weights (those that are exactly 0 in the dense pattern are dropped), as one
+gather of the selected values and one indexed sum. A head that
+selects one key per query is a gather and is bit-for-bit the dense result; sums over several
+keys add the same terms, possibly in another order (a difference of the order of one
+rounding of the sum).
+
+Shapes: batch, pos (BOS included), d_model; a head's plan holds ``offsets [pos + 1]`` and
+``keys [nnz]``.
+
+>>> import torch
+>>> from attnsim.model.config import ModelConfig
+>>> from attnsim.model.transformer import Transformer
+>>> cfg = ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+...                   n_ctx=4, d_vocab=2)
+>>> t = Transformer(cfg)
+>>> a = t.blocks[0].attn
+>>> with torch.no_grad():  # one head: queries and keys read position 0's direction only
+...     t.W_pos[0, 0] = 1.0; a.W_Q[0, 0, 0] = 1.0; a.W_K[0, 0, 0] = 1.0
+...     a.W_V[0, 2, 0] = 1.0; a.W_O[0, 0, 1] = 1.0; t.W_E[1, 2] = 1.0
+>>> static_heads(t)
+((0,),)
+>>> plan = build_plans(t, 4)
+>>> plan[0][0].offsets.tolist(), plan[0][0].keys.tolist()
+([0, 1, 5, 9, 13], [0, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3])
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from attnsim.model.config import AttentionMode
+
+__all__ = [
+    "HeadPlan",
+    "StaticAnalysis",
+    "static_heads",
+    "static_directions",
+    "build_plans",
+    "planned_attention",
+]
+
+EXECUTORS = ("plan", "dense")  # "plan": static heads as gathers; "dense": every head dense
+
+_ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
+_PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse sum
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """The keys one head selects for every query, for one input length.
+
+    Attributes:
+        head: the head's index in its layer.
+        offsets: ``[pos + 1]`` int64: query q's keys are ``keys[offsets[q]:offsets[q + 1]]``.
+        keys: ``[nnz]`` int64 key positions, query by query.
+        weights: softmax heads: ``[nnz]`` the pattern's weights; hard heads: None (the mean
+            of the selected keys' values).
+        gather: every query selects exactly one key (then ``keys`` is ``[pos]``).
+    """
+
+    head: int
+    offsets: torch.Tensor
+    keys: torch.Tensor
+    weights: torch.Tensor | None
+    gather: bool
+    # a head whose scores also read input-dependent directions (hard attention only):
+    # ``keys`` are then its candidates, the keys the static part of the scores selects;
+    # ``gap [pos]`` is how far below a query's static maximum its best other key lies, and
+    # ``key_bound [width]`` the largest |static key coordinate|. The scores are computed on
+    # the candidates only, after checking that the input-dependent part cannot reach across
+    # the gap (see :func:`_certified`); where it could, the head runs dense.
+    gap: torch.Tensor | None = None
+    key_bound: torch.Tensor | None = None
+    static_rows: torch.Tensor | None = None  # [d_model] bool: the static directions
+
+    @property
+    def nnz(self) -> int:
+        return int(self.keys.numel())
+
+    def dense(self, dtype: torch.dtype) -> torch.Tensor:
+        """The pattern ``[query, key]`` this plan stands for (for checks and caches)."""
+        n = self.offsets.numel() - 1
+        counts = self.offsets[1:] - self.offsets[:-1]
+        rows = torch.repeat_interleave(torch.arange(n), counts)
+        out = torch.zeros(n, n, dtype=dtype)
+        if self.weights is None:
+            out[rows, self.keys] = 1.0 / counts[rows].to(dtype)
+        else:
+            out[rows, self.keys] = self.weights.to(dtype)
+        return out
+
+
+def _reads(w: torch.Tensor) -> torch.Tensor:
+    """Rows (residual directions) a weight ``[d_model, width]`` reads: ``[d_model]`` bool."""
+    return w.abs().sum(dim=1) > 0
+
+
+def _writes(w: torch.Tensor) -> torch.Tensor:
+    """Columns a weight ``[width, d_model]`` writes: ``[d_model]`` bool."""
+    return w.abs().sum(dim=0) > 0
+
+
+def static_directions(transformer) -> list[torch.Tensor]:
+    """The static residual directions before each sublayer: ``[2 * n_layers + 1]`` masks
+    ``[d_model]`` (entry 2l: before layer l's attention; 2l + 1: before its MLP; the last:
+    the final stream)."""
+    with torch.no_grad():
+        d = transformer.cfg.d_model
+        W_E = transformer.W_E
+        static = transformer.W_E_num == 0
+        if W_E.shape[0] > 1:  # every non-BOS token row writes the same (usually nothing)
+            static = static & (W_E[1:] == W_E[1:2]).all(dim=0)
+        out = [static]
+        for block in transformer.blocks:
+            a = block.attn
+            dynamic = torch.zeros(d, dtype=torch.bool)
+            for h in a.active_heads().tolist():
+                pattern_static = bool((static | ~(_reads(a.W_Q[h]) | _reads(a.W_K[h]))).all())
+                values_static = bool((static | ~_reads(a.W_V[h])).all())
+                if not (pattern_static and values_static):
+                    dynamic |= _writes(a.W_O[h])
+            static = static & ~dynamic
+            out.append(static)
+            dynamic = torch.zeros(d, dtype=torch.bool)
+            for w_in, w_out, *gates in _mlp_units(block.mlp):
+                reads = w_in.abs() > 0  # [d_model, units]
+                for g in gates:
+                    reads = reads | (g.abs() > 0)
+                unit_static = (static[:, None] | ~reads).all(dim=0)  # [units]
+                if not bool(unit_static.all()):
+                    dynamic |= _writes(w_out[~unit_static])
+            static = static & ~dynamic
+            out.append(static)
+        return out
+
+
+def _mlp_units(mlp) -> list[tuple[torch.Tensor, ...]]:
+    """(W_in, W_out, gates...) of each kind of unit an MLP holds."""
+    units = [(mlp.W_in, mlp.W_out)]
+    if mlp.W_bil_a.shape[1]:
+        units.append((mlp.W_bil_a, mlp.W_bil_out, mlp.W_bil_b))
+    for kind in mlp.native_kinds:
+        units.append(
+            (
+                getattr(mlp, f"W_{kind}_in"),
+                getattr(mlp, f"W_{kind}_out"),
+                getattr(mlp, f"W_{kind}_gate"),
+            )
+        )
+    return units
+
+
+def static_heads(transformer) -> tuple[tuple[int, ...], ...]:
+    """For each layer, the active heads whose queries and keys read static directions only
+    (their pattern depends on the input's length alone)."""
+    masks = static_directions(transformer)
+    out = []
+    with torch.no_grad():
+        for layer, block in enumerate(transformer.blocks):
+            static, a = masks[2 * layer], block.attn
+            out.append(
+                tuple(
+                    h
+                    for h in a.active_heads().tolist()
+                    if bool((static | ~(_reads(a.W_Q[h]) | _reads(a.W_K[h]))).all())
+                )
+            )
+    return tuple(out)
+
+
+def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """BOS and then token row 1 (any token: static directions do not read it), values 0."""
+    ids = torch.zeros(1, n, dtype=torch.long)
+    if transformer.W_E.shape[0] > 1:
+        ids[0, 1:] = 1
+    return ids, torch.zeros(1, n, dtype=torch.float64)
+
+
+def _head_plan(attn, h: int, x: torch.Tensor) -> HeadPlan:
+    """The plan of head h on the stream ``x [1, pos, d_model]``, computed in row chunks
+    with the dense forward's arithmetic.
+
+    Without a causal mask a query's selection depends on its query vector alone, and a
+    compiled head has few distinct ones (a gather's query holds the source's coordinates):
+    the scores are computed once per distinct query vector and shared.
+    """
+    cfg = attn.cfg
+    n = x.shape[1]
+    width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
+    q = x[0] @ attn.W_Q[h, :, :width]  # [pos, used d_head]
+    k = x[0] @ attn.W_K[h, :, :width]
+    if cfg.causal:
+        rows_q, inverse = q, None
+    else:
+        rows_q, inverse = torch.unique(q, dim=0, return_inverse=True)  # [distinct, width]
+    step = max(1, _ROWS_PER_CHUNK // max(1, n))
+    counts, keys, weights = [], [], []
+    for start in range(0, rows_q.shape[0], step):
+        scores = rows_q[start : start + step] @ k.T  # [rows, key]
+        if cfg.causal:
+            rows = torch.arange(start, start + scores.shape[0])[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > rows, float("-inf"))
+        if cfg.attention is AttentionMode.HARD:
+            chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+        else:
+            pattern = torch.softmax(cfg.beta * scores, dim=-1)
+            chosen = pattern != 0
+        r, c = chosen.nonzero(as_tuple=True)
+        counts.append(torch.bincount(r, minlength=scores.shape[0]))
+        keys.append(c)
+        if cfg.attention is not AttentionMode.HARD:
+            weights.append(pattern[r, c])
+    count, key = torch.cat(counts), torch.cat(keys)
+    weight = torch.cat(weights) if weights else None
+    if inverse is not None:  # each query takes the keys of its distinct query vector
+        first = torch.zeros_like(count)
+        first[1:] = torch.cumsum(count, 0)[:-1]
+        count = count[inverse]
+        offsets = torch.zeros(n, dtype=torch.long)
+        offsets[1:] = torch.cumsum(count, 0)[:-1]
+        shift = torch.repeat_interleave(first[inverse] - offsets, count)
+        pick = torch.arange(int(count.sum())) + shift  # [nnz] index into the shared lists
+        key = key[pick]
+        weight = None if weight is None else weight[pick]
+    offsets = torch.zeros(n + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(count, 0)
+    return HeadPlan(
+        head=h, offsets=offsets, keys=key, weights=weight, gather=bool((count == 1).all())
+    )
+
+
+def _candidate_plan(attn, h: int, x: torch.Tensor, static: torch.Tensor) -> HeadPlan | None:
+    """A plan on the static part of head h's scores (``x`` holds the static directions
+    only, the others 0), or None when it would not save work: the static part selects more
+    than a quarter of all pairs, or leaves some query without a gap above the tolerance."""
+    cfg = attn.cfg
+    n = x.shape[1]
+    plan = _head_plan(attn, h, x)  # the keys the static part alone selects, per query
+    if plan.nnz * 4 > n * n:
+        return None
+    width = max(1, int(attn._plan()[1][h]))
+    q = x[0] @ attn.W_Q[h, :, :width]  # [pos, width]: the static parts of queries and keys
+    k = x[0] @ attn.W_K[h, :, :width]
+    counts = plan.offsets[1:] - plan.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)
+    best = torch.full((n,), float("-inf"), dtype=x.dtype)
+    best.scatter_reduce_(0, rows, (q[rows] * k[plan.keys]).sum(-1), "amax")
+    # the best key outside the candidates, per query, in row chunks
+    others = torch.full((n,), float("-inf"), dtype=x.dtype)
+    step = max(1, _ROWS_PER_CHUNK // max(1, n))
+    for start in range(0, n, step):
+        scores = q[start : start + step] @ k.T
+        stop = start + scores.shape[0]
+        if cfg.causal:
+            r = torch.arange(start, stop)[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
+        lo, hi = plan.offsets[start], plan.offsets[stop]
+        scores[rows[lo:hi] - start, plan.keys[lo:hi]] = float("-inf")
+        others[start:stop] = scores.amax(dim=-1)
+    gap = best - others  # inf where every key is a candidate
+    if not bool((gap > cfg.hard_tolerance).all()):
+        return None
+    return HeadPlan(
+        head=h,
+        offsets=plan.offsets,
+        keys=plan.keys,
+        weights=None,
+        gather=False,
+        gap=gap,
+        key_bound=k.abs().amax(dim=0),
+        static_rows=static,
+    )
+
+
+@dataclass(frozen=True)
+class StaticAnalysis:
+    """What :func:`build_plans` needs from the weights, computed once per set of weights."""
+
+    masks: list  # static_directions(transformer)
+    heads: tuple[tuple[int, ...], ...]  # static_heads(transformer)
+    parts: list  # per layer, (attention, MLP) keeping only what writes static directions
+    # per layer, the other active heads whose queries or keys read some static direction
+    # (hard attention): candidates for a plan on the static part of their scores
+    partial: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, transformer) -> StaticAnalysis:
+        masks = static_directions(transformer)
+        heads = static_heads(transformer)
+        with torch.no_grad():
+            parts = [
+                _static_part(b, masks[2 * i], masks[2 * i + 1])
+                for i, b in enumerate(transformer.blocks)
+            ]
+        return cls(masks, heads, parts, partial_heads(transformer, masks, heads))
+
+
+def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...], ...]:
+    """Per layer, the hard heads that are not static but whose queries or keys read some
+    static direction: candidates for a plan on the static part of their scores."""
+    masks = static_directions(transformer) if masks is None else masks
+    heads = static_heads(transformer) if heads is None else heads
+    if transformer.cfg.attention is not AttentionMode.HARD:
+        return tuple(() for _ in transformer.blocks)
+    out = []
+    with torch.no_grad():
+        for i, b in enumerate(transformer.blocks):
+            a, static = b.attn, masks[2 * i]
+            out.append(
+                tuple(
+                    h
+                    for h in a.active_heads().tolist()
+                    if h not in heads[i]
+                    and bool(((_reads(a.W_Q[h]) | _reads(a.W_K[h])) & static).any())
+                )
+            )
+    return tuple(out)
+
+
+def summary(transformer) -> dict:
+    """The heads a plan covers, per layer, as plain lists (saved with checkpoints)."""
+    masks = static_directions(transformer)
+    heads = static_heads(transformer)
+    return {
+        "static_heads": [list(hs) for hs in heads],
+        "partial_heads": [list(hs) for hs in partial_heads(transformer, masks, heads)],
+    }
+
+
+def build_plans(transformer, n: int, analysis=None) -> list[tuple[HeadPlan, ...]]:
+    """The plans of every static head for inputs of ``n`` positions (BOS included).
+
+    The static part of the stream is computed once, on one input of that length, layer by
+    layer (with the plans of the layers before).
+    """
+    analysis = StaticAnalysis.of(transformer) if analysis is None else analysis
+    masks, heads = analysis.masks, analysis.heads
+    ids, _ = _canonical_input(transformer, n)
+    out: list[tuple[HeadPlan, ...]] = []
+
+    def keep_static(x: torch.Tensor, stage: int) -> torch.Tensor:
+        # the other directions hold this one input's values, which may be infinite (1/x of
+        # a 0 token); a zero weight times an infinity is NaN, so they are cleared
+        return torch.where(masks[stage], x, torch.zeros((), dtype=x.dtype))
+
+    with torch.no_grad():
+        x = keep_static(transformer.W_E[ids] + transformer.W_pos[:n], 0)
+        for layer, block in enumerate(transformer.blocks):
+            plans = tuple(_head_plan(block.attn, h, x) for h in heads[layer])
+            partial = analysis.partial[layer] if analysis.partial else ()
+            cands = (_candidate_plan(block.attn, h, x, masks[2 * layer]) for h in partial)
+            out.append(plans + tuple(p for p in cands if p is not None))
+            attn, mlp = analysis.parts[layer]
+            x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
+            x = keep_static(x + mlp(x, None, ""), 2 * layer + 2)
+    return out
+
+
+def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
+    """Copies of a block's attention and MLP that keep only what writes static directions:
+    the other heads and units get zero weights, so that on the one input a plan is built
+    from they add exact zeros (not ``0 * inf`` where a unit reads a cleared direction).
+    The shapes stay the same, so every static value is summed exactly as in the model."""
+    attn, mlp = copy.deepcopy(block.attn), copy.deepcopy(block.mlp)
+    for h in attn.active_heads().tolist():
+        reads = _reads(attn.W_Q[h]) | _reads(attn.W_K[h]) | _reads(attn.W_V[h])
+        if not bool((before_attn | ~reads).all()):
+            attn.W_O[h].zero_()
+    for w_in, w_out, *gates in _mlp_units(mlp):
+        reads = w_in.abs() > 0
+        for g in gates:
+            reads = reads | (g.abs() > 0)
+        dynamic = ~(before_mlp[:, None] | ~reads).all(dim=0)  # [units]
+        for w in (w_in, *gates):
+            w[:, dynamic] = 0.0
+        w_out[dynamic] = 0.0
+    return attn, mlp
+
+
+def planned_attention(attn, x: torch.Tensor, plans: tuple[HeadPlan, ...]) -> torch.Tensor:
+    """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
+    and sparse sums, the other active heads dense."""
+    heads, _, ov_width = attn._plan()
+    out = torch.zeros_like(x)
+    b, n, _ = x.shape
+    cands = [p for p in plans if p.gap is not None]
+    plans = tuple(p for p in plans if p.gap is None)
+    planned = {p.head for p in plans}
+    for p in cands:
+        z = _run_candidates(attn, p, x)
+        if z is not None:  # certified: the head's keys are among its candidates
+            wv = max(1, int(ov_width[p.head]))
+            W_O = attn.W_O[p.head, :wv]
+            cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+            out[..., cols] += z @ W_O[:, cols]
+            planned.add(p.head)
+    if plans:
+        widths = [max(1, int(ov_width[p.head])) for p in plans]
+        hs = [p.head for p in plans]
+        # every planned head's values in one product: [batch, pos, sum of widths]
+        W_V = torch.cat([attn.W_V[h, :, :w] for h, w in zip(hs, widths)], dim=1)
+        W_O = torch.cat([attn.W_O[h, :w] for h, w in zip(hs, widths)], dim=0)
+        # the values read a few directions and the outputs write a few: the sums run over
+        # those only where that cannot change a rounding (at most two terms per sum, whose
+        # order does not matter), so that a gather gives the dense result to the last bit
+        cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+        v_all = _project(x, W_V)
+        z_all = torch.empty_like(v_all)
+        col = 0
+        for p, w in zip(plans, widths):
+            v = v_all[..., col : col + w]  # [batch, pos, w]
+            z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
+            col += w
+        out[..., cols] += z_all @ W_O[:, cols]
+    rest = [h for h in heads.tolist() if h not in planned]
+    if rest:
+        out += attn.dense_heads(x, torch.tensor(rest, dtype=torch.long))
+    return out
+
+
+def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``x @ W`` (``[batch, pos, d_model] @ [d_model, width]``), rounded as the dense forward
+    rounds it. A column with at most two non-zero weights is a sum whose order does not
+    matter, so it reads only its rows; the others keep the full sum over d_model (a matrix
+    product's columns do not depend on which other columns it computes)."""
+    nonzero = W != 0
+    few = nonzero.sum(dim=0) <= 2  # [width]
+    if bool(few.all()):
+        rows = torch.nonzero(nonzero.any(dim=1)).flatten()
+        return x[..., rows] @ W[rows]
+    if not bool(few.any()):
+        return x @ W
+    out = torch.empty(*x.shape[:-1], W.shape[1], dtype=x.dtype)
+    f, m = torch.nonzero(few).flatten(), torch.nonzero(~few).flatten()
+    rows = torch.nonzero(nonzero[:, f].any(dim=1)).flatten()
+    out[..., f] = x[..., rows] @ W[rows][:, f]
+    out[..., m] = x @ W[:, m]
+    return out
+
+
+def _run_head(p: HeadPlan, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
+    """One planned head's mixed values ``[batch, pos, w]`` from its values ``v``."""
+    if p.gather:  # one key per query: the dense mean of one value is that value exactly
+        return v[:, p.keys]
+    counts = p.offsets[1:] - p.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz] query of each pair
+    z = torch.zeros_like(v)
+    step = max(1, _PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
+    for start in range(0, b, step):
+        terms = v[start : start + step, p.keys]  # [rows, nnz, w]
+        if p.weights is not None:
+            terms = terms * p.weights.to(v.dtype)[None, :, None]
+        z[start : start + step].index_add_(1, rows, terms)
+    if mode is AttentionMode.HARD:  # the sum, then one division by the count
+        z = z / counts.to(v.dtype)[None, :, None]
+    return z
+
+
+def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
+    """A hard head's mean values ``[batch, pos, width]`` computed on its candidate keys, or
+    None when the input-dependent part of its scores could reach a key outside them.
+
+    The certificate: write a score as static + rest. For a query, every candidate's static
+    score is within the tolerance of the best, and every other key's is at least ``gap``
+    below it. With ``B`` an upper bound on |rest| over all keys, an outside key scores at
+    most ``best - gap + B`` and the best candidate at least ``best - B``; if ``gap > 2 B +
+    tolerance`` no outside key reaches the threshold ``max - tolerance``. ``B`` is bounded
+    coordinate by coordinate: ``|q_s . k_d + q_d . k| <= sum_c |q_s,c| K_d,c + |q_d,c|
+    (K_s,c + K_d,c)`` with ``K`` the largest |key coordinate| over all keys.
+    """
+    cfg = attn.cfg
+    h, n = p.head, x.shape[1]
+    width = int(p.key_bound.numel())
+    wv = max(1, int(attn._plan()[2][h]))
+    W_Q, W_K = attn.W_Q[h, :, :width], attn.W_K[h, :, :width]
+    reads = _reads(W_Q) | _reads(W_K)
+    stat = torch.nonzero(reads & p.static_rows).flatten()  # the few rows the scores read
+    dyn = torch.nonzero(reads & ~p.static_rows).flatten()
+    q_s, k_s = x[..., stat] @ W_Q[stat], x[..., stat] @ W_K[stat]
+    q_d, k_d = x[..., dyn] @ W_Q[dyn], x[..., dyn] @ W_K[dyn]
+    k_bound = k_d.abs().amax(dim=1, keepdim=True)  # [batch, 1, width]
+    rest = (q_s.abs() * k_bound + q_d.abs() * (p.key_bound + k_bound)).sum(-1)  # [b, pos]
+    # rounding of the sums: a generous multiple of the unit roundoff times their terms' size
+    terms = (q_s.abs() * p.key_bound).sum(-1) + rest + 1.0
+    finite_gap = torch.where(torch.isfinite(p.gap), p.gap.abs(), torch.zeros_like(p.gap))
+    slack = 1e3 * torch.finfo(x.dtype).eps * (terms + finite_gap)
+    if not bool((p.gap > 2 * rest + cfg.hard_tolerance + slack).all()):
+        return None
+    q, k = q_s + q_d, k_s + k_d  # [batch, pos, width]
+    counts = p.offsets[1:] - p.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz]
+    scores = (q[:, rows] * k[:, p.keys]).sum(-1)  # [batch, nnz]
+    best = torch.full((x.shape[0], n), float("-inf"), dtype=x.dtype)
+    best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
+    chosen = (scores >= best[:, rows] - cfg.hard_tolerance).to(x.dtype)  # [batch, nnz]
+    v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
+    z = torch.zeros(x.shape[0], n, wv, dtype=x.dtype)
+    z.index_add_(1, rows, v[:, p.keys] * chosen[..., None])
+    count = torch.zeros(x.shape[0], n, dtype=x.dtype).index_add_(1, rows, chosen)
+    return z / count[..., None]
