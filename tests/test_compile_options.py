@@ -27,9 +27,10 @@ def test_defaults():
     assert (o.map_error, o.fixed_length, o.dtype, o.value_scale) == (
         MapError.ABSOLUTE,
         False,
-        torch.float64,
+        "auto",
         1.0,
     )
+    # "auto" sizes memory checks for float64, the larger of its two choices
     assert o.itemsize == 8 and CompileOptions(dtype=torch.float32).itemsize == 4
 
 
@@ -70,7 +71,8 @@ def test_frozen():
         (
             {"dtype": torch.float16},
             ValueError,
-            r"^dtype must be torch\.float64 or torch\.float32, got torch\.float16$",
+            r"^dtype must be torch\.float64 or torch\.float32, or one of the strings 'auto', "
+            r"'float64', 'float32'; got torch\.float16$",
         ),
         (
             {"value_scale": math.inf},

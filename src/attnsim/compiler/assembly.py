@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from attnsim.compiler import components, scheduling, tracing
+from attnsim.compiler import components, precision, scheduling, tracing
 from attnsim.compiler.lowering import LoweredProgram
 from attnsim.compiler.options import CompileOptions
 from attnsim.ir.basis import Basis
@@ -47,8 +47,12 @@ def assemble(
     layers: Sequence[Layer],
     lowered: LoweredProgram,
     options: CompileOptions,
+    dtype: torch.dtype | None = None,
 ) -> Transformer:
     """Builds the Transformer holding ``layers`` over the lowered program's residual basis.
+
+    ``dtype`` is the weights' dtype (``precision.choose``); None: ``options.dtype``, which
+    must then be torch.float64 or torch.float32.
 
     Raises:
         ModelTooLargeError: the weights would not fit in memory (before allocating them).
@@ -62,7 +66,8 @@ def assemble(
     attention = options.attention.value
     beta = inverse_temperature(max_seq_len, options.value_scale)
     causal = options.causal
-    dtype = options.dtype
+    dtype = options.dtype if dtype is None else dtype
+    assert dtype in (torch.float64, torch.float32), dtype
     d_model = len(basis)  # one residual direction per label
     ix = basis.index
     # each head's query/key (and value/output) factors: one column per direction on the side
@@ -243,10 +248,12 @@ def package(
     checks: Sequence[GuardSpec],
     options: CompileOptions,
     start: float,
+    chosen: precision.Precision | None = None,
 ) -> CompiledModel:
     """The CompiledModel: weights, residual labels, output read-out, checks and report.
 
-    ``start`` is the ``time.perf_counter()`` at which compiling began (for the report).
+    ``start`` is the ``time.perf_counter()`` at which compiling began (for the report);
+    ``chosen`` the dtype and why (``precision.choose``), for the report.
     """
     layers = sched.layers
     vocab = lowered.vocab
@@ -273,6 +280,8 @@ def package(
         attention=options.attention.value,
         realisations=[dataclasses.asdict(r) for r in lowered.realisations],
         components=[c.to_dict() for c in table.rows],
+        dtype="float64" if model.cfg.dtype == "float64" else "float32",
+        dtype_reason="" if chosen is None else chosen.reason,
     )
     return CompiledModel(
         model,

@@ -13,6 +13,8 @@ True
 Traceback (most recent call last):
 ...
 ValueError: maps must be 'native' or 'relu', got 'taylor'
+>>> CompileOptions().dtype, CompileOptions(dtype="float32").dtype
+('auto', torch.float32)
 """
 
 from __future__ import annotations
@@ -29,7 +31,19 @@ import torch
 
 from attnsim.model.config import AttentionMode
 
-__all__ = ["AttentionMode", "CompileOptions", "MapError", "MapMode", "check_max_seq_len"]
+__all__ = [
+    "AUTO",
+    "AttentionMode",
+    "CompileOptions",
+    "MapError",
+    "MapMode",
+    "check_dtype",
+    "check_max_seq_len",
+]
+
+AUTO = "auto"  # dtype: float32 where every value is exact there, else float64
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DTYPE_CHOICES = "torch.float64 or torch.float32, or one of the strings 'auto', 'float64', 'float32'"
 
 
 class MapMode(str, enum.Enum):
@@ -66,7 +80,10 @@ class CompileOptions:
             reaches 0 on the range, such as gelu and log, keep the absolute tolerance).
         fixed_length: inputs always have exactly ``max_seq_len`` tokens (then ``length`` and
             counts over position-only selectors are known in advance).
-        dtype: torch.float64 or torch.float32.
+        dtype: "auto" (float32 when the compiler proves that every value the model
+            computes is exact in float32: categorical and small-integer programs with hard
+            attention; float64 otherwise; the report says which and why), torch.float64 or
+            torch.float32 (as asked, exact or not); "float64" and "float32" name those.
         value_scale: softmax mode only: how much larger than the smallest relevant value the
             values a head averages can be (for example e^700 for exponentials). The inverse
             temperature grows by 2 ln(value_scale), so that the weight leaked to unselected
@@ -84,7 +101,7 @@ class CompileOptions:
     map_ranges: Mapping[str, tuple[float, float]] | None = None  # none declared here
     map_error: MapError = MapError.ABSOLUTE  # only read with maps="relu"
     fixed_length: bool = False  # inputs of any length up to max_seq_len
-    dtype: torch.dtype = torch.float64  # exact arithmetic on the values RASP programs use
+    dtype: torch.dtype | str = AUTO  # float32 where proven exact, else float64
     value_scale: float = 1.0  # values of one order of magnitude (softmax mode)
 
     def __post_init__(self) -> None:
@@ -102,19 +119,47 @@ class CompileOptions:
             )
         if self.map_error not in ("absolute", "relative"):
             raise ValueError(f"map_error must be 'absolute' or 'relative', got {self.map_error!r}")
-        if self.dtype not in (torch.float64, torch.float32):
-            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
+        dtype = check_dtype(self.dtype)
         if not (_positive_finite(self.value_scale) and self.value_scale >= 1.0):
             raise ValueError(f"value_scale must be a finite number >= 1, got {self.value_scale!r}")
         # the plain strings become their enum members (equal to them: "hard" == HARD)
         object.__setattr__(self, "attention", AttentionMode(self.attention))
         object.__setattr__(self, "maps", MapMode(self.maps))
         object.__setattr__(self, "map_error", MapError(self.map_error))
+        object.__setattr__(self, "dtype", dtype)  # "float32" becomes torch.float32
 
     @property
     def itemsize(self) -> int:
-        """Bytes per number of the model's dtype."""
-        return 8 if self.dtype == torch.float64 else 4
+        """Bytes per number of the model's dtype (with "auto": 8, the most it can be)."""
+        return 4 if self.dtype == torch.float32 else 8
+
+
+def check_dtype(dtype: Any) -> torch.dtype | str:
+    """A dtype option as ``"auto"``, ``torch.float64`` or ``torch.float32``.
+
+    >>> check_dtype("float64"), check_dtype(torch.float32), check_dtype("auto")
+    (torch.float64, torch.float32, 'auto')
+    >>> try:
+    ...     check_dtype("half")
+    ... except ValueError as exc:
+    ...     print(str(exc)[:44])
+    dtype must be torch.float64 or torch.float32
+
+    Raises:
+        TypeError: ``dtype`` is neither a string nor a torch dtype.
+        ValueError: a string or a torch dtype other than those.
+    """
+    if isinstance(dtype, str):
+        if dtype == AUTO:
+            return AUTO
+        if dtype in DTYPES:
+            return DTYPES[dtype]
+        raise ValueError(f"dtype must be {DTYPE_CHOICES}; got {dtype!r}")
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float64, torch.float32):
+            return dtype
+        raise ValueError(f"dtype must be {DTYPE_CHOICES}; got {dtype}")
+    raise TypeError(f"dtype must be {DTYPE_CHOICES}; got {type(dtype).__name__} {dtype!r}")
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(CompileOptions))
@@ -141,7 +186,7 @@ def resolve(options: CompileOptions | None, overrides: Mapping[str, Any]) -> Com
             f"options must be a CompileOptions (from attnsim.compiler), got "
             f"{type(options).__name__} {options!r}"
         )
-    clash = [k for k, v in overrides.items() if not _same(getattr(options, k), v)]
+    clash = [k for k, v in overrides.items() if not _same(getattr(options, k), _plain(k, v))]
     if clash:
         both = "; ".join(_both(options, overrides, k) for k in clash)
         raise TypeError(
@@ -171,6 +216,16 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:
         return a is b
+
+
+def _plain(k: str, v: Any) -> Any:
+    """A keyword's value as the options hold it ("float32" -> torch.float32)."""
+    if k == "dtype":
+        try:
+            return check_dtype(v)
+        except (TypeError, ValueError):
+            return v
+    return v
 
 
 def _both(options: CompileOptions, overrides: Mapping[str, Any], k: str) -> str:

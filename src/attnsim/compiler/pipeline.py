@@ -17,7 +17,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from attnsim.compiler import assembly, guards, lowering, scheduling, tracing, value_inference
+from attnsim.compiler import (
+    assembly,
+    guards,
+    lowering,
+    precision,
+    scheduling,
+    tracing,
+    value_inference,
+)
 from attnsim.compiler import options as opts
 from attnsim.compiler.options import CompileOptions
 from attnsim.model.compiled import CompiledModel
@@ -40,7 +48,9 @@ def compile_program(
         max_seq_len: the longest input the model accepts.
         options: how to compile (a :class:`CompileOptions`: causal, attention, maps,
             map_tolerance, map_ranges, map_error, fixed_length, dtype, value_scale); None
-            for the defaults.
+            for the defaults. ``dtype="auto"`` (the default) builds float32 weights when
+            every value the model computes is exact in float32, else float64; the report's
+            ``dtype`` and ``dtype_reason`` say which and why.
         **kwargs: any of those options by name, as a shorthand (``causal=True``); with
             ``options`` too, a keyword may only repeat the value ``options`` holds.
 
@@ -67,7 +77,8 @@ def compile_program(
     tracing.check_size(graph, max_seq_len, options.itemsize)
     vi = value_inference.infer(graph, vocab, max_seq_len, options)  # 3. infer values
     lowered = lowering.lower(graph, vi, options)  # 4. lower
-    sched = scheduling.schedule(lowered)  # 5. schedule
-    model = assembly.assemble(sched.layers, lowered, options)  # 6. assemble
-    checks = guards.runtime_guards(graph, vi, lowered, sched)  # 7. run-time checks, report
-    return assembly.package(program, graph, lowered, sched, model, checks, options, start)
+    dtype = precision.choose(graph, vi, lowered, options)  # 5. choose the dtype
+    sched = scheduling.schedule(lowered)  # 6. schedule
+    model = assembly.assemble(sched.layers, lowered, options, dtype.dtype)  # 7. assemble
+    checks = guards.runtime_guards(graph, vi, lowered, sched)  # 8. run-time checks, report
+    return assembly.package(program, graph, lowered, sched, model, checks, options, start, dtype)

@@ -183,6 +183,21 @@ class Report(Resources):
     realisations: list[dict] = field(default_factory=list)
     # the ground-truth table (Component.to_dict rows); None in checkpoints written before it
     components: list[dict] | None = None
+    # the weights' dtype and why the compiler chose it ("" in checkpoints written before)
+    dtype: str = ""
+    dtype_reason: str = ""
+
+    @property
+    def precision(self) -> str:
+        """The dtype and the reason in one line: ``"float32: every value is ..."``.
+
+        >>> Report(1, 1, [1], 4, 1, 0, 0, {}, 10, 3, dtype="float64",
+        ...        dtype_reason="softmax attention").precision
+        'float64: softmax attention'
+        """
+        if not self.dtype:
+            return ""
+        return f"{self.dtype}: {self.dtype_reason}" if self.dtype_reason else self.dtype
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -192,6 +207,7 @@ class Report(Resources):
             f"model {self.name}: {self.layers} layers ({self.attention_layers} with attention), "
             f"attention={self.attention}",
             f"  heads per layer: {self.heads_per_layer}",
+            *([f"  dtype: {self.precision}"] if self.dtype else []),
             f"  d_model={self.d_model} d_head={self.d_head} d_mlp={self.d_mlp} "
             f"d_bilinear={self.d_bilinear} native={self.d_native}",
             f"  parameters={self.parameters} (nonzero {self.nonzero_parameters}), "

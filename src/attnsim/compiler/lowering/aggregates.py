@@ -55,6 +55,7 @@ def lower_aggregate(ctx: Context, e: E.Aggregate) -> Rep:
     default = e.default
     if numeric_value:
         d = ctx.new_dir(label if e.reduction == "mean" else f"{label}@mean")
+        ctx.bounds[d] = ctx.form_bound(vform)  # a mean is no larger than what it averages
         ov = tuple((k, d, v) for k, v in vform.items())
         rep = Rep("num", stage, form={d: 1.0})
     else:
@@ -67,6 +68,7 @@ def lower_aggregate(ctx: Context, e: E.Aggregate) -> Rep:
     )
     if has_default:
         flag = ctx.new_dir(ctx.fresh(f"{label}@empty"))
+        ctx.bounds[flag] = 1.0  # BOS's share of the head
         ov = ov + ((BOS, flag, 1.0),)
     gain = ctx.gains.get(e.selector.uid, 1.0)
     ctx.emit(stage, bos_default_head(label, terms, ov, max_score=max_score, gain=gain))
@@ -84,6 +86,7 @@ def _apply_default(
     mstage = ctx.mlp_stage(stage)
     if numeric_value:
         d = ctx.new_dir(ctx.fresh(f"{label}@default"))
+        ctx.bounds[d] = abs(float(default))
         ctx.emit(mstage, numeric.gated_constant_unit(label, flag, d, float(default)))
         form = dict(rep.form)
         form[d] = 1.0
@@ -102,6 +105,7 @@ def _apply_default(
 
 def _sum_from_mean(ctx: Context, e: E.Aggregate, label: str, mean: Rep) -> Rep:
     sel = e.selector
+    ctx.needs(label, "sums as a mean (a fraction) times a count", 0.0, uid=e.uid)
     if ctx.vi.is_static(sel) and (ctx.vi.fixed_length or ctx.vi.causal):
         m = ctx.vi.static_matrix(sel)
         counts = m.sum(axis=1).astype(np.float64)
@@ -132,6 +136,7 @@ def lower_selector_width(ctx: Context, e: E.SelectorWidth) -> Rep:
     terms, max_score, after = selectors.score(ctx, e.selector)
     stage = ctx.attn_stage(after)
     r = ctx.new_dir(ctx.fresh(f"{label}@inv"))
+    ctx.bounds[r] = 1.0  # 1 / (w + 1)
     head = bos_default_head(label, terms, ((BOS, r, 1.0),), mode="width", max_score=max_score)
     ctx.emit(stage, head)
     # the head reads 1/(w+1); steps between those values give w (gated off at BOS)
@@ -148,4 +153,7 @@ def lower_selector_width(ctx: Context, e: E.SelectorWidth) -> Rep:
         None,
         num_out=E.is_numerical(e),
         bos_guard=2.0,  # the head reads 1 at BOS; this keeps every step off there
+        uid=e.uid,
+        input_scale=1.0,  # 1/(w+1) <= 1
+        rounded_input=True,  # 1/(w+1) is rounded
     )

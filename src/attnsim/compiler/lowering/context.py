@@ -13,7 +13,8 @@ give as the ``after`` of what they write.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 from attnsim.compiler.lowering.program import (
     After,
     Block,
+    Float32Need,
     LoweredProgram,
     PlacedBlock,
     PlannedGuard,
@@ -72,6 +74,10 @@ class Context:
         self.realisations: list[Realisation] = []
         self.squares: dict[tuple, tuple[str, After]] = {}
         self.gains: dict[int, float] = {}  # SelectMax selector uid -> the gain G of its base
+        self.float32_needs: list[Float32Need] = []
+        self.numeric_reads: set[int] = set()  # S-ops read as numbers
+        self.bounds: dict[str, float] = {}  # direction -> a bound on |its value| (internal ones)
+        self.exprs: dict[int, E.SOp] = {}  # uid -> S-op, for every one lowered
         self._n_units = 0
 
     # -- naming ------------------------------------------------------------------------------
@@ -141,11 +147,56 @@ class Context:
     def realised(self, label: str, how: str, level: str, units: int, **kw: Any) -> None:
         self.realisations.append(Realisation(label, how, level, units, **kw))
 
+    def needs(self, label: str, what: str, gap: float, **kw: Any) -> None:
+        """Records a separation a construction relies on (see ``Float32Need``)."""
+        self.float32_needs.append(Float32Need(label, what, gap, **kw))
+
+    # -- sizes, for choosing the dtype -------------------------------------------------------
+    def dir_bound(self, d: str) -> float:
+        """A bound on ``|value|`` of direction ``d`` at every real position (inf: unknown)."""
+        got = self.bounds.get(d)
+        if got is not None:
+            return got
+        if d in self.static_embed:
+            arr = np.abs(np.asarray(self.static_embed[d], dtype=np.float64))
+            return float(arr.max()) if arr.size else 0.0
+        if d in (BOS, NOTBOS) or d in self.token_dims:
+            return 1.0
+        for uid, r in list(self.reps.items()) + list(self.categorical.items()):
+            if r.kind == "cat" and d in r.dims:
+                return 1.0
+            if r.kind == "num" and len(r.form) == 1 and d in r.form:
+                e = self.exprs.get(uid)
+                vals = None if e is None else self.vi.values(e)
+                if vals is None:
+                    return math.inf
+                big = max((abs(float(v)) for v in vals if v is not None), default=0.0)
+                return big / abs(r.form[d])
+        return math.inf
+
+    def form_bound(self, form: Mapping[str, float]) -> float:
+        """A bound on ``|sum c * d|`` over ``form``, term by term."""
+        return sum(abs(c) * self.dir_bound(d) for d, c in form.items())
+
+    def check_exact_scores(self, label: str, terms: tuple, extra: tuple = ()) -> None:
+        """Records a need for float64 unless float32 computes the scores exactly: every
+        weight a multiple of ``2^-k`` and every partial sum a multiple of it below 2^22."""
+        terms = tuple(terms) + tuple(extra)
+        weights = [float(w) for _, _, w in terms]
+        for k in range(17):
+            if all((w * 2.0**k).is_integer() for w in weights):
+                size = sum(abs(w) * self.dir_bound(q) * self.dir_bound(kd) for q, kd, w in terms)
+                if size * 2.0**k <= 2.0**22:
+                    return
+                break
+        self.needs(label, "attention scores that float32 does not compute exactly", 0.0)
+
     # -- representations ---------------------------------------------------------------------
     def rep(self, e: E.SOp) -> Rep:
         """The S-op's representation, lowering it (and what it reads) on first use."""
         got = self.reps.get(e.uid)
         if got is None:
+            self.exprs[e.uid] = e
             got = self.reps[e.uid] = self._lower(self, e)
         return got
 
@@ -166,6 +217,8 @@ class Context:
             guards=tuple(self.guards),
             realisations=tuple(self.realisations),
             labels=MappingProxyType(dict(self.labels)),
+            float32_needs=tuple(self.float32_needs),
+            numeric_reads=frozenset(self.numeric_reads),
         )
 
 

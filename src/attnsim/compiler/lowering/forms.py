@@ -67,6 +67,7 @@ def tokens(ctx: Context, e: E.SOp) -> Rep:
 def numeric_form(ctx: Context, e: E.SOp, r: Rep | None = None) -> dict[str, float]:
     """The S-op's value as a linear form (categorical values must be numbers)."""
     r = r or ctx.rep(e)
+    ctx.numeric_reads.add(e.uid)
     if r.kind == "num":
         return dict(r.form)
     form = {}
@@ -96,7 +97,7 @@ def categorical_rep(ctx: Context, e: E.SOp) -> Rep:
         )
     if e.uid in ctx.categorical:
         return ctx.categorical[e.uid]
-    out = discretise(ctx, ctx.label(e) + "@cat", r.form, r.after, vals, None, vals)
+    out = discretise(ctx, ctx.label(e) + "@cat", r.form, r.after, vals, None, vals, uid=e.uid)
     ctx.categorical[e.uid] = out
     return out
 
@@ -111,11 +112,18 @@ def discretise(
     out_vals: Sequence[Any] | None,
     num_out: bool = False,
     bos_guard: float = 0.0,
+    *,
+    uid: int | None = None,
+    input_scale: float | None = None,
+    rounded_input: bool = False,
 ) -> Rep:
     """A function of a number with finite value set, by ReLU steps between the values.
 
     ``table`` maps value keys of the inputs to outputs (None: the identity, as a one-hot).
-    A run-time check keeps the input on its values.
+    A run-time check keeps the input on its values. ``uid`` is the S-op computed;
+    ``input_scale`` bounds the input's size (None: bounded from its form) and
+    ``rounded_input`` says that the input carries rounding (a selector width's 1/(w+1)):
+    both only matter for choosing the dtype (``Float32Need``).
     """
     xs, outs = [], []
     for group in D.close_groups(sorted({float(v) for v in in_vals})):
@@ -154,9 +162,35 @@ def discretise(
 
     units = D.step_units(label, form, xs, [vec(v) for v in outs], bos_guard)
     n_units = ctx.emit_all(stage, units)
+    if rounded_input or not _exact_steps(xs):
+        # a step switches halfway between neighbouring values: the input's rounding must
+        # stay far below the gap, and the steps' outputs carry rounding from then on
+        gap = min((b - a for a, b in zip(xs, xs[1:])), default=math.inf)
+        what = "the selector width's 1/(w+1) is read by steps" if rounded_input else "steps"
+        scale = input_scale
+        if scale is None:
+            scale = max([ctx.form_bound(form)] + [abs(x) for x in xs])
+        ctx.needs(
+            label,
+            f"{what} between values {gap:.3g} apart",
+            gap,
+            scale=scale,
+            form=linear_form(form),
+            rounds=True,
+            uid=uid,
+        )
     ctx.guard(after, label, linear_form(form), allowed=tuple(xs))
     ctx.realised(label, "steps on finite values", "exact", n_units)
     return rep
+
+
+def _exact_steps(xs: Sequence[float]) -> bool:
+    """Whether steps between ``xs`` compute exactly in float32 on exact inputs: integer
+    values at most 2^20 whose gaps are powers of two (slopes and thresholds then are
+    multiples of 1/2 that float32 holds, and every sum is an exact small integer)."""
+    if not all(float(x).is_integer() and abs(x) <= 2.0**20 for x in xs):
+        return False
+    return all(math.log2(b - a).is_integer() for a, b in zip(xs, xs[1:]))
 
 
 def square(ctx: Context, form: dict[str, float], after: After, label: str) -> tuple[str, After]:
@@ -167,6 +201,7 @@ def square(ctx: Context, form: dict[str, float], after: After, label: str) -> tu
         return got
     stage = ctx.mlp_stage(after)
     d = ctx.new_dir(ctx.fresh(f"{label}^2"))
+    ctx.bounds[d] = ctx.form_bound(form) ** 2
     ctx.emit(stage, numeric.product_unit(d, form, form, d))
     ctx.squares[key] = (d, stage)
     return d, stage

@@ -73,7 +73,9 @@ def lower_map(ctx: Context, e: E.Map) -> Rep:
     if vals is not None:
         out_vals = ctx.vi.values(e)
         table = {value_key(v): call_safely(e, (v,)) for v in vals}
-        return forms.discretise(ctx, label, form, inner.after, vals, table, out_vals, num_out)
+        return forms.discretise(
+            ctx, label, form, inner.after, vals, table, out_vals, num_out, uid=e.uid
+        )
     raise UnsupportedError(
         f"{label}: a map of the real-valued S-op {ctx.label(e.inner)!r} with no finite "
         "value set; use a named map (rasp.exp, rasp.reciprocal, rasp.relu, ...), an affine "
@@ -240,6 +242,7 @@ def lower_sequence_map(ctx: Context, e: E.SequenceMap) -> Rep:
         f1, f2 = forms.numeric_form(ctx, e.sops[0]), forms.numeric_form(ctx, e.sops[1])
         return product(ctx, label, f1, f2, union(r.after for r in reps))
     if num_out and kind == "div" and len(e.sops) == 2:
+        ctx.needs(label, "divides (a reciprocal is not exact)", 0.0, uid=e.uid)
         f1 = forms.numeric_form(ctx, e.sops[0])
         den = e.sops[1]
         if reps[1].kind == "cat":
@@ -298,7 +301,8 @@ def _linear_categorical(ctx: Context, label: str, e: E.SequenceMap) -> Rep | Non
     for v in out_vals:
         table[value_key(float(v))] = v
         table[value_key(as_number(float(v)))] = v
-    return forms.discretise(ctx, label, form, after, [float(v) for v in out_vals], table, out_vals)
+    in_vals = [float(v) for v in out_vals]
+    return forms.discretise(ctx, label, form, after, in_vals, table, out_vals, uid=e.uid)
 
 
 def product(ctx: Context, label: str, f1: dict, f2: dict, after: After) -> Rep:

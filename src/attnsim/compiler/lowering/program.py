@@ -75,6 +75,34 @@ class Realisation:
 
 
 @dataclass(frozen=True)
+class Float32Need:
+    """A separation a construction relies on, for choosing the dtype (``precision``).
+
+    The construction tells apart quantities ``gap`` apart whose size is up to ``scale``;
+    float32 keeps them apart when ``gap > 1e4 * eps32 * scale``. A construction that needs
+    float64 outright records ``gap=0``; one that float32 computes exactly, ``scale=0``.
+
+    Attributes:
+        label: the expression built (as named in the report).
+        what: the construction, in words (the reason given when it needs float64).
+        gap: the smallest separation it relies on.
+        scale: the size of the quantities separated (inf: unknown).
+        form: the linear form read (steps on a number), if any.
+        rounds: whether its output carries float32 rounding (one-hot entries ``1 +- tiny``
+            instead of exact 0 and 1): what reads it must not need exact numbers.
+        uid: the S-op whose value it computes (None: none of the program's).
+    """
+
+    label: str
+    what: str
+    gap: float
+    scale: float = 0.0
+    form: tuple[tuple[str, float], ...] = ()
+    rounds: bool = False
+    uid: int | None = None
+
+
+@dataclass(frozen=True)
 class PlannedGuard:
     """A run-time check whose stage is known once its slots are placed.
 
@@ -112,6 +140,8 @@ class LoweredProgram:
         guards: run-time checks the constructions need (value sets and ranges).
         realisations: one line per realised map, for the report.
         labels: uid -> label, including those of expressions lowering made itself.
+        float32_needs: the separations the constructions rely on (for ``dtype="auto"``).
+        numeric_reads: uids of the S-ops some construction reads as a number.
     """
 
     vocab: tuple | None
@@ -128,6 +158,8 @@ class LoweredProgram:
     guards: tuple[PlannedGuard, ...]
     realisations: tuple[Realisation, ...]
     labels: Mapping[int, str]
+    float32_needs: tuple[Float32Need, ...] = ()
+    numeric_reads: frozenset[int] = frozenset()
 
     def block_of(self, uid: int) -> Rep | None:
         """The one-hot block of an S-op (its own, or the one made from its number)."""

@@ -25,7 +25,7 @@ from attnsim.compiler.lowering import forms
 from attnsim.compiler.lowering.context import FAILED, MAX_LOOKUP, Context, apply_safely
 from attnsim.compiler.lowering.program import After, UnsupportedError
 from attnsim.ir import attention
-from attnsim.ir.blocks import NOTBOS, linear_form
+from attnsim.ir.blocks import BOS, NOTBOS, linear_form
 from attnsim.rasp import expr as E
 from attnsim.values import is_number, value_key
 
@@ -37,6 +37,11 @@ def score(ctx: Context, sel: E.Selector) -> Score:
     got = ctx.scores.get(sel.uid)
     if got is None:
         got = ctx.scores[sel.uid] = _score(ctx, sel)
+        terms, max_score, _ = got
+        gain = ctx.gains.get(sel.uid, 1.0)
+        # with the BOS terms a head adds (a real query scores BOS like this)
+        bos = ((NOTBOS, BOS, max_score - 0.5 * gain), (NOTBOS, BOS, max_score))
+        ctx.check_exact_scores(ctx.label(sel), terms, bos)
     return got
 
 
