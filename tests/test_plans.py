@@ -106,7 +106,8 @@ def test_static_directions_follow_the_weights():
 
 def test_a_plan_is_the_dense_pattern():
     t = tiny()
-    (plan,) = t.plans(5)[0]
+    plan, table = t.plans(5)[0]  # head 0 is static, head 1 a token-table head
+    assert isinstance(table, P.TablePlan) and table.head == 1
     x = t.W_E[torch.tensor([[0, 1, 2, 1, 1]])] + t.W_pos[:5]
     cache = {}
     with torch.no_grad():

@@ -24,6 +24,9 @@ selects one key per query is a gather and is bit-for-bit the dense result; sums 
 keys add the same terms, possibly in another order (a difference of the order of one
 rounding of the sum).
 
+**Token-table heads** (:mod:`attnsim.model.plan_tables`): a head whose queries and keys
+read only directions the token rows of the embedding write runs over classes of positions.
+
 Shapes: batch, pos (BOS included), d_model; a head's plan holds ``offsets [pos + 1]`` and
 ``keys [nnz]``.
 
@@ -51,10 +54,13 @@ from dataclasses import dataclass
 
 import torch
 
+from attnsim.model import plan_tables
 from attnsim.model.config import AttentionMode
+from attnsim.model.plan_tables import TablePlan
 
 __all__ = [
     "HeadPlan",
+    "TablePlan",
     "StaticAnalysis",
     "static_heads",
     "static_directions",
@@ -305,6 +311,9 @@ class StaticAnalysis:
     # per layer, the other active heads whose queries or keys read some static direction
     # (hard attention): candidates for a plan on the static part of their scores
     partial: tuple[tuple[int, ...], ...] = ()
+    # per layer, the token-table heads (not static): their queries and keys read directions
+    # that only the token row of the embedding writes (see :class:`TablePlan`)
+    tables: tuple[tuple[TablePlan, ...], ...] = ()
 
     @classmethod
     def of(cls, transformer) -> StaticAnalysis:
@@ -315,7 +324,8 @@ class StaticAnalysis:
                 _static_part(b, masks[2 * i], masks[2 * i + 1])
                 for i, b in enumerate(transformer.blocks)
             ]
-        return cls(masks, heads, parts, partial_heads(transformer, masks, heads))
+            found = plan_tables.table_plans(transformer, heads)
+        return cls(masks, heads, parts, partial_heads(transformer, masks, heads), found)
 
 
 def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...], ...]:
@@ -350,8 +360,9 @@ def summary(transformer) -> dict:
     }
 
 
-def build_plans(transformer, n: int, analysis=None) -> list[tuple[HeadPlan, ...]]:
-    """The plans of every static head for inputs of ``n`` positions (BOS included).
+def build_plans(transformer, n: int, analysis=None) -> list[tuple]:
+    """The plans of every static head for inputs of ``n`` positions (BOS included), the
+    candidates and the token-table heads whose class sums cost less than their dense form.
 
     The static part of the stream is computed once, on one input of that length, layer by
     layer (with the plans of the layers before).
@@ -372,7 +383,10 @@ def build_plans(transformer, n: int, analysis=None) -> list[tuple[HeadPlan, ...]
             plans = tuple(_head_plan(block.attn, h, x) for h in heads[layer])
             partial = analysis.partial[layer] if analysis.partial else ()
             cands = (_candidate_plan(block.attn, h, x, masks[2 * layer]) for h in partial)
-            out.append(plans + tuple(p for p in cands if p is not None))
+            cands = tuple(p for p in cands if p is not None)
+            found = analysis.tables[layer] if analysis.tables else ()
+            found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))
+            out.append(plans + cands + found)
             attn, mlp = analysis.parts[layer]
             x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
             x = keep_static(x + mlp(x, None, ""), 2 * layer + 2)
@@ -400,23 +414,42 @@ def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
     return attn, mlp
 
 
-def planned_attention(attn, x: torch.Tensor, plans: tuple[HeadPlan, ...]) -> torch.Tensor:
+def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
     """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
-    and sparse sums, the other active heads dense."""
+    and sparse sums, a certified candidate head on its candidates, a token-table head over
+    its classes, the other active heads dense."""
     heads, _, ov_width = attn._plan()
     out = torch.zeros_like(x)
     b, n, _ = x.shape
+    token = [p for p in plans if isinstance(p, TablePlan)]
+    plans = tuple(p for p in plans if not isinstance(p, TablePlan))
     cands = [p for p in plans if p.gap is not None]
     plans = tuple(p for p in plans if p.gap is None)
     planned = {p.head for p in plans}
+
+    def add(h: int, z: torch.Tensor) -> None:
+        wv = max(1, int(ov_width[h]))
+        W_O = attn.W_O[h, :wv]
+        cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+        out[..., cols] += z @ W_O[:, cols]
+        planned.add(h)
+
+    # a token-table head's class sums are exact for every input whose classes are known:
+    # they go before its candidates, whose certificate may fail
+    for p in token:
+        z = plan_tables.run(attn, p, x)
+        if z is not None:  # every position's class is known
+            add(p.head, z)
+    # a candidate head whose certificate failed twice runs dense from then on: its check
+    # would cost more than it saves (the outputs are the dense ones either way)
+    misses = attn.__dict__.setdefault("_candidate_misses", {})
     for p in cands:
-        z = _run_candidates(attn, p, x)
-        if z is not None:  # certified: the head's keys are among its candidates
-            wv = max(1, int(ov_width[p.head]))
-            W_O = attn.W_O[p.head, :wv]
-            cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-            out[..., cols] += z @ W_O[:, cols]
-            planned.add(p.head)
+        if p.head not in planned and misses.get(p.head, 0) < 2:
+            z = _run_candidates(attn, p, x)
+            if z is not None:  # certified: the head's keys are among its candidates
+                add(p.head, z)
+            else:
+                misses[p.head] = misses.get(p.head, 0) + 1
     if plans:
         widths = [max(1, int(ov_width[p.head])) for p in plans]
         hs = [p.head for p in plans]

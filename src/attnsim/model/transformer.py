@@ -325,7 +325,10 @@ class Transformer(nn.Module):
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key
             self._analysis = execution.StaticAnalysis.of(self)
-        if not any(self._analysis.heads) and not any(self._analysis.partial):
+            for block in self.blocks:  # new weights: every candidate head gets tried again
+                block.attn.__dict__.pop("_candidate_misses", None)
+        a = self._analysis
+        if not any(a.heads) and not any(a.partial) and not any(a.tables):
             return None
         if n not in self._plans:
             self._plans[n] = execution.build_plans(self, n, self._analysis)

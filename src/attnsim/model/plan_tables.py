@@ -1,0 +1,205 @@
+"""Token-table heads: attention over classes of positions instead of over keys.
+
+Many data-dependent heads (a histogram's ``Select(tokens, tokens, ==)``, a sort's comparison
+of tokens) read, in their queries and keys, only directions that the token rows of the
+embedding write. A position's query and key are then those of its token id (BOS's at
+position 0), its scores against any key a table ``[class, class]``, and the head's output at
+a query a sum over the classes of the keys it sees (see :class:`TablePlan`): ``O(batch pos
+classes width)`` work instead of ``O(batch pos^2 width)``. :mod:`attnsim.model.plans` runs
+these heads where the class sums cost less than the dense head.
+
+>>> import torch
+>>> from attnsim.model.config import ModelConfig
+>>> from attnsim.model.transformer import Transformer
+>>> t = Transformer(ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=0,
+...                             d_bilinear=0, n_ctx=4, d_vocab=3))
+>>> a = t.blocks[0].attn
+>>> with torch.no_grad():  # score = a * b for the token ids a and b
+...     t.W_E[1, 0], t.W_E[2, 0] = 1.0, 2.0
+...     a.W_Q[0, 0, 0] = a.W_K[0, 0, 0] = a.W_V[0, 1, 0] = a.W_O[0, 0, 2] = 1.0
+>>> table_heads(t)
+((0,),)
+>>> table_plans(t, ((),))[0][0].scores.tolist()
+[[0.0, 0.0, 0.0], [0.0, 1.0, 2.0], [0.0, 2.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnsim.model.config import AttentionMode
+
+__all__ = ["TablePlan", "token_directions", "table_heads", "table_plans", "pays", "run", "flops"]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """A token-table head: its queries and keys read only directions that the token rows of
+    the embedding write, so a position's query and key are those of its class (the values
+    it holds in those directions, one per token id, and BOS's at position 0).
+
+    Its scores are then a table ``[class, class]``, and a query of class a attends over
+    classes: with ``G[c] [width]`` the sum of the values of the keys of class c that it sees
+    and ``C[c]`` their count, hard attention selects the classes b present with ``T[a, b] >=
+    max over present b' of T[a, b'] - tolerance`` and gives ``sum G[b] / sum C[b]`` over
+    them; softmax gives ``sum w_b G[b] / sum w_b C[b]`` with ``w_b = exp(beta T[a, b] - max)``
+    (the same sum as the dense one, grouped by class). With a causal mask ``G`` and ``C`` are
+    prefix sums over positions. The work is ``O(batch pos classes width)``, not ``O(batch
+    pos^2 width)``. At run time every position's class is looked up by exact comparison of
+    the directions read; a position of no known class makes the head run dense.
+
+    Attributes:
+        head: the head's index in its layer.
+        rows: ``[m]`` int64 residual directions its queries and keys read.
+        classes: ``[classes, m]`` the distinct values those directions can hold.
+        scores: ``[classes, classes]`` the score of a query of class a for a key of class b.
+        value_width: the used width of its values.
+    """
+
+    head: int
+    rows: torch.Tensor
+    classes: torch.Tensor
+    scores: torch.Tensor
+    value_width: int
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.classes.shape[0])
+
+
+def token_directions(transformer) -> list[torch.Tensor]:
+    """The token directions before each layer's attention: ``[n_layers]`` masks ``[d_model]``.
+
+    A direction is a token direction when only the token rows of the embedding set it apart:
+    the numerical token direction leaves it 0, the position rows past 0 all write the same
+    to it (position 0 is BOS's), and no sublayer before the layer writes it. Its value at a
+    position is then ``W_E[id] + W_pos[1]`` (``W_E[0] + W_pos[0]`` at BOS) for the token id
+    there, for every input."""
+    from attnsim.model import plans
+
+    with torch.no_grad():
+        W_pos = transformer.W_pos
+        token = transformer.W_E_num == 0
+        if W_pos.shape[0] > 1:
+            token = token & (W_pos[1:] == W_pos[1:2]).all(dim=0)
+        out = []
+        for block in transformer.blocks:
+            out.append(token)
+            a = block.attn
+            for h in a.active_heads().tolist():
+                token = token & ~plans._writes(a.W_O[h])
+            for _, w_out, *_ in plans._mlp_units(block.mlp):
+                token = token & ~plans._writes(w_out)
+        return out
+
+
+def table_heads(transformer, heads=None) -> tuple[tuple[int, ...], ...]:
+    """Per layer, the active heads that are not static and whose queries and keys read
+    token directions only (see :class:`TablePlan`)."""
+    from attnsim.model import plans
+
+    heads = plans.static_heads(transformer) if heads is None else heads
+    return tuple(tuple(p.head for p in layer) for layer in table_plans(transformer, heads))
+
+
+def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
+    """The :class:`TablePlan` of every token-table head, per layer."""
+    from attnsim.model import plans
+
+    masks = token_directions(transformer)
+    W_E, W_pos = transformer.W_E, transformer.W_pos
+    out = []
+    with torch.no_grad():
+        for layer, block in enumerate(transformer.blocks):
+            a, token = block.attn, masks[layer]
+            _, qk_width, ov_width = a._plan()
+            found = []
+            for h in a.active_heads().tolist():
+                if h in heads[layer]:
+                    continue
+                wq = max(1, int(qk_width[h]))
+                W_Q, W_K = a.W_Q[h, :, :wq], a.W_K[h, :, :wq]
+                reads = plans._reads(W_Q) | plans._reads(W_K)
+                if not bool((token | ~reads).all()):
+                    continue
+                rows = torch.nonzero(reads).flatten()
+                # what the directions hold at a position past 0 (any token id) and at BOS's,
+                # added as the embedding adds them
+                later = W_E[:, rows] + W_pos[min(1, W_pos.shape[0] - 1), rows]
+                bos = W_E[0, rows] + W_pos[0, rows]
+                classes = torch.unique(torch.cat([later, bos[None]]), dim=0)
+                x = torch.zeros(classes.shape[0], W_E.shape[1], dtype=W_E.dtype)
+                x[:, rows] = classes
+                scores = (x @ W_Q) @ (x @ W_K).T  # [class, class], as the dense scores
+                found.append(TablePlan(h, rows, classes, scores, max(1, int(ov_width[h]))))
+            out.append(tuple(found))
+    return tuple(out)
+
+
+def pays(p: TablePlan, n: int, attn) -> bool:
+    """Whether a token-table head is cheaper on ``n`` positions than its dense form: per
+    query, the class look-up and the sums over classes against the scores and sums over
+    keys."""
+    wq = int(attn._plan()[1][p.head])
+    m, c, wv = int(p.rows.numel()), p.n_classes, p.value_width
+    return c * (m + 2 * wv + 2) < n * (max(1, wq) + wv + 2)
+
+
+def run(attn, p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
+    """A token-table head's mixed values ``[batch, pos, width]`` from sums over classes, or
+    None when some position holds no known class in the directions the head reads."""
+    from attnsim.model import plans
+
+    cfg = attn.cfg
+    b, n, _ = x.shape
+    c, wv = p.n_classes, p.value_width
+    member = (x[..., p.rows][:, :, None, :] == p.classes).all(dim=-1)  # [batch, pos, class]
+    if not bool(member.any(dim=-1).all()):
+        return None
+    onehot = member.to(x.dtype)
+    cls = onehot.argmax(dim=-1)  # [batch, pos]
+    v = plans._project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
+    hard = cfg.attention is AttentionMode.HARD
+    table = p.scores.to(x.dtype) if hard else cfg.beta * p.scores.to(x.dtype)
+    inf = float("-inf")
+
+    def weights(s: torch.Tensor) -> torch.Tensor:  # s: scores of the visible classes
+        top = s.amax(dim=-1, keepdim=True)
+        if hard:
+            return (s >= top - cfg.hard_tolerance).to(x.dtype)
+        return torch.exp(s - top)  # softmax's terms; an absent class (-inf) weighs 0
+
+    if not cfg.causal:
+        count = onehot.sum(dim=1)  # [batch, class]
+        sums = onehot.transpose(1, 2) @ v  # [batch, class, wv]
+        s = table.expand(b, c, c).masked_fill((count == 0)[:, None, :], inf)
+        w = weights(s)  # [batch, query class, key class]
+        z = (w @ sums) / (w @ count[..., None])  # [batch, query class, wv]
+        return z.gather(1, cls[..., None].expand(b, n, wv))
+    z = torch.empty(b, n, wv, dtype=x.dtype)
+    step = max(1, plans._PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
+    for start in range(0, b, step):
+        part = slice(start, start + step)
+        oh = onehot[part]  # [rows, pos, class]
+        count = oh.cumsum(dim=1)  # keys of each class up to each query
+        sums = (oh[..., None] * v[part, :, None, :]).cumsum(dim=1)  # [rows, pos, class, wv]
+        w = weights(table[cls[part]].masked_fill(count == 0, inf))  # [rows, pos, class]
+        num = (w[..., None, :] @ sums).squeeze(-2)  # [rows, pos, wv]
+        z[part] = num / (w * count).sum(dim=-1, keepdim=True)
+    return z
+
+
+def flops(attn, p: TablePlan, n: int) -> int:
+    """FLOPs of one token-table head on ``n`` positions, batch 1: the class look-up, its
+    values, the class sums (prefix sums when causal), the weights of the classes and the
+    sums over them, its outputs."""
+    from attnsim.model import plans
+
+    m, c, wv = int(p.rows.numel()), p.n_classes, p.value_width
+    rows_v = int(plans._reads(attn.W_V[p.head, :, :wv]).sum())
+    cols_o = int(plans._writes(attn.W_O[p.head, :wv]).sum())
+    sums = n * c * wv * (2 if attn.cfg.causal else 1)
+    mix = 2 * (n if attn.cfg.causal else c) * c * (wv + 1)
+    return n * c * m + 2 * n * rows_v * wv + sums + mix + 2 * n * wv * cols_o
