@@ -95,3 +95,11 @@ def test_library_demo_prints_brackets_verbatim():
     text = console.export_text()
     assert "┃ program " in text  # a terminal wide enough: a rich table
     assert "( [ { ) ] }" in text  # not swallowed as rich markup
+
+
+def test_info_says_which_dtype_and_why(capsys):
+    assert main(["info", "make_hist", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compiled"]["precision"].startswith("float32: ")
+    assert main(["info", "make_frac_prevs"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("compiled:"))
+    assert "; float64: " in line and "fractions" in line

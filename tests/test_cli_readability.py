@@ -380,7 +380,9 @@ def test_b7_info_json_lists_match_the_layer_counts(name, capsys):
     entry = library.PROGRAMS[name]
     model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
     want = json.loads(json.dumps(model.report().resources()))
+    precision = c.pop("precision")  # the dtype and why (unnamed S-ops' labels vary)
     assert c == want  # the compiled model's own report
+    assert precision.split(":")[0] == model.report().precision.split(":")[0]
     assert len(c["heads_per_layer"]) == c["layers"]
     assert sum(1 for h in c["heads_per_layer"] if h) == c["attention_layers"]
 

@@ -127,6 +127,7 @@ def compiled_report(entry: lib.LibraryProgram, causal: bool = False) -> dict[str
     out = {k: v for k, v in r.resources().items()}
     out["heads_per_layer"] = list(out["heads_per_layer"])
     assert len(out["heads_per_layer"]) == out["layers"]
+    out["precision"] = r.precision  # the dtype and why (dtype="auto")
     return out
 
 
@@ -137,6 +138,7 @@ def _compiled_line(c: dict[str, Any]) -> str:
         f"compiled: {c['layers']} layer{'s' if c['layers'] != 1 else ''} "
         f"({c['attention_layers']} with attention), heads per layer {c['heads_per_layer']}, "
         f"d_model {c['d_model']}, d_mlp {c['d_mlp']}, {c['parameters']:,} parameters"
+        + (f"; {c['precision']}" if c.get("precision") else "")
     )
 
 

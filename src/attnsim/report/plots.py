@@ -236,13 +236,18 @@ def simulator_cost(rows: Sequence[dict], *, path: str | Path | None = None) -> F
     ax.set_ylabel("positions / dimensions (count)")
     ax = axes[2]
     key = "flops_U" if any("flops_U" in r for r in rows) else "flops"
-    line(ax, key, "U")
+    line(ax, key, "U (dense)" if "flops_U_plan" in rows[0] else "U")
+    if any("flops_U_plan" in r for r in rows):
+        line(ax, "flops_U_plan", "U (plan)", "^-")
     line(ax, "flops_direct", "direct attention", "s--")
     ax.set_title("Forward FLOPs (one target)")
     ax.set_ylabel("FLOPs (count)")
     if timed:
         ax = axes[3]
-        line(ax, "simulate_seconds", "U")
+        dense = any(r.get("simulate_seconds_dense") for r in rows)
+        line(ax, "simulate_seconds", "U (plan)" if dense else "U")
+        if dense:
+            line(ax, "simulate_seconds_dense", "U (dense)", "^-")
         line(ax, "direct_seconds", "direct attention", "s--")
         ax.set_title("Wall time per simulated target")
         ax.set_ylabel("seconds")
