@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_tables
+from attnsim.model import plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_tables import TablePlan
 
@@ -360,12 +360,13 @@ def summary(transformer) -> dict:
     }
 
 
-def build_plans(transformer, n: int, analysis=None) -> list[tuple]:
+def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -> list[tuple]:
     """The plans of every static head for inputs of ``n`` positions (BOS included), the
     candidates and the token-table heads whose class sums cost less than their dense form.
 
     The static part of the stream is computed once, on one input of that length, layer by
-    layer (with the plans of the layers before).
+    layer (with the plans of the layers before). ``steps``, a list, receives each MLP's step
+    plans (:mod:`attnsim.model.plan_steps`), found on the same stream.
     """
     analysis = StaticAnalysis.of(transformer) if analysis is None else analysis
     masks, heads = analysis.masks, analysis.heads
@@ -389,6 +390,8 @@ def build_plans(transformer, n: int, analysis=None) -> list[tuple]:
             out.append(plans + cands + found)
             attn, mlp = analysis.parts[layer]
             x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
+            if steps is not None:
+                steps.append(plan_steps.for_layer(block.mlp, x, masks[2 * layer + 1]))
             x = keep_static(x + mlp(x, None, ""), 2 * layer + 2)
     return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnsim.model import plan_steps
 from attnsim.model import plans as execution
 from attnsim.model.config import AttentionMode, ModelConfig
 
@@ -188,6 +189,26 @@ class MLP(nn.Module):
             self._plan_key = key
         return self._plan_cache
 
+    def _relu_except(self, x: torch.Tensor, steps: tuple) -> torch.Tensor:
+        """The ReLU units' output ``[batch, pos, d_model]`` leaving out the step plans' units
+        (over the rows they read and the columns they write)."""
+        keep = torch.ones(self.W_in.shape[1], dtype=torch.bool)
+        for p in steps:
+            keep[p.units] = False
+        out = torch.zeros_like(x)
+        units = torch.nonzero(keep).flatten()
+        if len(units) == 0:
+            return out
+        w_in, w_out = self.W_in[:, units], self.W_out[units]
+        rows = torch.nonzero((w_in != 0).any(dim=1)).flatten()
+        cols = torch.nonzero((w_out != 0).any(dim=0)).flatten()
+        w_in, w_out = w_in[rows], w_out[:, cols]
+        xs = x[..., rows].reshape(-1, len(rows))
+        step = max(1, (1 << 21) // max(1, len(units)))
+        part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
+        out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
+        return out
+
     def _unit_slices(self) -> dict:
         """For the bilinear units and each kind of declared unit: (the rows they read, the
         columns they write, their input weights on those rows, their output weights on those
@@ -214,9 +235,16 @@ class MLP(nn.Module):
             self._slices, self._slices_key = slices, key
         return self._slices
 
-    def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: dict | None, prefix: str, steps: tuple = ()
+    ) -> torch.Tensor:
+        # steps: the step plans of this MLP (attnsim.model.plan_steps), plan executor only
         plan = self._plan()
-        if plan is None:
+        if steps and cache is None:
+            out = self._relu_except(x, steps)
+            for p in steps:
+                plan_steps.run(self, p, x, out)
+        elif plan is None:
             post = torch.relu(x @ self.W_in)  # [batch, pos, d_mlp]
             out = post @ self.W_out
         else:  # the same sums over the non-zero rows and columns only
@@ -277,6 +305,7 @@ class Block(nn.Module):
         streams: dict | None = None,
         stage: int = 1,
         plan: tuple | None = None,
+        steps: tuple = (),
     ) -> torch.Tensor:
         if cache is not None:
             cache[f"{prefix}.hook_resid_pre"] = x
@@ -291,7 +320,7 @@ class Block(nn.Module):
         if plan is None:
             x = x + self.mlp(x, cache, f"{prefix}.mlp")
         else:
-            x += self.mlp(x, cache, f"{prefix}.mlp")
+            x += self.mlp(x, cache, f"{prefix}.mlp", steps)
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
         if streams is not None and stage + 1 in streams:
@@ -327,12 +356,17 @@ class Transformer(nn.Module):
             self._analysis = execution.StaticAnalysis.of(self)
             for block in self.blocks:  # new weights: every candidate head gets tried again
                 block.attn.__dict__.pop("_candidate_misses", None)
-        a = self._analysis
-        if not any(a.heads) and not any(a.partial) and not any(a.tables):
-            return None
         if n not in self._plans:
-            self._plans[n] = execution.build_plans(self, n, self._analysis)
-        return self._plans[n]
+            steps: list = []
+            heads = execution.build_plans(self, n, self._analysis, steps=steps)
+            self._plans[n] = (heads if any(heads) or any(steps) else None, steps)
+        return self._plans[n][0]
+
+    def step_plans(self, n: int) -> list:
+        """Per layer, the MLP's step plans for inputs of ``n`` positions (see
+        :mod:`attnsim.model.plan_steps`), built with :meth:`plans`."""
+        self.plans(n)
+        return self._plans[n][1]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -367,8 +401,15 @@ class Transformer(nn.Module):
             )
         # a cache records every head's scores and pattern: that needs the dense path
         plan = self.plans(n) if self.executor == "plan" and cache is None else None
+        steps = self.step_plans(n) if plan is not None else None
         for i, block in enumerate(self.blocks):
             x = block(
-                x, cache, f"blocks.{i}", streams, 2 * i + 1, None if plan is None else plan[i]
+                x,
+                cache,
+                f"blocks.{i}",
+                streams,
+                2 * i + 1,
+                None if plan is None else plan[i],
+                () if steps is None else steps[i],
             )
         return x

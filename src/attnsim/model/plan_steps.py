@@ -1,0 +1,156 @@
+"""Step plans: ReLU units of one input-dependent number, run as a piecewise-linear table.
+
+A discretiser (a selector width's ``1/(w+1)`` turned into a one-hot width, a number turned
+into its category) is a group of ReLU units that all read one input-dependent residual
+direction ``t``, besides static directions that hold the same value at every position but
+BOS. Their summed output is then a piecewise-linear function of ``t`` alone:
+``sum_u relu(a_u t + c_u) W_out[u] = slope[k] t + offset[k]`` on the k-th interval between the
+units' breakpoints ``-c_u / a_u``. The plan executor looks the interval up
+(``searchsorted``) and writes ``slope[k] t + offset[k]``: ``[positions, outputs]`` work
+instead of ``[positions, units]`` activations and a ``[units, outputs]`` product. BOS (where
+the static directions may differ) runs the units as they are.
+
+The tables are computed from the weights and from the static stream of one input of the
+length (the same canonical input the attention plans use), in float64 sums of the same
+terms the dense units add; on the flat parts of a step (the values the program takes) the
+outputs are the same to rounding.
+
+>>> import torch
+>>> from attnsim.model.config import ModelConfig
+>>> from attnsim.model.transformer import Transformer
+>>> t = Transformer(ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=2,
+...                             d_bilinear=0, n_ctx=4, d_vocab=1, numerical_tokens=True))
+>>> m = t.blocks[0].mlp
+>>> with torch.no_grad():  # |x| as relu(x) + relu(-x), x the token value (direction 0)
+...     t.W_E_num[0] = 1.0; m.W_in[0, 0] = 1.0; m.W_in[0, 1] = -1.0
+...     m.W_out[0, 2] = 1.0; m.W_out[1, 2] = 1.0
+>>> x = torch.zeros(1, 4, 3, dtype=torch.float64)
+>>> (plan,) = for_layer(m, x, torch.tensor([False, True, True]), min_units=1)
+>>> plan.bounds.abs().tolist(), plan.slope[:, 0].tolist(), plan.offset[:, 0].tolist()
+([0.0], [-1.0, 1.0], [0.0, 0.0])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["StepPlan", "for_layer", "run"]
+
+MAX_UNITS = 1024  # larger groups (ReLU-realised maps) keep their dense units
+MIN_UNITS = 8  # smaller groups cost less as they are
+FLAT_TERMS = 4  # a plateau writes at most this many outputs to be run as a scatter
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """ReLU units of one MLP that read one input-dependent direction, as a table.
+
+    Attributes:
+        units: ``[U]`` the units' indices in the MLP.
+        row: the residual direction they read (``t``).
+        cols: ``[C]`` the residual directions they write.
+        bounds: ``[S]`` the sorted breakpoints in ``t``.
+        slope: ``[S + 1, C]`` the output's slope in ``t`` on each interval.
+        offset: ``[S + 1, C]`` its value at ``t = 0`` on each interval.
+    """
+
+    units: torch.Tensor
+    row: int
+    cols: torch.Tensor
+    bounds: torch.Tensor
+    slope: torch.Tensor
+    offset: torch.Tensor
+    # per interval: flat with at most FLAT_TERMS non-zero outputs (a step's plateau: the
+    # values a program takes), then those outputs' columns (into cols) and values
+    flat: torch.Tensor | None = None
+    flat_col: torch.Tensor | None = None  # [S + 1, FLAT_TERMS]
+    flat_value: torch.Tensor | None = None  # [S + 1, FLAT_TERMS] (0 where unused)
+
+
+def for_layer(
+    mlp,
+    x: torch.Tensor,
+    static: torch.Tensor,
+    min_units: int = MIN_UNITS,
+    max_units: int = MAX_UNITS,
+) -> tuple[StepPlan, ...]:
+    """The step plans of an MLP's ReLU units, given the static stream ``x [1, pos,
+    d_model]`` that enters it (other directions 0) and its static directions ``static``."""
+    W_in, W_out = mlp.W_in, mlp.W_out
+    n = x.shape[1]
+    if W_in.shape[1] == 0 or n < 2:
+        return ()
+    reads = W_in != 0  # [d_model, units]
+    dynamic = reads & ~static[:, None]
+    rest = x[0, 1:]  # [pos - 1, d_model]: every position but BOS
+    same = (rest == rest[:1]).all(dim=0)  # static directions equal at every such position
+    ok = (dynamic.sum(dim=0) == 1) & ~(reads & static[:, None] & ~same[:, None]).any(dim=0)
+    if not bool(ok.any()):
+        return ()
+    row_of = dynamic.to(torch.int8).argmax(dim=0)  # [units]: the direction each unit reads
+    out = []
+    for row in torch.unique(row_of[ok]).tolist():
+        units = torch.nonzero(ok & (row_of == row)).flatten()
+        if not min_units <= len(units) <= max_units:
+            continue
+        a = W_in[row, units]  # [U]
+        c = rest[0] @ W_in[:, units]  # [U]: the static part (the row itself holds 0 here)
+        w = W_out[units]  # [U, d_model]
+        cols = torch.nonzero((w != 0).any(dim=0)).flatten()
+        w = w[:, cols]
+        bounds = torch.unique(-c / a)  # sorted
+        # one probe inside each interval, and one beyond each end
+        mids = (bounds[1:] + bounds[:-1]) / 2
+        probes = torch.cat([bounds[:1] - 1.0, mids, bounds[-1:] + 1.0])
+        active = (a[None, :] * probes[:, None] + c[None, :]) > 0  # [S + 1, U]
+        act = active.to(W_in.dtype)
+        slope, offset = (act * a[None, :]) @ w, (act * c[None, :]) @ w
+        nonzero = offset != 0
+        flat = ((slope == 0).all(dim=1)) & (nonzero.sum(dim=1) <= FLAT_TERMS)
+        # the non-zero columns of each row first (a stable sort of "is zero")
+        order = torch.sort((~nonzero).to(torch.int8), dim=1, stable=True).indices
+        flat_col = order[:, :FLAT_TERMS]  # [S + 1, FLAT_TERMS]
+        out.append(
+            StepPlan(
+                units=units,
+                row=row,
+                cols=cols,
+                bounds=bounds,
+                slope=slope,
+                offset=offset,
+                flat=flat,
+                flat_col=flat_col,
+                flat_value=offset.gather(1, flat_col),
+            )
+        )
+    return tuple(out)
+
+
+def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Adds the units' output to ``out [batch, pos, d_model]`` for the stream ``x``."""
+    b, n, d = x.shape
+    t = x[:, 1:, p.row]  # [batch, pos - 1]
+    k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
+    flat = p.flat[k]
+    flat_out = out[:, 1:]  # a view: one value per position on a plateau
+    if bool(flat.any()):
+        bi, pi = torch.nonzero(flat, as_tuple=True)
+        kk = k[bi, pi]
+        flat_out.index_put_(
+            (bi[:, None], pi[:, None], p.cols[p.flat_col[kk]]), p.flat_value[kk], accumulate=True
+        )
+    if not bool(flat.all()):  # the rest: slope times t plus offset, on their intervals
+        bi, pi = torch.nonzero(~flat, as_tuple=True)
+        kk = k[bi, pi]
+        vals = p.slope[kk] * t[bi, pi][:, None] + p.offset[kk]  # [m, C]
+        flat_out.index_put_((bi[:, None], pi[:, None], p.cols[None, :]), vals, accumulate=True)
+    # BOS: the units as they are (its static directions may differ)
+    pre = x[:, :1] @ mlp.W_in[:, p.units]
+    out[:, :1, p.cols] += torch.relu(pre) @ mlp.W_out[p.units][:, p.cols]
+
+
+def flops(p: StepPlan, n: int) -> int:
+    """FLOPs of one step plan on ``n`` positions: a lookup and a multiply-add per output."""
+    return n * (2 * p.cols.numel() + p.bounds.numel().bit_length())
