@@ -446,3 +446,14 @@ def test_a_step_plan_off_its_plateaus_matches_the_units():
     pre = x @ mlp.W_in[:, p.units]
     want = torch.relu(pre) @ mlp.W_out[p.units]
     assert float((got[0, 1:] - want[0, 1:]).abs().max()) <= 1e-9
+
+
+def test_plans_are_kept_for_a_bounded_number_of_lengths(monkeypatch):
+    from attnsim.model import transformer
+
+    monkeypatch.setattr(transformer, "PLANS_KEPT", 3)
+    model = reverse_model()
+    for n in (1, 2, 3, 4, 5):
+        assert model.run("abc"[: n % 3 + 1]) == list(reversed("abc"[: n % 3 + 1]))
+        model.model.plans(n + 1)
+    assert len(model.model._plans) == 3 and sorted(model.model._plans) == [4, 5, 6]

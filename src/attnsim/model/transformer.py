@@ -34,6 +34,7 @@ NATIVE_FUNCTIONS = {
 }
 
 
+PLANS_KEPT = 32  # execution plans kept per model (one per input length)
 HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
 
 
@@ -359,6 +360,8 @@ class Transformer(nn.Module):
         if n not in self._plans:
             steps: list = []
             heads = execution.build_plans(self, n, self._analysis, steps=steps)
+            if len(self._plans) >= PLANS_KEPT:  # the least recently built length goes
+                del self._plans[next(iter(self._plans))]
             self._plans[n] = (heads if any(heads) or any(steps) else None, steps)
         return self._plans[n][0]
 
