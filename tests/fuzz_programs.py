@@ -887,18 +887,23 @@ class Outcome:
     run_seconds: float = 0.0  # the compiled model's runs (not the interpreter's)
 
 
+def compile_case(case: FuzzCase, attention: str):
+    """The compiled model of ``case`` with its settings (raises what the compiler raises)."""
+    return compile_program(
+        case.program,
+        vocab=case.vocab,
+        max_seq_len=case.max_seq_len,
+        causal=case.causal,
+        fixed_length=case.fixed_length,
+        attention=attention,
+    )
+
+
 def check_case(case: FuzzCase, attention: str) -> Outcome:
     """Compiles ``case`` and compares the model with the interpreter on every input."""
     start = time.perf_counter()
     try:
-        model = compile_program(
-            case.program,
-            vocab=case.vocab,
-            max_seq_len=case.max_seq_len,
-            causal=case.causal,
-            fixed_length=case.fixed_length,
-            attention=attention,
-        )
+        model = compile_case(case, attention)
     except Exception as exc:  # noqa: BLE001 - every exception is classified
         if is_clear_error(exc):
             return Outcome(

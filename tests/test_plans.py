@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsim import library, simulator
+from attnsim import library, rasp, simulator
 from attnsim.compiler import compile_program
 from attnsim.matrix import apply, layout, programs
 from attnsim.model import plans as P
@@ -235,6 +235,8 @@ def test_library_programs_both_ways(name, attention):
         xs = [[rng.choice(entry.vocab) for _ in range(n)] for _ in range(8)]
         a, b = run_both(model, xs)
         assert a == b
+        if not isinstance(a, str):  # both ran: the interpreter is the oracle
+            assert all(fp.same_row(g, w) for g, w in zip(a, rasp.evaluate(entry.factory(), xs)))
         ids, vals = model.encode(xs)
         assert_close(*streams_both_ways(model, ids, vals))
 
@@ -328,14 +330,7 @@ def test_fuzzed_programs_have_no_executor_differences(attention):
     for _ in range(150):
         case = fp.random_case(rng)
         try:
-            model = compile_program(
-                case.program,
-                vocab=case.vocab,
-                max_seq_len=case.max_seq_len,
-                causal=case.causal,
-                fixed_length=case.fixed_length,
-                attention=attention,
-            )
+            model = fp.compile_case(case, attention)
         except Exception:  # noqa: BLE001 - refusals are the compiler tests' business
             continue
         for xs in case.inputs:
@@ -358,7 +353,7 @@ def test_fuzzed_programs_have_no_executor_differences(attention):
 
 
 def reverse_model():
-    return compile_program(library.make_reverse(library.rasp.tokens), vocab="abc", max_seq_len=5)
+    return compile_program(library.make_reverse(rasp.tokens), vocab="abc", max_seq_len=5)
 
 
 def test_executor_switch_on_the_compiled_model():
@@ -369,6 +364,10 @@ def test_executor_switch_on_the_compiled_model():
     assert model.model.executor == "dense" and model.run("abc") == ["c", "b", "a"]
     with pytest.raises(ValueError, match="executor must be one of"):
         model.executor = "fast"
+    with pytest.raises(ValueError, match="executor must be one of"):
+        model.run("abc", executor="fast")
+    assert model.executor == "dense"  # a refused run leaves the setting as it was
+    assert model.run("abc", executor="plan") == ["c", "b", "a"] and model.executor == "dense"
 
 
 def test_checkpoints_carry_the_plan_and_check_it(tmp_path):

@@ -37,7 +37,11 @@ def value_key(v: Any) -> tuple:
 
 
 def value_text(v: Any) -> str:
-    """A value as labels and messages show it (strings quoted, so ``'1'`` differs from 1)."""
+    """A value as labels and messages show it (strings quoted, so ``'1'`` differs from 1).
+
+    >>> value_text("1"), value_text(1)
+    ("'1'", '1')
+    """
     return repr(v) if isinstance(v, str) else str(v)
 
 
@@ -55,7 +59,11 @@ def is_hashable(v: Any) -> bool:
 
 
 def is_number(v: Any) -> bool:
-    """A Python or numpy int or float, bools excluded (a numeric token or table value)."""
+    """A Python or numpy int or float, bools excluded (a numeric token or table value).
+
+    >>> is_number(np.float32(0.5)), is_number(True), is_number("1")
+    (True, False, False)
+    """
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
@@ -72,12 +80,20 @@ def is_numeric(v: Any) -> bool:
 
 
 def is_int(x: Any) -> bool:
-    """An integral number that is not a bool (a size, a count, a JSON integer)."""
+    """An integral number that is not a bool (a size, a count, a JSON integer).
+
+    >>> is_int(3), is_int(np.int64(3)), is_int(3.0), is_int(True)
+    (True, True, False, False)
+    """
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def is_real(x: Any) -> bool:
-    """A real number that is not a bool (a JSON number, a tolerance)."""
+    """A real number that is not a bool (a JSON number, a tolerance).
+
+    >>> is_real(1e-6), is_real(2), is_real(False), is_real("0.1")
+    (True, True, False, False)
+    """
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 

@@ -140,7 +140,11 @@ def stage_resid(cache: dict, stage: int, n_layers: int) -> torch.Tensor:
 
 def streams_as_cache(streams: Mapping[int, torch.Tensor], n_layers: int) -> dict:
     """The residual streams of a run's ``streams`` (stage -> tensor) under the cache's
-    names, for :func:`check_guards` (stages past the last block are the final stream)."""
+    names, for :func:`check_guards` (stages past the last block are the final stream).
+
+    >>> sorted(streams_as_cache({0: None, 1: None, 4: None}, n_layers=2))
+    ['blocks.0.hook_resid_mid', 'blocks.1.hook_resid_post', 'hook_embed']
+    """
     cache = {}
     for stage, x in streams.items():
         if stage == 0:

@@ -129,7 +129,7 @@ class CompiledModel:
         out = self._decode(resid)
         return (out[0] if single else out), cache
 
-    def run(self, xs: Sequence[Any], *, check: bool = True) -> list:
+    def run(self, xs: Sequence[Any], *, check: bool = True, executor: str | None = None) -> list:
         """Runs the model on one sequence (or a batch) and decodes like the interpreter.
 
         Args:
@@ -138,12 +138,20 @@ class CompiledModel:
             check: verify intermediate values against the compiler's assumptions and raise
                 if one is violated (a value outside a map's finite value set, a categorical
                 aggregate over several distinct values, None where a function needs a value).
+            executor: "plan" or "dense" for this run only (default: :attr:`executor`).
 
         Raises:
             TypeError: ``xs`` is not a sequence of tokens or a batch of them.
             ValueError: a token the model was not compiled for, or a length it cannot take.
             RunTimeCheckError: (a ValueError) a check failed; the message says where and why.
         """
+        if executor is not None and executor != self.executor:
+            saved = self.executor
+            self.executor = executor  # checked there
+            try:
+                return self.run(xs, check=check)
+            finally:
+                self.executor = saved
         batch, single = _as_batch(xs, self._is_token)
         if check and self._singular_kinds():  # the checks read MLP inputs: a full cache
             out, _ = self.run_with_cache(batch, check=True)
@@ -316,6 +324,8 @@ class CompiledModel:
         ...     rasp.Comparison.EQ), rasp.tokens), vocab=["a", "b"], max_seq_len=3)
         >>> m.executor, m.plan_summary()["static_heads"]
         ('plan', [[0]])
+        >>> m.run(["a", "b"], executor="dense")  # for one run
+        ['a', 'b']
         >>> m.executor = "dense"; m.run(["a", "b"])
         ['a', 'b']
         """

@@ -129,8 +129,21 @@ def for_layer(
 
 
 def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
-    """Adds the units' output to ``out [batch, pos, d_model]`` for the stream ``x``."""
-    b, n, d = x.shape
+    """Adds the units' output to ``out [batch, pos, d_model]`` for the stream ``x``.
+
+    >>> import torch
+    >>> from attnsim.model.config import ModelConfig
+    >>> from attnsim.model.transformer import MLP
+    >>> m = MLP(ModelConfig(n_layers=1, d_model=2, n_heads=1, d_head=1, d_mlp=2,
+    ...                     d_bilinear=0, n_ctx=3, d_vocab=1), torch.float64)
+    >>> with torch.no_grad():  # |t| as relu(t) + relu(-t), t in direction 0, out in 1
+    ...     m.W_in[0, 0], m.W_in[0, 1], m.W_out[0, 1], m.W_out[1, 1] = 1.0, -1.0, 1.0, 1.0
+    >>> static = torch.tensor([False, True])
+    >>> (p,) = for_layer(m, torch.zeros(1, 3, 2, dtype=torch.float64), static, min_units=1)
+    >>> x = torch.tensor([[[0.0, 0.0], [-2.5, 0.0], [float("nan"), 0.0]]], dtype=torch.float64)
+    >>> out = torch.zeros_like(x); run(m, p, x, out); out[0, :, 1].tolist()
+    [0.0, 2.5, nan]
+    """
     t = x[:, 1:, p.row]  # [batch, pos - 1]
     k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
     flat = p.flat[k]
@@ -146,11 +159,25 @@ def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
         kk = k[bi, pi]
         vals = p.slope[kk] * t[bi, pi][:, None] + p.offset[kk]  # [m, C]
         flat_out.index_put_((bi[:, None], pi[:, None], p.cols[None, :]), vals, accumulate=True)
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):  # the units would give NaN there: so does the table
+        bi, pi = torch.nonzero(bad, as_tuple=True)
+        flat_out.index_put_(
+            (bi[:, None], pi[:, None], p.cols[None, :]),
+            torch.full((len(bi), len(p.cols)), float("nan"), dtype=out.dtype),
+            accumulate=True,
+        )
     # BOS: the units as they are (its static directions may differ)
     pre = x[:, :1] @ mlp.W_in[:, p.units]
     out[:, :1, p.cols] += torch.relu(pre) @ mlp.W_out[p.units][:, p.cols]
 
 
 def flops(p: StepPlan, n: int) -> int:
-    """FLOPs of one step plan on ``n`` positions: a lookup and a multiply-add per output."""
+    """FLOPs of one step plan on ``n`` positions: a binary search, and a multiply-add per
+    output.
+
+    >>> p = StepPlan(torch.arange(4), 0, torch.arange(3), torch.zeros(3), None, None)
+    >>> flops(p, 10)  # 10 * (2 * 3 outputs + 2 search steps)
+    80
+    """
     return n * (2 * p.cols.numel() + p.bounds.numel().bit_length())

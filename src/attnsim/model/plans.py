@@ -132,7 +132,13 @@ def _writes(w: torch.Tensor) -> torch.Tensor:
 def static_directions(transformer) -> list[torch.Tensor]:
     """The static residual directions before each sublayer: ``[2 * n_layers + 1]`` masks
     ``[d_model]`` (entry 2l: before layer l's attention; 2l + 1: before its MLP; the last:
-    the final stream)."""
+    the final stream).
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> [int(mask.sum()) for mask in static_directions(m.model)][-1], m.config.d_model
+    (26, 30)
+    """
     with torch.no_grad():
         d = transformer.cfg.d_model
         W_E = transformer.W_E
@@ -181,7 +187,13 @@ def _mlp_units(mlp) -> list[tuple[torch.Tensor, ...]]:
 
 def static_heads(transformer) -> tuple[tuple[int, ...], ...]:
     """For each layer, the active heads whose queries and keys read static directions only
-    (their pattern depends on the input's length alone)."""
+    (their pattern depends on the input's length alone).
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> static_heads(m.model)  # length (layer 0) and the reversing gather (layer 3)
+    ((0,), (), (), (0,))
+    """
     masks = static_directions(transformer)
     out = []
     with torch.no_grad():
@@ -330,7 +342,13 @@ class StaticAnalysis:
 
 def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...], ...]:
     """Per layer, the hard heads that are not static but whose queries or keys read some
-    static direction: candidates for a plan on the static part of their scores."""
+    static direction: candidates for a plan on the static part of their scores.
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> partial_heads(m.model)  # hist's head: tokens, and BOS's static score
+    ((0,),)
+    """
     masks = static_directions(transformer) if masks is None else masks
     heads = static_heads(transformer) if heads is None else heads
     if transformer.cfg.attention is not AttentionMode.HARD:
@@ -351,7 +369,13 @@ def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...],
 
 
 def summary(transformer) -> dict:
-    """The heads a plan covers, per layer, as plain lists (saved with checkpoints)."""
+    """The heads a plan covers, per layer, as plain lists (saved with checkpoints).
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> summary(m.model)
+    {'static_heads': [[0], [], [], [0]], 'partial_heads': [[], [], [], []]}
+    """
     masks = static_directions(transformer)
     heads = static_heads(transformer)
     return {
@@ -367,6 +391,11 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     The static part of the stream is computed once, on one input of that length, layer by
     layer (with the plans of the layers before). ``steps``, a list, receives each MLP's step
     plans (:mod:`attnsim.model.plan_steps`), found on the same stream.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> [[(p.head, p.gather, p.nnz) for p in layer] for layer in build_plans(m.model, 5)]
+    [[(0, False, 21)], [], [], [(0, True, 5)]]
     """
     analysis = StaticAnalysis.of(transformer) if analysis is None else analysis
     masks, heads = analysis.masks, analysis.heads
@@ -420,7 +449,16 @@ def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
 def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
     """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
     and sparse sums, a certified candidate head on its candidates, a token-table head over
-    its classes, the other active heads dense."""
+    its classes, the other active heads dense.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> net, ids = m.model, m.encode(["abba"])[0]
+    >>> x, attn = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn  # layer 0: length
+    >>> planned = planned_attention(attn, x, net.plans(5)[0])
+    >>> torch.allclose(planned, attn.dense_heads(x, attn.active_heads()), rtol=1e-15)
+    True
+    """
     heads, _, ov_width = attn._plan()
     out = torch.zeros_like(x)
     b, n, _ = x.shape
@@ -445,7 +483,7 @@ def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
             add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
     # would cost more than it saves (the outputs are the dense ones either way)
-    misses = attn.__dict__.setdefault("_candidate_misses", {})
+    misses = attn.candidate_misses
     for p in cands:
         if p.head not in planned and misses.get(p.head, 0) < 2:
             z = _run_candidates(attn, p, x)

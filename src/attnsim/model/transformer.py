@@ -53,6 +53,8 @@ class Attention(nn.Module):
         self.W_K = _param(h, d, k, dtype=dtype)
         self.W_V = _param(h, d, k, dtype=dtype)
         self.W_O = _param(h, k, d, dtype=dtype)
+        # head -> how often its candidate plan's certificate failed (attnsim.model.plans)
+        self.candidate_misses: dict[int, int] = {}
 
     def _plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Active heads (any non-zero output weight; the others add exactly 0) and the
@@ -350,13 +352,19 @@ class Transformer(nn.Module):
 
     def plans(self, n: int) -> list | None:
         """The execution plan for inputs of ``n`` positions (BOS included), or None when no
-        head's pattern is static. Built once per length and kept until the weights change."""
+        head's pattern is static. Built once per length and kept until the weights change.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> [type(p).__name__ for p in m.model.plans(5)[0]]
+        ['HeadPlan', 'TablePlan']
+        """
         key = tuple((p.data_ptr(), p._version) for p in self.parameters())
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key
             self._analysis = execution.StaticAnalysis.of(self)
             for block in self.blocks:  # new weights: every candidate head gets tried again
-                block.attn.__dict__.pop("_candidate_misses", None)
+                block.attn.candidate_misses.clear()
         if n not in self._plans:
             steps: list = []
             heads = execution.build_plans(self, n, self._analysis, steps=steps)
@@ -367,7 +375,13 @@ class Transformer(nn.Module):
 
     def step_plans(self, n: int) -> list:
         """Per layer, the MLP's step plans for inputs of ``n`` positions (see
-        :mod:`attnsim.model.plan_steps`), built with :meth:`plans`."""
+        :mod:`attnsim.model.plan_steps`), built with :meth:`plans`.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> [len(p.units) for p in m.model.step_plans(5)[0]]  # the width's steps
+        [8]
+        """
         self.plans(n)
         return self._plans[n][1]
 
