@@ -61,7 +61,7 @@ ERRORS = [
         "encoder-state-dict-without-activation",
         [*SIM, "--module", "{d}/enc.pt", "--heads", "2"],
         r"does not record its activation or whether it is pre-norm; pass --activation "
-        r"relu\|gelu\|gelu_tanh; --norm-first or --no-norm-first",
+        r"relu\|gelu\|gelu_tanh\|maxmin; --norm-first or --no-norm-first",
     ),
     (
         "activation-disagrees-with-module",

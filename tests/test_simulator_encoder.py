@@ -92,8 +92,6 @@ def test_encoder_errors():
         ValueError, match="feed-forward width is 8, but this U was built for at most 6"
     ):
         U.simulate(spec.random_encoder_layer(1, 4, 8, seed=0), X)
-    with pytest.raises(NotImplementedError, match="maxmin is not built yet"):
-        U.simulate(spec.random_encoder_layer(1, 4, 4, seed=0, activation="maxmin"), X)
     with pytest.raises(ValueError, match="this U simulates encoder layers"):
         U.simulate(spec.random_attention(1, 4, seed=0), X)
     attn_U = universal.build(2, 2, 1)

@@ -69,9 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sim.add_argument(
         "--activation",
-        choices=["relu", "gelu", "gelu_tanh"],
+        choices=["relu", "gelu", "gelu_tanh", "maxmin"],
         default=None,
-        help="encoder target: the feed-forward activation; required for a --module "
+        help="encoder target: the feed-forward activation (maxmin: GroupSort-2, hidden pairs "
+        "sorted); required for a --module "
         "state_dict; random targets: default relu",
     )
     sim.add_argument(
@@ -364,7 +365,7 @@ def _module_target(args: argparse.Namespace):
             need = {
                 "--heads": f"--heads H (H divides d = {saved.d_model}: "
                 f"{', '.join(map(str, adapters.divisors(saved.d_model)))})",
-                "--activation": "--activation relu|gelu|gelu_tanh",
+                "--activation": "--activation relu|gelu|gelu_tanh|maxmin",
                 "--norm-first": "--norm-first or --no-norm-first",
             }
             said = {

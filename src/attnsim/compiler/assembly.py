@@ -98,6 +98,7 @@ def assemble(
         n_ctx=max_seq_len + 1,
         d_vocab=1 + max(len(token_vocab), 1),
         numerical_tokens=numerical_token_dir is not None,
+        token_width=1 + max(lowered.token_channel_dirs, default=-1),
         attention=attention,
         beta=beta,
         causal=causal,
@@ -130,6 +131,10 @@ def assemble(
         W_E[row[value_key(v)], ix(d)] = 1.0
     if numerical_token_dir is not None:
         w("W_E_num", d_model)[ix(numerical_token_dir)] = 1.0
+    if cfg.token_width:
+        W_E_vec = w("W_E_vec", cfg.token_width, d_model)
+        for k, d in lowered.token_channel_dirs.items():
+            W_E_vec[k, ix(d)] = 1.0
     W_pos = w("W_pos", cfg.n_ctx, d_model)
     for d, vals in static_embed.items():
         W_pos[1:, ix(d)] = np.asarray(vals, dtype=np.float64)

@@ -246,6 +246,8 @@ def _embed_blocks(low: LoweredProgram, known: set[str], unresolved: list[str]) -
     if low.numerical_token_dir is not None:
         d = low.numerical_token_dir
         out.append(_Block("embed", -1, "tokens", 0, (_resolve(d, known, [], ""),), (), (d,)))
+    for d in low.token_channel_dirs.values():
+        out.append(_Block("embed", -1, "tokens", 0, (_resolve(d, known, [], ""),), (), (d,)))
     for d in low.static_embed:
         out.append(_Block("embed", -1, "static", 0, (_resolve(d, known, [], ""),), (), (d,)))
     return out

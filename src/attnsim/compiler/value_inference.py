@@ -196,6 +196,8 @@ class ValueInference:
         if self.is_static(e):
             vals = dedupe(self.static_values(e))
             return tuple(float(v) for v in vals) if num else vals
+        if isinstance(e, E.TokenChannel):
+            return None  # real numbers: unknown values
         if isinstance(e, E.TokensType):
             if self.vocab is None:
                 return None
@@ -392,7 +394,12 @@ def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]
     """
     errors: list[str] = []
     for e in nodes:
-        if isinstance(e, E.TokensType) and E.is_numerical(e) and vi.vocab is not None:
+        if (
+            isinstance(e, E.TokensType)
+            and not isinstance(e, E.TokenChannel)
+            and E.is_numerical(e)
+            and vi.vocab is not None
+        ):
             bad = [v for v in vi.vocab if not _is_number(v)]
             if bad:
                 errors.append(
@@ -500,6 +507,8 @@ def selector_key(sel: E.Selector) -> tuple:
 
 
 def _sop_key(sop: E.SOp) -> tuple:
+    if isinstance(sop, E.TokenChannel):
+        return ("TokenChannel", sop.channel)
     if isinstance(sop, (E.TokensType, E.IndicesType, E.LengthType)):
         return (type(sop).__name__,)
     return ("uid", sop.uid)

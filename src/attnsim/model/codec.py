@@ -33,6 +33,8 @@ __all__ = [
     "encode",
     "numeric_rows",
     "token_rows",
+    "vector_batch",
+    "encode_vectors",
 ]
 
 
@@ -201,6 +203,58 @@ def encode(
                         "on finite real numbers"
                     )
                 vals[b, i + 1] = float(t)
+    return ids, vals
+
+
+def vector_batch(xs: Any, width: int) -> tuple[np.ndarray, bool]:
+    """Vector-token input as ``([batch, n, width] float64, single)``: ``[n, width]`` is one
+    sequence, ``[batch, n, width]`` a batch; channels beyond ``width`` (which no S-op of the
+    program reads) are dropped, as the interpreter ignores them.
+
+    >>> arr, single = vector_batch([[1, 2], [3, 4]], 2)
+    >>> arr.shape, single
+    ((1, 2, 2), True)
+    """
+    try:
+        arr = np.asarray(xs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"this model reads vector tokens of width {width}: pass an array [n, {width}] "
+            f"of real numbers (or [batch, n, {width}])"
+        ) from None
+    if arr.ndim not in (2, 3) or arr.shape[-1] < width:
+        raise ValueError(
+            f"this model reads vector tokens of width {width}: expected an array [n, {width}] "
+            f"or [batch, n, {width}], got shape {list(arr.shape)}"
+        )
+    arr = arr[..., :width]  # wider tokens: the channels the program does not read go
+    if not np.isfinite(arr).all():
+        raise ValueError("vector tokens must be finite real numbers (found inf or nan)")
+    return (arr[None], True) if arr.ndim == 2 else (arr, False)
+
+
+def encode_vectors(
+    arr: np.ndarray, *, max_seq_len: int, fixed_length: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows ``[batch, 1 + n]`` and vector values ``[batch, 1 + n, width]`` (BOS first,
+    its vector 0) for vector tokens ``arr`` ``[batch, n, width]``.
+
+    >>> ids, vals = encode_vectors(np.ones((1, 2, 3)), max_seq_len=4, fixed_length=False)
+    >>> ids.tolist(), tuple(vals.shape)
+    ([[0, 1, 1]], (1, 3, 3))
+    """
+    b, n, width = arr.shape
+    if n > max_seq_len:
+        raise ValueError(
+            f"input length {n} exceeds the model's max_seq_len={max_seq_len}; "
+            "compile with a larger max_seq_len"
+        )
+    if fixed_length and n != max_seq_len:
+        raise ValueError(f"this model takes inputs of exactly {max_seq_len} vector tokens, got {n}")
+    ids = torch.ones(b, n + 1, dtype=torch.long)
+    ids[:, 0] = 0
+    vals = torch.zeros(b, n + 1, width, dtype=torch.float64)
+    vals[:, 1:] = torch.from_numpy(arr)
     return ids, vals
 
 

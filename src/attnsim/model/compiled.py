@@ -87,6 +87,12 @@ class CompiledModel:
         self._index = {d: i for i, d in enumerate(self.residual)}
         self._token_row = codec.token_rows(self.vocab)
 
+    def _batch(self, xs: Any) -> tuple[Any, bool]:
+        """``(batch, single)``: the input as a batch, and whether it was one sequence."""
+        if self.config.token_width:
+            return codec.vector_batch(xs, self.config.token_width)
+        return _as_batch(xs, self._is_token)
+
     def _is_token(self, x: Any) -> bool:
         return is_hashable(x) and value_key(x) in self._token_row
 
@@ -96,7 +102,13 @@ class CompiledModel:
 
     # -- encoding --------------------------------------------------------------------------
     def encode(self, xs: Sequence[Sequence[Any]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token rows and values ``[batch, 1 + n]`` (BOS first) for equal-length inputs."""
+        """Token rows and values ``[batch, 1 + n]`` (BOS first) for equal-length inputs
+        (vector tokens: values ``[batch, 1 + n, width]`` for ``xs`` ``[batch, n, width]``)."""
+        if self.config.token_width:
+            arr, _ = codec.vector_batch(xs, self.config.token_width)
+            return codec.encode_vectors(
+                arr, max_seq_len=self.max_seq_len, fixed_length=self.fixed_length
+            )
         return codec.encode(
             xs,
             vocab=self.vocab,
@@ -116,7 +128,7 @@ class CompiledModel:
 
     def run_with_cache(self, xs: Sequence[Any], *, check: bool = True) -> tuple[list, dict]:
         """Decoded outputs and every residual stream and attention pattern, by name."""
-        batch, single = _as_batch(xs, self._is_token)
+        batch, single = self._batch(xs)
         ids, vals = self.encode(batch)
         cache: dict[str, torch.Tensor] = {}
         with torch.no_grad():
@@ -152,7 +164,7 @@ class CompiledModel:
                 return self.run(xs, check=check)
             finally:
                 self.executor = saved
-        batch, single = _as_batch(xs, self._is_token)
+        batch, single = self._batch(xs)
         if check and self._singular_kinds():  # the checks read MLP inputs: a full cache
             out, _ = self.run_with_cache(batch, check=True)
             return out[0] if single else out

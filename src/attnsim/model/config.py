@@ -36,6 +36,8 @@ class ModelConfig:
         n_ctx: positions, BOS included (max_seq_len + 1).
         d_vocab: rows of the token embedding (categorical tokens and BOS).
         numerical_tokens: tokens also enter as a real value times a learned direction.
+        token_width: vector tokens: each position's token is a real vector of this width,
+            entering through ``W_E_vec`` [token_width, d_model]; 0 for scalar tokens.
         attention: hard or softmax.
         beta: inverse temperature of softmax mode (scores are multiplied by it).
         hard_tolerance: in hard mode, keys within this of the best score count as best
@@ -60,6 +62,7 @@ class ModelConfig:
     causal: bool = False
     dtype: str = "float64"
     mlp_widths: tuple[int, ...] | None = None
+    token_width: int = 0
 
     def mlp_width(self, layer: int) -> int:
         """ReLU units in block ``layer``.
@@ -73,7 +76,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         sizes = ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_bilinear", "n_ctx")
-        for name in (*sizes, "d_vocab"):
+        for name in (*sizes, "d_vocab", "token_width"):
             value = getattr(self, name)
             if not is_int(value):
                 raise TypeError(

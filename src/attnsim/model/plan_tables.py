@@ -82,6 +82,8 @@ def token_directions(transformer) -> list[torch.Tensor]:
     with torch.no_grad():
         W_pos = transformer.W_pos
         token = transformer.W_E_num == 0
+        if transformer.cfg.token_width:  # real-valued vector channels: not table lookups
+            token = token & (transformer.W_E_vec == 0).all(dim=0)
         if W_pos.shape[0] > 1:
             token = token & (W_pos[1:] == W_pos[1:2]).all(dim=0)
         out = []

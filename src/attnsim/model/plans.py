@@ -143,6 +143,8 @@ def static_directions(transformer) -> list[torch.Tensor]:
         d = transformer.cfg.d_model
         W_E = transformer.W_E
         static = transformer.W_E_num == 0
+        if transformer.cfg.token_width:  # vector tokens write their channels' directions
+            static = static & (transformer.W_E_vec == 0).all(dim=0)
         if W_E.shape[0] > 1:  # every non-BOS token row writes the same (usually nothing)
             static = static & (W_E[1:] == W_E[1:2]).all(dim=0)
         out = [static]

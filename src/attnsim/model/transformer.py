@@ -340,6 +340,8 @@ class Transformer(nn.Module):
         dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
         self.W_E = _param(cfg.d_vocab, cfg.d_model, dtype=dtype)
         self.W_E_num = _param(cfg.d_model, dtype=dtype)
+        if cfg.token_width:  # vector tokens: channel k enters as value * row k
+            self.W_E_vec = _param(cfg.token_width, cfg.d_model, dtype=dtype)
         self.W_pos = _param(cfg.n_ctx, cfg.d_model, dtype=dtype)
         self.blocks = nn.ModuleList(
             Block(cfg, dtype, cfg.mlp_width(li)) for li in range(cfg.n_layers)
@@ -397,7 +399,8 @@ class Transformer(nn.Module):
         streams: dict[int, torch.Tensor | None] | None = None,
     ) -> torch.Tensor:
         """Args: token_ids [batch, pos] (row 0 of W_E is BOS), token_values [batch, pos]
-        (numerical tokens; 0 at BOS), cache (filled with every hook), streams (a lighter
+        (numerical tokens; 0 at BOS) or [batch, pos, token_width] (vector tokens),
+        cache (filled with every hook), streams (a lighter
         cache: its keys are stages, 0 the embedding, 2l+1 and 2l+2 after layer l's attention
         and MLP sublayers; each is filled with that residual stream [batch, pos, d_model]).
         Returns the final residual stream [batch, pos, d_model].
@@ -408,6 +411,14 @@ class Transformer(nn.Module):
         x = self.W_E[token_ids] + self.W_pos[:n]
         if token_values is not None and self.cfg.numerical_tokens:
             x = x + token_values.to(self.dtype)[..., None] * self.W_E_num
+        if self.cfg.token_width:
+            if token_values is None or token_values.shape[-1:] != (self.cfg.token_width,):
+                got = None if token_values is None else list(token_values.shape)
+                raise ValueError(
+                    f"this model reads vector tokens of width {self.cfg.token_width}: pass "
+                    f"token_values [batch, pos, {self.cfg.token_width}], got {got}"
+                )
+            x = x + token_values.to(self.dtype) @ self.W_E_vec
         if cache is not None:
             cache["hook_embed"] = x
         if streams is not None and 0 in streams:

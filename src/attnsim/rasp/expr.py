@@ -39,6 +39,9 @@ __all__ = [
     "TokensType",
     "IndicesType",
     "LengthType",
+    "TokenChannel",
+    "token_channel",
+    "reads_channels",
     "tokens",
     "indices",
     "length",
@@ -378,6 +381,52 @@ class LengthType(SOp):
 tokens = TokensType()
 indices = IndicesType()
 length = LengthType()
+
+
+class TokenChannel(TokensType):
+    """Channel ``k`` of vector tokens: a program that reads channels takes a sequence of
+    vectors (one real vector per position, ``[n, width]``; a batch is ``[batch, n, width]``),
+    and ``TokenChannel(k)`` is the real number in column ``k`` of each. It is numerical;
+    make one with :func:`token_channel`. A program reads either ``tokens`` or channels.
+    """
+
+    def __init__(self, channel: int) -> None:
+        super().__init__()
+        if isinstance(channel, bool) or not isinstance(channel, (int, np.integer)) or channel < 0:
+            raise ValueError(f"a token channel is a non-negative integer, got {channel!r}")
+        self.channel = int(channel)
+        self._annotations["name"] = f"tokens[{self.channel}]"
+        self._annotations["encoding"] = Encoding.NUMERICAL
+
+
+def token_channel(channel: int) -> SOp:
+    """Channel ``channel`` of vector tokens (numerical).
+
+    >>> from attnsim import rasp
+    >>> prog = rasp.token_channel(0) * rasp.token_channel(1)
+    >>> rasp.evaluate(prog, [[1.0, 2.0], [3.0, 4.0]])  # one sequence of two 2-vectors
+    [2.0, 12.0]
+    """
+    return TokenChannel(channel)
+
+
+def reads_channels(expr: RASPExpr) -> int:
+    """The token width a program reads: 1 + its largest token channel, or 0 when it reads
+    no channel (it reads scalar ``tokens``, if anything).
+
+    >>> reads_channels(token_channel(3) + token_channel(1)), reads_channels(tokens + 1)
+    (4, 0)
+    """
+    width, seen, stack = 0, set(), [expr]
+    while stack:
+        e = stack.pop()
+        if e.uid in seen:
+            continue
+        seen.add(e.uid)
+        if isinstance(e, TokenChannel):
+            width = max(width, e.channel + 1)
+        stack.extend(e.children)
+    return width
 
 
 class Map(SOp):

@@ -51,6 +51,15 @@ __all__ = ["evaluate", "evaluate_batch", "Cat", "RASPEvaluationError", "is_hasha
 class _Evaluator:
     def __init__(self, toks: list[list[Any]] | np.ndarray, causal: bool) -> None:
         self.causal = causal
+        self.token_vectors: np.ndarray | None = None
+        if isinstance(toks, np.ndarray) and toks.ndim == 3:  # vector tokens [batch, n, width]
+            self.batch, self.n = toks.shape[:2]
+            self.token_vectors = toks.astype(np.float64)
+            self.token_array = self.token_cat = None
+            self.memo: dict[int, Any] = {}
+            self._int_tokens = False
+            self._causal_mask = np.tril(np.ones((self.n, self.n), dtype=bool))
+            return
         if isinstance(toks, np.ndarray) and toks.dtype != object:
             self.batch, self.n = toks.shape
             if toks.dtype.kind in "fiub":
@@ -101,6 +110,23 @@ class _Evaluator:
     def _compute(self, e: E.RASPExpr) -> Any:
         m = self.memo
         b, n = self.batch, self.n
+        if isinstance(e, E.TokenChannel):
+            if self.token_vectors is None:
+                raise RASPEvaluationError(
+                    f"{e.label!r} reads channel {e.channel} of vector tokens, but the input is "
+                    "a sequence of scalars; pass one vector per position"
+                )
+            if e.channel >= self.token_vectors.shape[2]:
+                raise RASPEvaluationError(
+                    f"{e.label!r} reads channel {e.channel}, but the tokens have width "
+                    f"{self.token_vectors.shape[2]}"
+                )
+            return self.token_vectors[:, :, e.channel].copy()
+        if isinstance(e, E.TokensType) and self.token_vectors is not None:
+            raise RASPEvaluationError(
+                "this program reads both `tokens` and token channels; with vector tokens read "
+                "them by channel (rasp.token_channel(k))"
+            )
         if isinstance(e, E.TokensType):
             if self.token_cat is None and (E.is_numerical(e) or not self._int_tokens):
                 return self.token_array
@@ -368,6 +394,36 @@ def _check_inputs(
                     )
 
 
+def _vector_tokens(xs: Any, width: int, batch: bool) -> np.ndarray:
+    """Vector-token input as a float64 array ``[batch, n, width']`` (width' >= ``width``):
+    ``[n, width']`` is one sequence unless ``batch`` (evaluate_batch wants 3-D input)."""
+    try:
+        arr = np.asarray(xs, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"this program reads vector tokens (channels 0..{width - 1}); pass an array "
+            f"[n, width] of real numbers (or [batch, n, width]): {exc}"
+        ) from None
+    if arr.ndim == 2 and not batch:
+        arr = arr[None]
+    if arr.ndim != 3 and not (arr.size == 0 and arr.ndim in (1, 2)):
+        shape = "[batch, n, width]" if batch else "[n, width] or [batch, n, width]"
+        raise ValueError(
+            f"this program reads vector tokens (channels 0..{width - 1}); expected an array "
+            f"{shape}, got shape {list(arr.shape)}"
+        )
+    if arr.ndim != 3:
+        return np.zeros((arr.shape[0] if arr.ndim == 2 else 0, 0, width))
+    if arr.shape[1] and arr.shape[2] < width:
+        raise ValueError(
+            f"this program reads token channel {width - 1}, but the tokens have width "
+            f"{arr.shape[2]}"
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError("vector tokens must be finite real numbers (found inf or nan)")
+    return arr
+
+
 def _output(e: E.RASPExpr, val: Any) -> list:
     if isinstance(val, np.ndarray) and val.dtype == bool:
         return val.tolist()
@@ -410,6 +466,23 @@ def evaluate_batch(
             f"evaluate expects a RASP expression, got {type(program).__name__}; build one "
             "with attnsim.rasp (tokens, Map, Select, Aggregate, ...)"
         )
+    width = E.reads_channels(program)
+    if width:
+        arr = _vector_tokens(xs, width, batch=True)
+        if max_seq_len is not None and arr.shape[1] > max_seq_len:
+            raise ValueError(
+                f"input length {arr.shape[1]} exceeds max_seq_len={max_seq_len}; shorten the "
+                "input or raise max_seq_len"
+            )
+        if arr.shape[0] == 0:
+            return []
+        if arr.shape[1] == 0:
+            return [[] for _ in range(arr.shape[0])]
+        ev = _Evaluator(arr, causal)
+        val = ev.eval(program)
+        if isinstance(program, E.Selector):
+            return np.broadcast_to(val, (ev.batch, ev.n, ev.n)).tolist()
+        return _output(program, val)
     if not isinstance(xs, np.ndarray):
         if not isinstance(xs, Sequence) or any(
             not isinstance(r, (Sequence, np.ndarray)) for r in xs
@@ -449,6 +522,11 @@ def evaluate(
     >>> rasp.evaluate(rasp.Map(lambda t: t.upper(), rasp.tokens), ["a", "b"])
     ['A', 'B']
     """
+    width = E.reads_channels(program) if isinstance(program, E.RASPExpr) else 0
+    if width:  # vector tokens: [n, width] is one sequence, [batch, n, width] a batch
+        arr = _vector_tokens(xs, width, batch=False)
+        out = evaluate_batch(program, arr, causal=causal, max_seq_len=max_seq_len)
+        return out if np.ndim(xs) == 3 else (out[0] if out else [])
     if isinstance(xs, (str, bytes)):
         xs = list(xs)
     if not isinstance(xs, (Sequence, np.ndarray)):

@@ -51,7 +51,7 @@ def prepare(
     Raises:
         TypeError: ``target`` is not a spec or a supported torch module.
         ValueError: the target or X does not fit the build, or X is not finite.
-        NotImplementedError: an encoder layer U does not simulate yet (maxmin, no LayerNorm).
+        NotImplementedError: an encoder layer U does not simulate yet (no LayerNorm).
     """
     layout = config.layout
     if isinstance(target, nn.Module):
@@ -94,15 +94,25 @@ def prepare(
 
 def _check_encoder(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:
     ffn = target.ffn
+    maxmin = ffn.activation is S.Activation.MAXMIN
+    if maxmin and ffn.d_mlp % 2:  # FeedForwardSpec refuses this; a clear word if it slips by
+        raise ValueError(
+            f"a maxmin feed-forward block sorts hidden units in pairs (2k, 2k+1), so its "
+            f"width must be even, got d_mlp={ffn.d_mlp}; add or drop one hidden unit"
+        )
     if ffn.d_mlp > config.max_ff:
+        pairs = ""
+        if maxmin and config.max_ff % 2:  # the last hidden unit of an odd F has no partner
+            widest = config.max_ff - 1
+            pairs = (
+                f" (maxmin sorts hidden units in pairs: the widest maxmin block it takes has "
+                f"d_mlp={widest})"
+                if widest
+                else " (maxmin sorts hidden units in pairs: it takes no maxmin block)"
+            )
         raise ValueError(
             f"target's feed-forward width is {ffn.d_mlp}, but this U was built for at most "
-            f"{config.max_ff}; build a U with a larger max_ff"
-        )
-    if ffn.activation is S.Activation.MAXMIN:
-        raise NotImplementedError(
-            "the encoder U simulates relu, gelu and gelu_tanh feed-forward blocks; maxmin "
-            "is not built yet"
+            f"{config.max_ff}{pairs}; build a U with a larger max_ff"
         )
     if target.norm1 is None or target.norm2 is None:
         raise NotImplementedError(
@@ -199,8 +209,8 @@ def _range_message(
         return (
             f"the feed-forward pre-activations reach {v:.6g}{where}{which}, beyond the "
             f"value bound {value_bound:g} this U (maps='relu') was built for: its "
-            "ReLU gelu covers only [-value_bound, value_bound]; build U with a larger "
-            "value_bound"
+            "ReLU gelu covers only [-value_bound, value_bound] (it runs for every "
+            "activation, relu and maxmin too); build U with a larger value_bound"
         )
     bounds = f"[{lo:g}, {hi:g}]" if math.isfinite(hi) else "its planned values"
     return (

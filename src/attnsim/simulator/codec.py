@@ -37,7 +37,7 @@ from attnsim.simulator.layout import FLAG_NAMES, LN_SLOTS, Layout
 __all__ = ["Case", "Shape", "check_fits", "pack", "pack_batch", "unpack", "unpack_output"]
 
 DTYPE = torch.float64
-ACTIVATION_FLAGS = FLAG_NAMES[1:]  # relu, gelu, gelu_tanh: the activations U simulates
+ACTIVATION_FLAGS = FLAG_NAMES[1:]  # relu, gelu, gelu_tanh, maxmin: the activations U simulates
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,11 @@ def _pack_encoder(layout: Layout, seq: torch.Tensor, layer: S.EncoderLayerSpec) 
             f"{ffn.activation.value!r}"
         )
     d, dm, D, F = layer.d_model, ffn.d_mlp, layout.D, layout.F
+    if ffn.activation is S.Activation.MAXMIN and dm % 2:
+        raise ValueError(
+            f"a maxmin feed-forward block sorts hidden units in pairs (2k, 2k+1), so its "
+            f"d_mlp must be even, got {dm}"
+        )
     for k, norm in enumerate(_norm_slots(layer)):
         if norm is None:
             seq[layout.lnpos(k, "eps")] = 1.0  # gain 0: the slot's output is 0, never inf

@@ -8,7 +8,7 @@ and read back to the same build.
 
 >>> cfg = SimulatorConfig(4, 4, 2, layer="encoder")
 >>> cfg.layer, cfg.max_ff, cfg.score_bound, cfg.layout.length
-(<LayerKind.ENCODER: 'encoder'>, 8, 10000.0, 226)
+(<LayerKind.ENCODER: 'encoder'>, 8, 10000.0, 227)
 >>> SimulatorConfig.from_json(cfg.to_json()) == cfg
 True
 """

@@ -13,7 +13,8 @@ For a build of sizes (N, D, H) and D' = D + 1 (the constant-1 feature of X~ = [X
  FLAG     1            1 if the target is causal                codec.pack
  encoder layouts (F > 0) go on with:
  LN       3*(2D+1)     per LayerNorm slot: gain[D], bias[D], eps codec.pack
- FLAGS    4            norm_first, relu, gelu, gelu_tanh        codec.pack
+ FLAGS    5            norm_first, relu, gelu, gelu_tanh,       codec.pack
+                       maxmin
  COLV     D            1 for the target's d real columns        codec.pack
  W1, B1   D*F, F       W1[c, m] at c*F + m, b1[m]               codec.pack
  W2, B2   F*D, D       W2[m, c] at m*D + c, b2[c]               codec.pack
@@ -45,7 +46,7 @@ ENCODER_ROLES = ("LN", "FLAGS", "COLV", "W1", "B1", "W2", "B2")
 SCRATCH_ROLES = ("R", "V", "P", "HID")
 # the three LayerNorm slots of an encoder layer (see programs.py) and the flags
 LN_SLOTS = ("input", "middle", "output")
-FLAG_NAMES = ("norm_first", "relu", "gelu", "gelu_tanh")
+FLAG_NAMES = ("norm_first", "relu", "gelu", "gelu_tanh", "maxmin")
 
 
 @dataclass(frozen=True)

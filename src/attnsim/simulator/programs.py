@@ -20,14 +20,14 @@ The attention part (``attention_program``), positions and regions as in the layo
    b_O.
 
 The encoder layer (``encoder_program``) wraps it; one program serves post-norm and pre-norm
-layers and the ReLU, GELU and tanh-GELU activations: flags in the sequence choose. With
+layers and the ReLU, GELU, tanh-GELU and MaxMin activations: flags in the sequence choose. With
 ``pre`` the norm_first flag:
 
 ```
 a  = X + pre * (LN_input(X) - X)        # pre-norm: LN1(X); post-norm: X
 z1 = X + Attention(a)                   # the attention part, reading a
 u  = LN_middle(z1)                      # post-norm: LN1; pre-norm: LN2
-f  = FFN(u) = act(u W1 + b1) W2 + b2    # act = relu, gelu or gelu_tanh, by flags
+f  = FFN(u) = act(u W1 + b1) W2 + b2    # act = relu, gelu, gelu_tanh or maxmin, by flags
 z2 = u + f + pre * (z1 - u)             # post-norm: u + f; pre-norm: z1 + f
 out = LN_output(z2) + pre * (z2 - LN_output(z2))   # post-norm: LN2(z2); pre-norm: z2
 ```
@@ -38,7 +38,9 @@ squared deviations (one head; no cancellation, as ``mean(z^2) - mean^2`` would h
 ``(z - mean) * gain * rsqrt(var + eps) + bias``; padded columns stay exactly 0 throughout.
 The feed-forward block uses scratch positions HID(i, m): each gathers row i of u, column m
 of W1, b1[m] and row m of W2, computes ``act(pre_m) * W2[m, :]``, and X position (i, c)
-sums those over m and keeps component c.
+sums those over m and keeps component c. MaxMin (GroupSort-2: units (2k, 2k+1) become their
+max and min) is the one activation that reads two units: HID(i, m) also gathers pre_(m ^ 1)
+from HID(i, m ^ 1) and forms the max or min with one ReLU (see ``_maxmin``).
 
 >>> from attnsim.simulator.layout import Layout
 >>> program(Layout(2, 2, 1), score_bound=1e4).label, program(Layout(2, 2, 1, 4), 1e4).label
@@ -55,6 +57,7 @@ from attnsim.simulator.layout import FLAG_NAMES, Layout
 __all__ = [
     "attention_program",
     "encoder_program",
+    "maxmin_partner",
     "program",
     "universal_program",
     "EXP",
@@ -355,6 +358,7 @@ def encoder_program(layout: Layout, score_bound: float = DEFAULT_SCORE_BOUND) ->
         hid_flags["relu"] * E.relu(pre_act)
         + hid_flags["gelu"] * E.gelu(pre_act).named("ffn_gelu")
         + hid_flags["gelu_tanh"] * E.gelu_tanh(pre_act).named("ffn_gelu_tanh")
+        + _maxmin(layout, pre_act, at_hid)
     ).named("ffn_act")
     hw = [(act * w2[c]).named(f"ffn_hw{c}") for c in range(D)]
     hid_k = _static(layout, "hid_row_key", lambda r: r["HID"][0] if "HID" in r else -1)
@@ -367,3 +371,42 @@ def encoder_program(layout: Layout, score_bound: float = DEFAULT_SCORE_BOUND) ->
     z2 = (u + f + pre * (z1 - u)).named("z2")
     ln_out = layer_norm(z2, 2, "ln_output")
     return (ln_out + pre * (z2 - ln_out)).named("U_encoder")
+
+
+def maxmin_partner(layout: Layout, i: int, m: int) -> int:
+    """The position HID(i, m) reads its MaxMin partner's pre-activation from: HID(i, m ^ 1),
+    or -1 (nothing: it reads 0) for the last unit of an odd F, which has no partner.
+
+    That unpaired unit is always padding: a MaxMin target has an even ``d_mlp <= F``, so
+    ``d_mlp <= F - 1``, and the unit's pre-activation and ``W2`` row are 0.
+
+    >>> lay = Layout(2, 1, 1, 3)
+    >>> [maxmin_partner(lay, 1, m) for m in range(3)] == [lay.hidpos(1, 1), lay.hidpos(1, 0), -1]
+    True
+    """
+    k = m ^ 1
+    return layout.hidpos(i, k) if k < layout.F else -1
+
+
+def _maxmin(layout: Layout, pre_act: E.SOp, at_hid) -> E.SOp:
+    """MaxMin (GroupSort-2) at HID(i, m), 0 unless the ``maxmin`` flag is set.
+
+    With p the unit's own pre-activation and q its partner's (HID(i, m ^ 1), one fixed
+    gather), r = relu(p - q); an even unit (the pair's first) takes max(p, q) = q + r, an odd
+    one min(p, q) = p - r. Both are exact (ties give r = 0: q and p, equal), for any signs.
+    The flag is gathered twice, by parity: an even unit reads it into ``maxmin_max``, an odd
+    one into ``maxmin_min`` (the other reads nothing, 0), so one product selects each branch.
+    Padding units (m >= d_mlp, d_mlp even) pair among themselves: p = q = 0, and so 0.
+    """
+    src = _static(
+        layout,
+        "src_ffn_partner",
+        lambda r: maxmin_partner(layout, *r["HID"]) if "HID" in r else -1,
+    )
+    sel = _gather(src, "sel_ffn_partner")
+    partner = E.numerical(E.Aggregate(sel, pre_act, default=0)).named("ffn_partner")
+    r = E.relu(pre_act - partner).named("ffn_maxmin_relu")
+    flag = layout.flagpos_named("maxmin")
+    first = at_hid(lambda i, m: flag if m % 2 == 0 else -1, "maxmin_max@hid")
+    second = at_hid(lambda i, m: flag if m % 2 else -1, "maxmin_min@hid")
+    return (first * (partner + r) + second * (pre_act - r)).named("ffn_maxmin")

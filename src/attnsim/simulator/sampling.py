@@ -33,6 +33,15 @@ __all__ = [
 ]
 
 
+# the activations ``random_target`` draws for encoder layers
+ENCODER_ACTIVATIONS = (
+    S.Activation.RELU,
+    S.Activation.GELU,
+    S.Activation.GELU_TANH,
+    S.Activation.MAXMIN,
+)
+
+
 def _randn(g: torch.Generator, *shape: int, std: float) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=S.DTYPE) * std
 
@@ -265,8 +274,16 @@ def random_target(
 ) -> tuple[S.AttentionSpec | S.EncoderLayerSpec, torch.Tensor, int]:
     """A random target within the sizes, its input X, and the seed that made it.
 
-    With ``max_ff > 0`` the target is a full encoder layer (norm first or last, relu, gelu
-    or gelu_tanh), else a multi-head attention layer.
+    With ``max_ff > 0`` the target is a full encoder layer (norm first or last, causal or
+    not, relu, gelu, gelu_tanh or maxmin: a quarter each, maxmin with an even width, and
+    never where ``max_ff`` is 1), else a multi-head attention layer.
+
+    >>> rng = np.random.default_rng(1)
+    >>> drawn = [random_target(rng, 2, 2, 1, 5.0, max_ff=4)[0].ffn for _ in range(40)]
+    >>> sorted({f.activation.value for f in drawn})
+    ['gelu', 'gelu_tanh', 'maxmin', 'relu']
+    >>> all(f.d_mlp % 2 == 0 for f in drawn if f.activation.value == "maxmin")
+    True
     """
     h = int(rng.integers(1, max_heads + 1))
     d = int(rng.integers(1, max_d // h + 1)) * h
@@ -275,13 +292,21 @@ def random_target(
     X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
     logit = float(rng.uniform(0.1, max_logit))
     if max_ff:
+        d_mlp = int(rng.integers(1, max_ff + 1))
+        # seed bits 0 and 1 choose norm_first and causal; bits 2 and 3 the activation
+        activation = ENCODER_ACTIVATIONS[(seed // 4) % 4]
+        if activation is S.Activation.MAXMIN:
+            if max_ff < 2:  # no pair of hidden units fits
+                activation = ENCODER_ACTIVATIONS[seed % 3]
+            elif d_mlp % 2:  # maxmin sorts pairs: the next even width (the one below at F)
+                d_mlp = d_mlp + 1 if d_mlp < max_ff else d_mlp - 1
         return (
             random_encoder_layer(
                 h,
                 d,
-                int(rng.integers(1, max_ff + 1)),
+                d_mlp,
                 seed=seed,
-                activation=("relu", "gelu", "gelu_tanh")[seed % 3],
+                activation=activation,
                 norm_first=bool(seed % 2),
                 causal=bool((seed // 2) % 2),
                 logit_scale=logit,

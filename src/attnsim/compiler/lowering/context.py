@@ -64,6 +64,7 @@ class Context:
         self.static_embed: dict[str, np.ndarray] = {}  # direction -> value per position
         self.token_dims: dict[str, Any] = {}  # direction -> vocabulary value (one-hot tokens)
         self.token_num_dir: str | None = None
+        self.token_channel_dirs: dict[int, str] = {}  # vector tokens: channel -> direction
         self.slots: list[Slot] = []
         self._slot_ids: dict[Slot, int] = {}
         self.blocks: list[PlacedBlock] = []
@@ -211,6 +212,7 @@ class Context:
             static_embed=MappingProxyType(dict(self.static_embed)),
             token_dims=MappingProxyType(dict(self.token_dims)),
             numerical_token_dir=self.token_num_dir,
+            token_channel_dirs=MappingProxyType(dict(sorted(self.token_channel_dirs.items()))),
             output=self.rep(output),
             reps=MappingProxyType(dict(self.reps)),
             categorical=MappingProxyType(dict(self.categorical)),

@@ -48,6 +48,21 @@ def static(ctx: Context, e: E.SOp) -> Rep:
 def tokens(ctx: Context, e: E.SOp) -> Rep:
     """The tokens: one direction per vocabulary value, or one real-valued direction."""
     vocab = ctx.vi.vocab
+    if isinstance(e, E.TokenChannel):
+        if ctx.token_num_dir is not None or ctx.token_dims:
+            raise UnsupportedError(
+                "this program reads both `tokens` and token channels; with vector tokens "
+                "read every input by channel (rasp.token_channel(k))"
+            )
+        d = ctx.token_channel_dirs.get(e.channel)
+        if d is None:
+            d = ctx.token_channel_dirs[e.channel] = ctx.new_dir(f"tokens[{e.channel}]")
+        return Rep("num", form={d: 1.0})
+    if ctx.token_channel_dirs:
+        raise UnsupportedError(
+            "this program reads both `tokens` and token channels; with vector tokens read "
+            "every input by channel (rasp.token_channel(k))"
+        )
     if E.is_numerical(e):
         ctx.token_num_dir = ctx.new_dir("tokens")
         return Rep("num", form={"tokens": 1.0})

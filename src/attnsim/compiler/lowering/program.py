@@ -134,6 +134,8 @@ class LoweredProgram:
         static_embed: direction -> its value at positions 1..max_seq_len (``[max_seq_len]``).
         token_dims: direction -> the vocabulary value it is one-hot for.
         numerical_token_dir: the direction holding real-valued tokens, or None.
+        token_channel_dirs: vector tokens: channel -> the direction holding it (empty for
+            scalar tokens).
         output: the program's representation (what the model reads out).
         reps: uid -> representation of each S-op lowered.
         categorical: uid -> the one-hot block made for a numerical S-op (for a table).
@@ -152,6 +154,7 @@ class LoweredProgram:
     static_embed: Mapping[str, np.ndarray]
     token_dims: Mapping[str, Any]
     numerical_token_dir: str | None
+    token_channel_dirs: Mapping[int, str]
     output: Rep
     reps: Mapping[int, Rep]
     categorical: Mapping[int, Rep]
