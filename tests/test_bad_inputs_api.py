@@ -396,6 +396,12 @@ CASES: dict[str, Case] = {
     "simulator_too_large_to_build": Case(
         lambda: __import__("attnsim").simulator.build(1000, 1000, 8),
         MemoryError,
+        r"building U for max_n=1000, max_d=1000, max_heads=8 \(a sequence of 8,000,000 "
+        r"positions\) needs about .* GiB.*lower max_n, max_d or max_heads",
+    ),
+    "scalar_simulator_too_large_to_build": Case(
+        lambda: __import__("attnsim").simulator.build(1000, 1000, 8, layout="scalar"),
+        MemoryError,
         r"building U for max_n=1000, max_d=1000, max_heads=8 \(a sequence of 17,026,009 "
         r"positions\) needs about .* GiB.*lower max_n, max_d or max_heads",
     ),

@@ -135,13 +135,16 @@ def test_numerical_tokens_and_bilinear_units(tmp_path):
     assert export.run_onnx(path, square, ys) == square.run(ys) == [[1, 4, 9], [9, 9, 1]]
 
 
-def test_universal_simulator(tmp_path):
-    U = universal.build(2, 2, 1)  # native exp and 1/x units, fixed length
+@pytest.mark.parametrize("layout", ["scalar", "vector"])
+def test_universal_simulator(tmp_path, layout):
+    U = universal.build(2, 2, 1, layout=layout)  # native exp and 1/x units, fixed length
     model = U.model
     path = export.to_onnx(model, tmp_path / "U.onnx", batch=2)
     session = _session(path)
     (ids_in, values_in) = session.get_inputs()
-    assert ids_in.shape == ["batch", model.config.n_ctx] == values_in.shape  # pos is fixed
+    assert ids_in.shape == ["batch", model.config.n_ctx]  # pos is fixed
+    width = [model.config.token_width] if layout == "vector" else []
+    assert values_in.shape == ["batch", model.config.n_ctx, *width]
     X = torch.tensor([[0.5, -1.0], [1.5, 0.25]], dtype=torch.float64)
     seqs = np.stack(
         [

@@ -124,10 +124,13 @@ def test_forward_flops_matches_a_hand_count():
 
 def test_simulator_table_and_cost_plot(tmp_path):
     rows = st.simulator_rows([(2, 2, 1), (3, 3, 1), (2, 2, 2)])  # tiny builds: ~0.1 s each
-    assert len({r["layers"] for r in rows}) == 1  # depth does not grow
-    assert rows[1]["parameters"] > rows[0]["parameters"]
+    for layout in ("scalar", "vector"):  # depth does not grow
+        assert len({r["layers"] for r in rows if r["layout"] == layout}) == 1
+    assert rows[2]["parameters"] > rows[0]["parameters"]  # scalar (3, 3, 1) > (2, 2, 1)
     text = st.simulator_table(rows)
-    assert "| (3, 3, 1) | 6 |" in text and "| ~13 | 8 |" in text
+    rows = [r for r in rows if r["layout"] == "scalar"]
+    assert "| (3, 3, 1) | scalar | 6 |" in text and "| ~13 | 8 |" in text
+    assert "| (3, 3, 1) | vector | 9 |" in text
     fig = plots.simulator_cost(rows, path=tmp_path / "c.png")
     _png(tmp_path / "c.png")
     titles = [ax.get_title() for ax in fig.axes]
@@ -204,7 +207,7 @@ def test_write_report_links_every_image(tmp_path):
     for link in links:
         _png(path.parent / link)
     assert "Input `['a', 'b', 'b', 'c', 'a', 'b']` gives `[2, 3, 3, 1, 2, 3]`" in text
-    assert "| (2, 2, 1) | 6 | 5 |" in text
+    assert "| (2, 2, 1) | scalar | 6 | 5 |" in text
     assert "## Bounded maps" in text
     rows = [line for line in text.splitlines() if line.startswith("| exp |")]
     assert len(rows) == 5  # measured error <= certified bound in every row
@@ -219,7 +222,12 @@ def test_report_subcommands(capsys):
     args = parser.parse_args(["simulator", "--builds", "2,2,1", "3,3,1", "--json"])
     assert args.func(args) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [b["max_n"] for b in data["builds"]] == [2, 3]
+    assert [(b["max_n"], b["layout"]) for b in data["builds"]] == [
+        (2, "scalar"),
+        (2, "vector"),
+        (3, "scalar"),
+        (3, "vector"),
+    ]
     assert data["paper"]["fused U"] == 8 and data["paper"]["transpose"] == 2
     with pytest.raises(SystemExit):
         parser.parse_args(["simulator", "--builds", "2,2"])

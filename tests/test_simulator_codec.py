@@ -132,7 +132,7 @@ def test_bad_shapes_raise():
 
 @functools.cache
 def _u(layer: str) -> universal.UniversalSimulator:
-    return universal.build(2, 2, 1, layer=layer)
+    return universal.build(2, 2, 1, layer=layer, layout="scalar")  # this codec's layout
 
 
 @pytest.mark.parametrize("layer", ["attention", "encoder"])

@@ -27,7 +27,10 @@ def test_defaults_are_resolved_and_enums_accept_strings():
     assert enc.attention is C.AttentionKind.SOFTMAX and enc.maps is C.Maps.RELU
     assert C.SimulatorConfig(3, 4, dtype="float32").dtype == torch.float32
     assert C.SimulatorConfig(3, 4, dtype=torch.float32).score_bound == 1e3
-    assert enc.layout == simulator.layout.Layout(3, 4, 2, 8)
+    assert cfg.layout_kind is C.LayoutKind.VECTOR  # the default: one vector per position
+    assert enc.layout == simulator.vector_layout.VectorLayout(3, 4, 2, 8)
+    scalar = C.SimulatorConfig(3, 4, 2, layer="encoder", layout_kind="scalar")
+    assert scalar.layout == simulator.layout.Layout(3, 4, 2, 8) and not scalar.is_vector
     assert (enc.relu_logit_bound, enc.relu_value_bound) == (50.0, 20.0)
     assert (cfg.relu_logit_bound, cfg.relu_value_bound) == (None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):

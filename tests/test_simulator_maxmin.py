@@ -23,13 +23,15 @@ LOGITS, TOL = 12.0, 1e-5  # maps="relu": as tests/test_simulator_relu.py
 
 
 @functools.cache
-def encoder_U(n=3, d=4, h=2, ff=6, dtype=F64, maps="native"):
+def encoder_U(n=3, d=4, h=2, ff=6, dtype=F64, maps="native", layout="scalar"):
+    """The scalar layout by default (its codec is tested here); the vector layout where a
+    test says so."""
     if maps == "relu":
         return universal.build(
             n, d, h, layer="encoder", max_ff=ff, maps="relu", logit_bound=LOGITS,
-            value_bound=10.0, map_tolerance=TOL, dtype=dtype,
+            value_bound=10.0, map_tolerance=TOL, dtype=dtype, layout=layout,
         )  # fmt: skip
-    return universal.build(n, d, h, layer="encoder", max_ff=ff, dtype=dtype)
+    return universal.build(n, d, h, layer="encoder", max_ff=ff, dtype=dtype, layout=layout)
 
 
 def torch_maxmin(H: torch.Tensor) -> torch.Tensor:
@@ -69,10 +71,14 @@ def _x(n, d, seed):
 SIZES = [(1, 1, 1, 2), (2, 2, 2, 4), (3, 4, 2, 6), (3, 4, 1, 2), (2, 3, 1, 6), (3, 4, 2, 4)]
 
 
+LAYOUTS = pytest.mark.parametrize("layout", ["scalar", "vector"])
+
+
+@LAYOUTS
 @pytest.mark.parametrize("n, d, h, dm", SIZES)
 @pytest.mark.parametrize("norm_first, causal", [(False, False), (True, True), (False, True)])
-def test_random_maxmin_layers_match_the_reference(n, d, h, dm, norm_first, causal):
-    U = encoder_U()
+def test_random_maxmin_layers_match_the_reference(n, d, h, dm, norm_first, causal, layout):
+    U = encoder_U(layout=layout)
     target = sampling.random_encoder_layer(
         h, d, dm, seed=7 * n + d + dm, activation="maxmin", norm_first=norm_first, causal=causal
     )
@@ -80,9 +86,10 @@ def test_random_maxmin_layers_match_the_reference(n, d, h, dm, norm_first, causa
     assert relative_error(U.simulate(target, X), reference(target, X)) <= 1e-9
 
 
+@LAYOUTS
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_matches_torch_transformer_encoder_layer_with_maxmin(norm_first):
-    U = encoder_U()
+def test_matches_torch_transformer_encoder_layer_with_maxmin(norm_first, layout):
+    U = encoder_U(layout=layout)
     layer, target = torch_layer(4, 2, 6, norm_first=norm_first, seed=int(norm_first))
     X = _x(3, 4, seed=2)
     with torch.no_grad():
@@ -93,10 +100,11 @@ def test_matches_torch_transformer_encoder_layer_with_maxmin(norm_first):
     assert relative_error(U.simulate(target, X, causal=True), causal_want) <= 1e-9
 
 
-def test_negative_values_and_ties():
+@LAYOUTS
+def test_negative_values_and_ties(layout):
     """Pre-activations all negative, of mixed signs and equal within a pair: each pair's
     max and min, never a ReLU's 0 and never a swapped pair (W2's rows differ)."""
-    U = encoder_U()
+    U = encoder_U(layout=layout)
     base = sampling.random_encoder_layer(2, 4, 6, seed=3, activation="maxmin")
     W1 = torch.zeros(4, 6, dtype=F64)
     W1[:, 2] = W1[:, 3] = torch.tensor([0.5, -1.0, 0.25, 2.0], dtype=F64)  # a tie: any input
@@ -125,7 +133,7 @@ def test_negative_values_and_ties():
 
 def _hidden_activations(U, target, X):
     """The interpreter's ffn_act at every HID(i, m) of U's program: [N, F]."""
-    seq = U.encode(target, X).numpy()[None, :]
+    seq = U.encode(target, X).numpy()[None]  # [1, length] or [1, length, width]
     act = next(e for e in _walk(U.program) if e.label == "ffn_act")
     out = np.asarray(interpret.evaluate(act, seq)[0], dtype=np.float64)
     lay = U.layout
@@ -145,11 +153,12 @@ def _walk(expr):
             todo.extend(e.children)
 
 
+@LAYOUTS
 @pytest.mark.parametrize("dm", [2, 4])
-def test_padding_hidden_units_stay_zero(dm):
+def test_padding_hidden_units_stay_zero(dm, layout):
     """Units m >= d_mlp pair among themselves (d_mlp is even): their activation is exactly
     0, and the real units are the reference's MaxMin of their pre-activations."""
-    U = encoder_U()
+    U = encoder_U(layout=layout)
     target = sampling.random_encoder_layer(2, 4, dm, seed=dm, activation="maxmin")
     X = _x(3, 4, seed=dm)
     hid = _hidden_activations(U, target, X)

@@ -24,7 +24,9 @@ TOL = 1e-5
 
 @functools.cache
 def relu_u(n: int, d: int, h: int, dtype=torch.float64):
-    return universal.build(n, d, h, maps="relu", logit_bound=LOGITS, map_tolerance=TOL, dtype=dtype)
+    return universal.build(
+        n, d, h, maps="relu", logit_bound=LOGITS, map_tolerance=TOL, dtype=dtype, layout="scalar"
+    )  # the scalar layout (merged targets); tests/test_simulator_vector.py has the other
 
 
 def test_relu_u_has_only_relu_and_bilinear_units_and_the_same_depth():
@@ -73,7 +75,7 @@ def test_bound_composition_matches_the_per_map_bounds():
     weight = (pattern(merged, X) @ values(merged, X).abs()).sum(0)
     bound = U.error_bound(target, X)
     assert torch.all(bound >= kappa * weight) and torch.all(bound <= (kappa + 1e-9) * weight + 1e-9)
-    native = universal.build(2, 2, 1)
+    native = universal.build(2, 2, 1, layout="scalar")
     assert float(native.error_bound(target, X).max()) < 1e-10  # rounding only
 
 

@@ -26,7 +26,8 @@ RELU_TOL = 1e-5
 
 @functools.cache
 def build(n, d, h, **kw):
-    return universal.build(n, d, h, **kw)
+    # shifted rows are given merged (MergedAttention): the scalar layout reads those
+    return universal.build(n, d, h, layout="scalar", **kw)
 
 
 def repro(key_bias: float, *, d: int = 4, n: int = 3, causal: bool = False, seed: int = 0):
@@ -164,7 +165,7 @@ def test_scores_beyond_the_score_bound_are_refused(dtype, bound):
     ):
         U.simulate(target, X)
     # a larger build bound takes it
-    wide = universal.build(3, 4, 1, dtype=dtype, score_bound=2 * bound)
+    wide = universal.build(3, 4, 1, dtype=dtype, score_bound=2 * bound, layout="scalar")
     got, want = wide.simulate(target, X), reference(target, X)
     assert verify.relative_error(got, want) <= (1e-12 if dtype == F64 else 1e-5)
 

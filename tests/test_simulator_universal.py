@@ -15,7 +15,8 @@ from attnsim.simulator.reference import reference
 
 @functools.cache
 def built(n: int, d: int, h: int, attention: str = "hard", dtype=torch.float64):
-    return universal.build(n, d, h, attention=attention, dtype=dtype)
+    # the paper's scalar layout (merged targets); tests/test_simulator_vector.py has the other
+    return universal.build(n, d, h, attention=attention, dtype=dtype, layout="scalar")
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -87,7 +88,7 @@ def test_weights_do_not_depend_on_the_target():
         U.simulate(target, X)
     after = U.model.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    again = universal.build(3, 4, 2)
+    again = universal.build(3, 4, 2, layout="scalar")
     assert all(torch.equal(before[k], again.model.model.state_dict()[k]) for k in before)
 
 

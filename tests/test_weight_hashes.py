@@ -119,12 +119,17 @@ def _tasks() -> dict[str, Callable]:
 def _simulator() -> dict[str, Callable]:
     from attnsim import simulator
 
-    return {
+    out = {
         f"simulator/U(4,4,2)/{layer}": (
-            lambda layer=layer: simulator.build(4, 4, 2, layer=layer).model
+            lambda layer=layer: simulator.build(4, 4, 2, layer=layer, layout="scalar").model
         )
         for layer in ("attention", "encoder")
     }
+    for layer in ("attention", "encoder"):
+        out[f"simulator/U(4,4,2)/{layer}/vector"] = lambda layer=layer: (
+            simulator.build(4, 4, 2, layer=layer, layout="vector").model
+        )
+    return out
 
 
 def cases() -> dict[str, Callable]:

@@ -167,6 +167,14 @@ def _build_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="--layer encoder: largest feed-forward width (default 2 * max-d, or the module's)",
     )
+    p.add_argument(
+        "--layout",
+        choices=["vector", "scalar"],
+        default="vector",
+        help="U's input sequence: one vector per position holding the target's raw "
+        "parameters (vector), or the paper's one number per position with the attention "
+        "merged (scalar)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -254,6 +262,7 @@ def _config(args: argparse.Namespace):
             attention=args.attention,
             maps=args.maps,
             dtype=torch.float32 if args.float32 else torch.float64,
+            layout_kind=getattr(args, "layout", "vector"),
             **options,
         )
     except ValueError as exc:
@@ -292,6 +301,8 @@ def _describe_build(config) -> str:
         text += f" for encoder layers (feed-forward <= {config.max_ff})"
     if config.maps == "relu":
         text += " with ReLU maps"
+    if not config.is_vector:
+        text += " (scalar layout)"
     return text
 
 

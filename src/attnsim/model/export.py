@@ -81,9 +81,10 @@ def check_exportable(model: CompiledModel) -> None:
             f"attention={cfg.attention.value!r}; compile it with "
             "compile_program(..., attention='softmax') to export it"
         )
-    if model.numerical_tokens:
+    if model.numerical_tokens or cfg.token_width:
         raise ValueError(
-            "this model reads real-valued tokens (a numerical token direction), which "
+            "this model reads real-valued tokens (a numerical token direction or vector "
+            "tokens), which "
             "TransformerLens's token embedding cannot carry; only programs over a categorical "
             "vocabulary export"
         )

@@ -313,16 +313,21 @@ class StaticTransformer(nn.Module):
         self.register_buffer("W_E", src.W_E.detach().clone())
         self.register_buffer("W_E_num", src.W_E_num.detach().clone())
         self.register_buffer("W_pos", src.W_pos.detach().clone())
+        self.vector = bool(src.cfg.token_width)
+        if self.vector:  # vector tokens: token_values [batch, pos, width]
+            self.register_buffer("W_E_vec", src.W_E_vec.detach().clone())
         self.attn = nn.ModuleList(_StaticAttention(b.attn) for b in src.blocks)
         self.mlp = nn.ModuleList(_StaticMLP(b.mlp) for b in src.blocks)
 
     def forward(self, token_ids: torch.Tensor, token_values: torch.Tensor) -> torch.Tensor:
-        """token_ids, token_values [batch, pos] -> the final residual stream
-        [batch, pos, d_model]."""
+        """token_ids, token_values [batch, pos] (vector tokens: [batch, pos, width]) -> the
+        final residual stream [batch, pos, d_model]."""
         n = token_ids.shape[1]
         x = self.W_E[token_ids] + self.W_pos[:n]  # [batch, pos, d_model]
         if self.numerical:
             x = x + token_values.to(self.W_E.dtype)[..., None] * self.W_E_num
+        if self.vector:
+            x = x + token_values.to(self.W_E.dtype) @ self.W_E_vec
         for attn, mlp in zip(self.attn, self.mlp):
             if attn.active:
                 x = x + attn(x)
@@ -369,7 +374,9 @@ def to_onnx(model: compiled.CompiledModel, path: str | Path, *, batch: int = 1) 
     dtype = model.model.dtype
     ids = torch.full((batch, cfg.n_ctx), min(1, cfg.d_vocab - 1), dtype=torch.long)
     ids[:, 0] = 0  # BOS
-    vals = torch.zeros(batch, cfg.n_ctx, dtype=dtype)
+    vals = torch.zeros(
+        batch, cfg.n_ctx, *((cfg.token_width,) if cfg.token_width else ()), dtype=dtype
+    )
     axes = {0: "batch"} if model.fixed_length else {0: "batch", 1: "pos"}
     kwargs = (
         {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
@@ -445,7 +452,7 @@ def run_onnx(
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     if check:
         _check_fingerprint(session, model, path)
-    batch, single = compiled._as_batch(xs)
+    batch, single = model._batch(xs)
     ids, vals = model.encode(batch)
     feed = {"token_ids": ids.numpy(), "token_values": vals.to(model.model.dtype).numpy()}
     (resid,) = session.run([OUTPUT], feed)  # [batch, pos, d_model]

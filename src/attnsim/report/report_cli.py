@@ -12,7 +12,7 @@
 >>> add_report_subcommands(parser.add_subparsers(dest="what"))
 >>> args = parser.parse_args(["simulator", "--builds", "2,2,1"])
 >>> args.builds, args.func(args)  # doctest: +ELLIPSIS
-| build (N, D, H) | layers | ...
+| build (N, D, H) | layout | layers | ...
 ([(2, 2, 1)], 0)
 
 The plots (matplotlib) and the builds (torch) are imported inside the commands, so adding
@@ -339,7 +339,7 @@ def write_report(
         cost_rows = json.loads(source.read_text())["results"]
         where = f"measured by `benchmarks/simulator_cost.py` (`{source.name}`)"
     else:
-        cost_rows = st.simulator_rows([(n, n, 1) for n in (2, 4, 8)])
+        cost_rows = st.simulator_rows([(n, n, 1) for n in (2, 4, 8)], layouts=["scalar"])
         where = "computed now for small builds (run `benchmarks/simulator_cost.py` for timings)"
     plots.close(plots.simulator_cost(cost_rows, path=img / "simulator_cost.png"))
     lines += [

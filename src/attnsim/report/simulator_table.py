@@ -11,10 +11,10 @@ FLOPs are counted for the dense forward pass as it runs (zero weights are multip
 a multiply-add is 2 FLOPs, an elementwise operation 1.
 
 >>> rows = simulator_rows([(2, 2, 1)])
->>> rows[0]["layers"], rows[0]["attention_layers"]
-(6, 5)
+>>> [(r["layout"], r["layers"], r["attention_layers"]) for r in rows]
+[('scalar', 6, 5), ('vector', 9, 7)]
 >>> print(simulator_table(rows).splitlines()[0])  # doctest: +ELLIPSIS
-| build (N, D, H) | layers | attention layers | heads per layer | ...
+| build (N, D, H) | layout | layers | attention layers | ...|
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def active_heads_per_layer(model: CompiledModel) -> list[int]:
     """The number of heads with non-zero output weights in each layer of ``model``.
 
     >>> from attnsim.simulator import universal
-    >>> active_heads_per_layer(universal.build(2, 2, 1).model)
+    >>> active_heads_per_layer(universal.build(2, 2, 1, layout="scalar").model)
     [9, 6, 1, 1, 0, 1]
     """
     return [int(block.attn.active_heads().numel()) for block in model.model.blocks]
@@ -112,25 +112,32 @@ def direct_attention_flops(n: int, d: int, heads: int, d_head: int | None = None
 
 
 def simulator_rows(
-    builds: Iterable[tuple[int, int, int]] = DEFAULT_BUILDS, *, attention: str = "hard"
+    builds: Iterable[tuple[int, int, int]] = DEFAULT_BUILDS,
+    *,
+    attention: str = "hard",
+    layouts: Sequence[str] = ("scalar", "vector"),
 ) -> list[dict[str, Any]]:
-    """Builds U for each ``(max_n, max_d, max_heads)`` and collects its resources.
+    """Builds U for each ``(max_n, max_d, max_heads)`` in each sequence layout and collects
+    its resources.
 
     Returns:
-        One dict per build: sizes, layers, attention layers, heads per layer, widths,
-        parameters (total and nonzero), sequence length, build seconds and forward FLOPs.
+        One dict per build and layout: sizes, layout, layers, attention layers, heads per
+        layer, widths, parameters (total and nonzero), sequence length, token width, build
+        seconds and forward FLOPs.
 
-    >>> [r["d_model"] for r in simulator_rows([(2, 2, 1)])]
+    >>> [r["d_model"] for r in simulator_rows([(2, 2, 1)], layouts=["scalar"])]
     [84]
     """
     from attnsim.simulator import universal
 
     rows = []
-    for n, d, h in builds:
-        U = universal.build(n, d, h, attention=attention)
+    for (n, d, h), layout in ((b, lay) for b in builds for lay in layouts):
+        U = universal.build(n, d, h, attention=attention, layout=layout)
         r = U.report()
         rows.append(
             {
+                "layout": layout,
+                "token_width": U.model.config.token_width or 1,
                 "max_n": n,
                 "max_d": d,
                 "max_heads": h,
@@ -156,24 +163,27 @@ def simulator_table(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table of U's resources per build, with the reference layer counts beside
     (the authors' staged demo and our fused estimate; see :data:`REFERENCE_COUNTS`).
 
-    >>> print(simulator_table([]).splitlines()[1][:19])
-    |---|---:|---:|---|
+    >>> print(simulator_table([]).splitlines()[1][:23])
+    |---|---|---:|---:|---|
     """
     staged = PAPER_COUNTS["staged U (one head)"]
     fused = PAPER_COUNTS["fused U"]
     lines = [
-        "| build (N, D, H) | layers | attention layers | heads per layer | d_model | d_head "
-        "| MLP units (ReLU / bilinear / native) | parameters (nonzero) | sequence length "
-        "| forward FLOPs | authors' demo: staged layers | fused estimate (ours) |",
-        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| build (N, D, H) | layout | layers | attention layers | heads per layer | d_model "
+        "| d_head | MLP units (ReLU / bilinear / native) | parameters (nonzero) "
+        "| sequence length x token width | forward FLOPs | authors' demo: staged layers "
+        "| fused estimate (ours) |",
+        "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         native = sum(r["d_native"].values())
         lines.append(
-            f"| ({r['max_n']}, {r['max_d']}, {r['max_heads']}) | {r['layers']} "
+            f"| ({r['max_n']}, {r['max_d']}, {r['max_heads']}) | {r.get('layout', 'scalar')} "
+            f"| {r['layers']} "
             f"| {r['attention_layers']} | {r['heads_per_layer']} | {r['d_model']} "
             f"| {r['d_head']} | {r['d_mlp']} / {r['d_bilinear']} / {native} "
-            f"| {r['parameters']:,} ({r['nonzero_parameters']:,}) | {r['sequence_length']} "
+            f"| {r['parameters']:,} ({r['nonzero_parameters']:,}) "
+            f"| {r['sequence_length']} x {r.get('token_width', 1)} "
             f"| {r['flops']:.3g} | ~{staged} | {fused} |"
         )
     return "\n".join(lines)

@@ -54,29 +54,7 @@ def prepare(
         NotImplementedError: an encoder layer U does not simulate yet (no LayerNorm).
     """
     layout = config.layout
-    if isinstance(target, nn.Module):
-        target = adapters.from_torch(target, causal=bool(causal))
-    layer = None
-    if isinstance(target, S.EncoderLayerSpec):
-        if not config.is_encoder:
-            raise ValueError(
-                "this U simulates attention layers; build one with layer='encoder' for full "
-                "encoder layers"
-            )
-        _check_encoder(config, target)
-        layer, attention = target, target.attention
-    elif not isinstance(target, (S.AttentionSpec, S.MergedAttention)):
-        raise TypeError(
-            f"simulate expects an AttentionSpec, a MergedAttention, an EncoderLayerSpec or a "
-            f"torch.nn.MultiheadAttention / TransformerEncoderLayer, got {type(target).__name__}"
-        )
-    elif config.is_encoder:
-        raise ValueError(
-            "this U simulates encoder layers; give an EncoderLayerSpec or a "
-            "torch.nn.TransformerEncoderLayer (or build a U with layer='attention')"
-        )
-    else:
-        attention = target
+    attention, layer = split_target(config, target, causal)
     merged = attention.merged()
     if merged.n_heads > layout.H or merged.d_model > layout.D:
         raise ValueError(
@@ -90,6 +68,42 @@ def prepare(
     if causal is not None and bool(causal) != merged.causal:
         merged = dataclasses.replace(merged, causal=bool(causal))
     return codec.Case(merged, X, layer)
+
+
+def split_target(
+    config: SimulatorConfig, target: Target, causal: bool | None
+) -> tuple[S.AttentionSpec | S.MergedAttention, S.EncoderLayerSpec | None]:
+    """``(attention, layer)`` of a target (a torch module read with ``from_torch``), after
+    checking that its kind is the one the build simulates (``layer`` is None for an
+    attention target).
+
+    Raises:
+        TypeError: ``target`` is not a spec or a supported torch module.
+        ValueError: an encoder layer for an attention U or the other way round, or a feed-
+            forward block the build cannot hold.
+        NotImplementedError: an encoder layer without its LayerNorms.
+    """
+    if isinstance(target, nn.Module):
+        target = adapters.from_torch(target, causal=bool(causal))
+    if isinstance(target, S.EncoderLayerSpec):
+        if not config.is_encoder:
+            raise ValueError(
+                "this U simulates attention layers; build one with layer='encoder' for full "
+                "encoder layers"
+            )
+        _check_encoder(config, target)
+        return target.attention, target
+    if not isinstance(target, (S.AttentionSpec, S.MergedAttention)):
+        raise TypeError(
+            f"simulate expects an AttentionSpec, a MergedAttention, an EncoderLayerSpec or a "
+            f"torch.nn.MultiheadAttention / TransformerEncoderLayer, got {type(target).__name__}"
+        )
+    if config.is_encoder:
+        raise ValueError(
+            "this U simulates encoder layers; give an EncoderLayerSpec or a "
+            "torch.nn.TransformerEncoderLayer (or build a U with layer='attention')"
+        )
+    return target, None
 
 
 def _check_encoder(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:

@@ -8,7 +8,7 @@ and read back to the same build.
 
 >>> cfg = SimulatorConfig(4, 4, 2, layer="encoder")
 >>> cfg.layer, cfg.max_ff, cfg.score_bound, cfg.layout.length
-(<LayerKind.ENCODER: 'encoder'>, 8, 10000.0, 227)
+(<LayerKind.ENCODER: 'encoder'>, 8, 10000.0, 48)
 >>> SimulatorConfig.from_json(cfg.to_json()) == cfg
 True
 """
@@ -25,9 +25,11 @@ from typing import Any
 import torch
 
 from attnsim.simulator.layout import Layout
+from attnsim.simulator.vector_layout import VectorLayout
 
 __all__ = [
     "AttentionKind",
+    "LayoutKind",
     "LayerKind",
     "Maps",
     "SimulatorConfig",
@@ -63,6 +65,13 @@ class AttentionKind(str, enum.Enum):
 
     HARD = "hard"  # average-hard attention: exact gathers
     SOFTMAX = "softmax"  # softmax with a large inverse temperature
+
+
+class LayoutKind(str, enum.Enum):
+    """How U's input sequence holds <T, X>."""
+
+    SCALAR = "scalar"  # the paper's: one real number per position, attention merged
+    VECTOR = "vector"  # one real vector per position, parameters as torch stores them
 
 
 class Maps(str, enum.Enum):
@@ -125,6 +134,12 @@ class SimulatorConfig:
             grow as ``logit_bound / sqrt(map_tolerance)`` (about 35,000 units for exp at 50
             and 1e-6; 1/Z needs about 1,000).
         dtype: U's float type, torch.float64 or torch.float32.
+        layout_kind: the sequence layout (:class:`LayoutKind`; ``build(layout=...)``):
+            "scalar" (the paper's: one number per position, the attention merged into
+            A_h = W_Q,h W_K,h^T and W_V,h W_O,h before U reads it; see
+            :mod:`~attnsim.simulator.layout`) or "vector" (one vector per position, the
+            raw parameters as torch stores them, every product computed by U; see
+            :mod:`~attnsim.simulator.vector_layout`).
         score_bound: the largest |score| of a target on its X (every query-key pair of every
             head, masked keys included) that U accepts: U checks it while it runs. Default
             1e4 in float64 (at most 1e6) and 1e3 in float32 (at most what
@@ -153,6 +168,7 @@ class SimulatorConfig:
     map_tolerance: float = 1e-6  # maps="relu": each map within a relative 1e-6
     dtype: torch.dtype = torch.float64  # float64: errors at the 1e-12 level
     score_bound: float | None = None  # None: 1e4 in float64, 1e3 in float32 (or the limit)
+    layout_kind: LayoutKind = LayoutKind.VECTOR  # one vector per position, raw parameters
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -160,6 +176,7 @@ class SimulatorConfig:
 
         put("layer", _enum(LayerKind, self.layer, "layer"))
         put("maps", _enum(Maps, self.maps, "maps"))
+        put("layout_kind", _enum(LayoutKind, self.layout_kind, "layout"))
         dtype = DTYPES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
         if dtype not in SCORE_BOUND:
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
@@ -200,9 +217,16 @@ class SimulatorConfig:
 
     # -- derived -------------------------------------------------------------------------
     @cached_property
-    def layout(self) -> Layout:
-        """Where everything lives in U's input sequence (see :mod:`.layout`)."""
+    def layout(self) -> Layout | VectorLayout:
+        """Where everything lives in U's input sequence (see :mod:`.layout` and
+        :mod:`.vector_layout`)."""
+        if self.layout_kind is LayoutKind.VECTOR:
+            return VectorLayout(self.max_n, self.max_d, self.max_heads, self.max_ff)
         return Layout(self.max_n, self.max_d, self.max_heads, self.max_ff)
+
+    @property
+    def is_vector(self) -> bool:
+        return self.layout_kind is LayoutKind.VECTOR
 
     @property
     def score_limit(self) -> float:
@@ -251,6 +275,8 @@ class SimulatorConfig:
         names = [f.name for f in dataclasses.fields(cls)]
         if not isinstance(data, dict):
             raise ValueError(f"a simulator config must be a JSON object, got {type(data).__name__}")
+        if "layout_kind" not in data:  # saved before the vector layout existed
+            data = {**data, "layout_kind": LayoutKind.SCALAR.value}
         missing = [n for n in names if n not in data]
         extra = sorted(set(data) - set(names))
         if missing or extra:

@@ -25,6 +25,7 @@ from typing import Any
 
 from attnsim.simulator.config import SimulatorConfig
 from attnsim.simulator.layout import Layout
+from attnsim.simulator.vector_layout import VectorLayout
 
 __all__ = ["SAVE_FILE", "SAVE_FORMAT", "check_model", "read_meta", "write_meta"]
 
@@ -33,9 +34,9 @@ SAVE_FILE = "simulator.json"  # beside the compiled model's model.json and model
 KEYS = {"format", "config", "layout", "build_seconds"}
 
 
-def layout_json(layout: Layout) -> dict[str, int]:
+def layout_json(layout: Layout | VectorLayout) -> dict[str, int]:
     """The layout's sizes and lengths, as stored."""
-    return {
+    out = {
         "N": layout.N,
         "D": layout.D,
         "H": layout.H,
@@ -43,6 +44,9 @@ def layout_json(layout: Layout) -> dict[str, int]:
         "length": layout.length,
         "input_length": layout.input_length,
     }
+    if isinstance(layout, VectorLayout):
+        out["width"] = layout.width
+    return out
 
 
 def write_meta(path: Path, config: SimulatorConfig, build_seconds: float) -> None:
@@ -117,7 +121,13 @@ def check_model(path: Path, config: SimulatorConfig, model: Any) -> None:
         problems.append(
             f"the model reads {model.max_seq_len} positions, the layout {layout.length}"
         )
-    if model.vocab is not None or not model.numerical_tokens:
+    if config.is_vector:
+        if model.config.token_width != layout.width:
+            problems.append(
+                f"the model reads tokens of width {model.config.token_width}, the layout "
+                f"{layout.width}"
+            )
+    elif model.vocab is not None or not model.numerical_tokens:
         problems.append("the model does not read numerical tokens")
     if model.config.dtype != config.dtype_name:
         problems.append(f"the model is {model.config.dtype}, the config {config.dtype_name}")

@@ -49,7 +49,7 @@ from attnsim.model import memory
 from attnsim.model.compiled import CompiledModel, Resources
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret
-from attnsim.simulator import checks, codec, programs, saving
+from attnsim.simulator import checks, codec, programs, saving, vector_codec, vector_program
 from attnsim.simulator import reference as R
 from attnsim.simulator.checks import LN_SLOT_NAMES  # noqa: F401 - read here by older code
 from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by older code
@@ -92,11 +92,19 @@ class SimulatorReport(Resources):
     sequence_length: int = 0
     input_length: int = 0
     build_seconds: float = 0.0
+    layout: str = "scalar"
+    token_width: int = 1
 
     def __str__(self) -> str:
+        tokens = (
+            f"vector tokens of width {self.token_width}"
+            if self.layout == "vector"
+            else "one number per position"
+        )
         return (
             f"U(N={self.max_n}, D={self.max_d}, H={self.max_heads}"
-            f"{f', F={self.max_ff}' if self.max_ff else ''}): {self.layers} layers "
+            f"{f', F={self.max_ff}' if self.max_ff else ''}), {self.layout} layout "
+            f"({tokens}): {self.layers} layers "
             f"({self.attention_layers} with attention), heads per layer {self.heads_per_layer}\n"
             f"  d_model={self.d_model} d_head={self.d_head} d_mlp={self.d_mlp} "
             f"d_bilinear={self.d_bilinear} native={self.d_native}\n"
@@ -140,7 +148,7 @@ class UniversalSimulator:
     def program(self) -> E.SOp:
         """U's RASP program (the one its transformer was compiled from)."""
         if self._program is None:
-            self._program = programs.program(self.layout, self.config.score_bound)
+            self._program = _program(self.config)
         return self._program
 
     @property
@@ -266,9 +274,28 @@ class UniversalSimulator:
         """Validates a target and X and writes <T, X> into U's input sequence.
 
         Returns:
-            ``[length]`` float64 (see :mod:`attnsim.simulator.layout`).
+            ``[length]`` float64 (see :mod:`attnsim.simulator.layout`), or ``[length,
+            width]`` in the vector layout (see :mod:`attnsim.simulator.vector_layout`).
         """
-        return codec.pack(self.layout, checks.prepare(self.config, target, X, causal))
+        return self._pack([self._prepare(target, X, causal)])[0]
+
+    def _prepare(self, target: checks.Target, X: Any, causal: bool | None) -> Any:
+        if self.config.is_vector:
+            return vector_codec.prepare(self.config, self.layout, target, X, causal)
+        return checks.prepare(self.config, target, X, causal)
+
+    def _pack(self, cases: list) -> torch.Tensor:
+        if self.config.is_vector:
+            return vector_codec.pack_batch(self.layout, cases)  # [batch, length, width]
+        return codec.pack_batch(self.layout, cases)  # [batch, length]
+
+    def _unpack(self, out: torch.Tensor, cases: list) -> list[torch.Tensor]:
+        if self.config.is_vector:
+            return [
+                vector_codec.unpack_output(self.layout, row, *c.X.shape)
+                for row, c in zip(out, cases)
+            ]
+        return codec.unpack_output(self.layout, out, [c.shape for c in cases])
 
     def simulate(
         self, target: checks.Target, X: Any, *, causal: bool | None = None
@@ -296,10 +323,10 @@ class UniversalSimulator:
         self, items: Sequence[tuple[checks.Target, Any]], *, causal: bool | None = None
     ) -> list[torch.Tensor]:
         """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each."""
-        cases = [checks.prepare(self.config, target, X, causal) for target, X in items]
-        seqs = codec.pack_batch(self.layout, cases)  # [batch, length]
+        cases = [self._prepare(target, X, causal) for target, X in items]
+        seqs = self._pack(cases)  # [batch, length] (vector layout: [batch, length, width])
         out = self._run(seqs)  # [batch, length]
-        results = codec.unpack_output(self.layout, out, [c.shape for c in cases])
+        results = self._unpack(out, cases)
         for Y in results:
             if not torch.isfinite(Y).all():  # not expected once the checks have passed
                 raise ValueError(
@@ -311,15 +338,17 @@ class UniversalSimulator:
     def model_inputs(self, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The transformer's inputs for encoded sequences ``[batch, length]``: token ids and
         token values, both ``[batch, 1 + length]`` (BOS first), as ``model.encode`` makes
-        them for all-numerical tokens (id 1 everywhere but BOS, id 0; the values beside)."""
-        batch, length = seqs.shape
+        them for all-numerical tokens (id 1 everywhere but BOS, id 0; the values beside).
+        Vector layout: sequences ``[batch, length, width]``, values ``[batch, 1 + length,
+        width]``."""
+        batch, length = seqs.shape[:2]
         if length != self.model.max_seq_len:
             raise ValueError(
                 f"U reads sequences of exactly {self.model.max_seq_len} positions, got {length}"
             )
         ids = torch.ones(batch, 1 + length, dtype=torch.long)
         ids[:, 0] = 0  # BOS
-        vals = torch.zeros(batch, 1 + length, dtype=torch.float64)
+        vals = torch.zeros(batch, 1 + length, *seqs.shape[2:], dtype=torch.float64)
         vals[:, 1:] = seqs
         return ids, vals
 
@@ -352,11 +381,11 @@ class UniversalSimulator:
         self, target: checks.Target, X: Any, *, causal: bool | None = None
     ) -> torch.Tensor:
         """The same computation by the RASP interpreter (U's program, not its weights)."""
-        case = checks.prepare(self.config, target, X, causal)
-        seq = codec.pack(self.layout, case)  # [length]
-        out = interpret.evaluate(self.program, seq.numpy()[None, :])[0]  # the numpy oracle
+        case = self._prepare(target, X, causal)
+        seq = self._pack([case])  # [1, length] (vector layout: [1, length, width])
+        out = interpret.evaluate_batch(self.program, seq.numpy())[0]  # the numpy oracle
         out = torch.tensor(out, dtype=torch.float64)[None, :]  # [1, length]
-        return codec.unpack_output(self.layout, out, [case.shape])[0]
+        return self._unpack(out, [case])[0]
 
     def report(self) -> SimulatorReport:
         """Layers, heads per layer, widths, parameters and sequence length."""
@@ -369,6 +398,8 @@ class UniversalSimulator:
             sequence_length=self.layout.length,
             input_length=self.layout.input_length,
             build_seconds=self._seconds,
+            layout=self.config.layout_kind.value,
+            token_width=self.model.config.token_width or 1,
         )
 
     # -- saving ------------------------------------------------------------------------------
@@ -411,7 +442,7 @@ class UniversalSimulator:
         >>> U = build(2, 2, 1)
         >>> V = UniversalSimulator.load(U.save(tempfile.mkdtemp()))
         >>> V.config == U.config, V.layout.length
-        (True, 24)
+        (True, 13)
         """
         path = Path(directory)
         config, seconds = saving.read_meta(path)
@@ -443,7 +474,9 @@ def build(
             TransformerEncoderLayer), ``max_ff``, ``attention`` (U's own: "hard" or
             "softmax"), ``maps`` ("native" exact units or "relu" with certified bounds, see
             ``map_bounds`` and ``error_bound``), ``logit_bound``, ``value_bound``,
-            ``map_tolerance``, ``dtype`` and ``score_bound``.
+            ``map_tolerance``, ``dtype``, ``score_bound`` and ``layout`` ("scalar", the
+            paper's one number per position, or "vector": one vector per position, the
+            target's raw parameters; the config's ``layout_kind``).
 
     Returns:
         A UniversalSimulator with ``simulate``, ``encode``, ``interpret``, ``report`` and
@@ -468,7 +501,7 @@ def build(
         "lower max_n, max_d or max_heads: attention over the sequence grows with its square",
     )
     start = time.perf_counter()
-    program = programs.program(layout, config.score_bound)
+    program = _program(config)
     model = compile_program(
         program,
         vocab=None,
@@ -491,6 +524,13 @@ def build(
     return UniversalSimulator(config, model, build_seconds=seconds, program=program)
 
 
+def _program(config: SimulatorConfig) -> E.SOp:
+    """U's RASP program for a build."""
+    if config.is_vector:
+        return vector_program.vector_program(config.layout, config.score_bound)
+    return programs.program(config.layout, config.score_bound)
+
+
 def _config(
     max_n: Any, max_d: Any, max_heads: Any, config: Any, options: dict[str, Any]
 ) -> SimulatorConfig:
@@ -506,6 +546,11 @@ def _config(
         return config
     if max_n is None or max_d is None:
         raise TypeError("build needs max_n and max_d (or config=SimulatorConfig(...))")
+    if "layout" in options:  # build(layout="vector"): the config's layout_kind
+        if "layout_kind" in options:
+            raise TypeError("give layout= or layout_kind=, not both")
+        options = dict(options)
+        options["layout_kind"] = options.pop("layout")
     allowed = [f.name for f in fields(SimulatorConfig)][3:]  # after max_n, max_d, max_heads
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -532,4 +577,6 @@ def _map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | Non
         for name in ("ln_input", "ln_middle", "ln_output"):
             ranges[f"{name}_rsqrt"] = (EPS_RANGE[0], V * V + EPS_RANGE[1] + 1.0)
         ranges["ffn_pre"] = (-V, V)
+        if config.is_vector:  # 1 / d for the LayerNorm means (1 outside the rows)
+            ranges["inv_d"] = (1.0, float(config.max_d))
     return ranges

@@ -157,7 +157,12 @@ def demo(console: rich.console.Console, sizes: tuple[int, int, int] = (4, 4, 2))
     ):
         U = universal.build(n, d, h)
     console.print(str(U.report()))
-    console.print("\n[bold]<T, X> layout[/bold] (one real number per position):")
+    what = (
+        "one vector per position, T's parameters as torch stores them"
+        if U.config.is_vector
+        else "one real number per position"
+    )
+    console.print(f"\n[bold]<T, X> layout[/bold] ({what}):")
     console.print(U.layout.diagram())
     torch.manual_seed(0)
     module = torch.nn.MultiheadAttention(d, h, batch_first=True, dtype=torch.float64).eval()

@@ -78,6 +78,11 @@ class Context:
         self.float32_needs: list[Float32Need] = []
         self.numeric_reads: set[int] = set()  # S-ops read as numbers
         self.bounds: dict[str, float] = {}  # direction -> a bound on |its value| (internal ones)
+        # direction -> the first representation holding it (what dir_bound reads), kept as
+        # representations are made: ("cat",) or ("num", uid, coefficient)
+        self._rep_dirs: dict[str, tuple] = {}
+        self._cat_dirs: dict[str, tuple] = {}
+        self._cat_dirs_seen: set[int] = set()
         self.exprs: dict[int, E.SOp] = {}  # uid -> S-op, for every one lowered
         self._n_units = 0
 
@@ -163,17 +168,37 @@ class Context:
             return float(arr.max()) if arr.size else 0.0
         if d in (BOS, NOTBOS) or d in self.token_dims:
             return 1.0
-        for uid, r in list(self.reps.items()) + list(self.categorical.items()):
-            if r.kind == "cat" and d in r.dims:
-                return 1.0
-            if r.kind == "num" and len(r.form) == 1 and d in r.form:
-                e = self.exprs.get(uid)
-                vals = None if e is None else self.vi.values(e)
-                if vals is None:
-                    return math.inf
-                big = max((abs(float(v)) for v in vals if v is not None), default=0.0)
-                return big / abs(r.form[d])
-        return math.inf
+        self._index_categorical()
+        owner = self._rep_dirs.get(d) or self._cat_dirs.get(d)
+        if owner is None:
+            return math.inf
+        if owner[0] == "cat":
+            return 1.0
+        _, uid, coef = owner
+        e = self.exprs.get(uid)
+        vals = None if e is None else self.vi.values(e)
+        if vals is None:
+            return math.inf
+        big = max((abs(float(v)) for v in vals if v is not None), default=0.0)
+        return big / abs(coef)
+
+    @staticmethod
+    def _index(index: dict[str, tuple], uid: int, r: Rep) -> None:
+        """Notes the directions of one representation (the first one holding a direction
+        keeps it)."""
+        if r.kind == "cat":
+            for dim in r.dims:
+                index.setdefault(dim, ("cat",))
+        elif r.kind == "num" and len(r.form) == 1:
+            ((dim, coef),) = r.form.items()
+            index.setdefault(dim, ("num", uid, coef))
+
+    def _index_categorical(self) -> None:
+        if len(self._cat_dirs_seen) != len(self.categorical):
+            for uid, r in self.categorical.items():
+                if uid not in self._cat_dirs_seen:
+                    self._cat_dirs_seen.add(uid)
+                    self._index(self._cat_dirs, uid, r)
 
     def form_bound(self, form: Mapping[str, float]) -> float:
         """A bound on ``|sum c * d|`` over ``form``, term by term."""
@@ -199,6 +224,7 @@ class Context:
         if got is None:
             self.exprs[e.uid] = e
             got = self.reps[e.uid] = self._lower(self, e)
+            self._index(self._rep_dirs, e.uid, got)
         return got
 
     def freeze(self, output: E.SOp) -> LoweredProgram:

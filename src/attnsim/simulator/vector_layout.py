@@ -1,0 +1,241 @@
+"""The vector layout of U's sequence: one real vector per position, parameters as torch stores
+them.
+
+The scalar layout (:mod:`attnsim.simulator.layout`) follows the paper: one real number per
+position, so the sequence is as long as the target's parameter count. Here every position
+holds a token of ``W = max(D, F, 10) + 1`` real channels, and the target enters as torch
+stores it: X row by row, the rows of ``in_proj_weight`` (W_q, W_k, W_v) and of
+``out_proj.weight``, ``linear1.weight`` and ``linear2.weight``; each row's bias entry sits in
+the last channel ``B = W - 1``, where X's rows hold a 1 (0 for padding rows), so that one dot
+product over the channels gives ``x . w + b``. Nothing is multiplied before U sees it.
+
+For a build of sizes (N, D, H, F) (F = 0: an attention layer):
+
+```
+ input regions (where the codec writes; channel c < W of the position's token)
+ PARAM     1       causal, scale*, norm_first, relu, gelu, gelu_tanh, maxmin, eps x 3
+ X(i)      N       X[i, :d], 1 in channel B for the n real rows (0: padding)
+ WQKV(t,r) 3D      row r of W_q, W_k, W_v (t = 0, 1, 2), its bias in channel B
+ WO(k)     D       row k of out_proj.weight, b_O[k] in channel B
+ MASK(h)   H       1 in the columns of head h (flags)
+ HDIM(h)   H       1 in channel d_head - 1 (a flag: U's score scale is 1/sqrt(d_head))
+ encoder (F > 0):
+ LN(s, g)  6       gain (g = 0) and bias (g = 1) of the three LayerNorm slots
+ COLV      1       1 in the d real columns (flags)
+ W1(m)     F       row m of linear1.weight, b1[m] in channel B
+ W2(k)     D       row k of linear2.weight, b2[k] in channel B
+ scratch roles (each reads and writes its own residual directions, so roles share
+ positions freely; all start at position 0)
+ QKV(i,r,t) 3ND    q, k or v [i, r]: one dot product of a row of X~ and a weight row
+ ROW(i,t)   3N     the rows Q_i, K_i, V_i, gathered back from QKV (one head per column)
+ P(i,j,h)   N^2 H  one (query, key, head): score, softmax weight, weighted value
+ X(i)       N      the row-wise work: o_i, z1, the LayerNorms, the FFN's hidden row
+ OUT(i,k)   ND     y[i, k] = o~_i . row k of W_O (and the FFN's output, and the result)
+ HID(i,m)   NF     the FFN's hidden unit m of row i
+```
+
+(*) the score scale entry is 0 for the standard 1/sqrt(d_head), which U computes from the
+HDIM flags; a spec with another scale has it there.
+
+The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long: it grows like n (d + d_ff),
+not like the parameter count, and the token width like max(d, d_ff).
+
+>>> lay = VectorLayout(2, 4, 2)
+>>> lay.width, lay.length, lay.qkv(1, 3, 2), lay.ppos(1, 0, 1)
+(11, 24, 23, 5)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["VectorLayout", "PARAM_CHANNELS"]
+
+# channels of the PARAM position
+PARAM_CHANNELS = (
+    "causal",
+    "scale",
+    "norm_first",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "maxmin",
+    "eps_input",
+    "eps_middle",
+    "eps_output",
+)
+
+
+@dataclass(frozen=True)
+class VectorLayout:
+    """The vector-token sequence of a U built for sizes (N, D, H, F); see the module text."""
+
+    N: int
+    D: int
+    H: int
+    F: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("N", "D", "H"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"VectorLayout.{name} must be a positive int, got {v!r}")
+        if not isinstance(self.F, int) or isinstance(self.F, bool) or self.F < 0:
+            raise ValueError(f"VectorLayout.F must be an int >= 0, got {self.F!r}")
+
+    # -- widths -----------------------------------------------------------------------------
+    @property
+    def width(self) -> int:
+        """Channels per token."""
+        return max(self.D, self.F, len(PARAM_CHANNELS)) + 1
+
+    @property
+    def B(self) -> int:  # noqa: N802 - the bias channel, B in the docs
+        """The bias channel: rows of X hold 1 there, weight rows their bias."""
+        return self.width - 1
+
+    def param(self, name: str) -> int:
+        """The channel of a PARAM entry."""
+        return PARAM_CHANNELS.index(name)
+
+    # -- input positions --------------------------------------------------------------------
+    PARAM = 0
+
+    def xpos(self, i: int) -> int:
+        return 1 + i
+
+    def wpos(self, t: int, r: int) -> int:
+        return 1 + self.N + t * self.D + r
+
+    def opos(self, k: int) -> int:
+        return 1 + self.N + 3 * self.D + k
+
+    def maskpos(self, h: int) -> int:
+        return 1 + self.N + 4 * self.D + h
+
+    def hdimpos(self, h: int) -> int:
+        return 1 + self.N + 4 * self.D + self.H + h
+
+    @property
+    def _enc(self) -> int:
+        return 1 + self.N + 4 * self.D + 2 * self.H
+
+    def lnpos(self, slot: int, kind: int) -> int:
+        return self._enc + 2 * slot + kind
+
+    @property
+    def colvpos(self) -> int:
+        return self._enc + 6
+
+    def w1pos(self, m: int) -> int:
+        return self._enc + 7 + m
+
+    def w2pos(self, k: int) -> int:
+        return self._enc + 7 + self.F + k
+
+    @property
+    def input_length(self) -> int:
+        return self._enc + 7 + self.F + self.D if self.F else self._enc
+
+    # -- scratch positions ------------------------------------------------------------------
+    def qkv(self, i: int, r: int, t: int) -> int:
+        return (t * self.N + i) * self.D + r
+
+    def rowpos(self, i: int, t: int) -> int:
+        return t * self.N + i
+
+    def ppos(self, i: int, j: int, h: int) -> int:
+        return (i * self.N + j) * self.H + h
+
+    def outpos(self, i: int, k: int) -> int:
+        return i * self.D + k
+
+    def hidpos(self, i: int, m: int) -> int:
+        return i * self.F + m
+
+    @property
+    def length(self) -> int:
+        """Positions in the sequence (BOS not counted)."""
+        N, D, H, F = self.N, self.D, self.H, self.F
+        return max(self.input_length, 3 * N * D, N * N * H, N * D, N * F)
+
+    def regions(self) -> list[tuple[str, int, int, str]]:
+        """``(name, first position, positions, what)`` of every input region and scratch
+        role, in order."""
+        N, D, H, F = self.N, self.D, self.H, self.F
+        out = [
+            ("PARAM", self.PARAM, 1, "causal, scale, flags, eps"),
+            ("X", self.xpos(0), N, "rows of X (1 in channel B)"),
+            ("WQKV", self.wpos(0, 0), 3 * D, "rows of in_proj_weight, bias in B"),
+            ("WO", self.opos(0), D, "rows of out_proj.weight, b_O in B"),
+            ("MASK", self.maskpos(0), H, "columns of each head (flags)"),
+            ("HDIM", self.hdimpos(0), H, "d_head of each head (one-hot flags)"),
+        ]
+        if F:
+            out += [
+                ("LN", self.lnpos(0, 0), 6, "gain and bias of 3 LayerNorm slots"),
+                ("COLV", self.colvpos, 1, "the d real columns (flags)"),
+                ("W1", self.w1pos(0), F, "rows of linear1.weight, b1 in B"),
+                ("W2", self.w2pos(0), D, "rows of linear2.weight, b2 in B"),
+            ]
+        out += [
+            ("QKV", 0, 3 * N * D, "scratch: one dot product each"),
+            ("ROW", 0, 3 * N, "scratch: Q_i, K_i, V_i"),
+            ("P", 0, N * N * H, "scratch: (query, key, head)"),
+            ("OUT", 0, N * D, "scratch: y[i, k], the result"),
+        ]
+        if F:
+            out.append(("HID", 0, N * F, "scratch: hidden unit (i, m)"))
+        return out
+
+    def diagram(self) -> str:
+        """A one-line-per-region text picture of the layout.
+
+        >>> print(VectorLayout(1, 2, 1).diagram().splitlines()[2])
+            X [     1 ..      1]  1 positions  rows of X (1 in channel B)
+        """
+        lines = [f"tokens of {self.width} channels (B = {self.B}), {self.length} positions"]
+        for name, s, k, what in self.regions():
+            lines.append(f"{name:>5} [{s:>6} .. {s + k - 1:>6}]  {k} positions  {what}")
+        return "\n".join(lines)
+
+    def roles(self, p: int) -> dict[str, tuple[int, ...]]:
+        """The scratch roles position ``p`` plays, with its coordinates in each.
+
+        >>> VectorLayout(2, 4, 2).roles(5)
+        {'QKV': (1, 1, 0), 'ROW': (1, 2), 'P': (1, 0, 1), 'OUT': (1, 1)}
+        """
+        return {
+            role: tuple(int(v) for v in c[p])
+            for role, c in self.coords.items()
+            if 0 <= p < self.length and c[p, 0] >= 0
+        }
+
+    # -- per-position coordinates of each role (-1 where a position does not play it) -------
+    @cached_property
+    def coords(self) -> dict[str, np.ndarray]:
+        """Role -> ``[length, k]`` int array of each position's coordinates in that role
+        (all -1 where it does not play it): X (i), QKV (i, r, t), ROW (i, t), P (i, j, h),
+        OUT (i, k), HID (i, m)."""
+        L, N, D, H, F = self.length, self.N, self.D, self.H, self.F
+
+        def role(shape: tuple[int, ...], pos) -> np.ndarray:
+            out = np.full((L, len(shape)), -1, dtype=np.int64)
+            grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
+            grid = grid.reshape(-1, len(shape))
+            out[pos(*grid.T)] = grid
+            return out
+
+        roles = {
+            "X": role((N,), lambda i: 1 + i),
+            "QKV": role((N, D, 3), lambda i, r, t: (t * N + i) * D + r),
+            "ROW": role((N, 3), lambda i, t: t * N + i),
+            "P": role((N, N, H), lambda i, j, h: (i * N + j) * H + h),
+            "OUT": role((N, D), lambda i, k: i * D + k),
+        }
+        if F:
+            roles["HID"] = role((N, F), lambda i, m: i * F + m)
+        return roles

@@ -1,0 +1,262 @@
+"""U in the vector layout, as a RASP program over vector tokens.
+
+It reads the sequence of :mod:`attnsim.simulator.vector_layout` (token channels, parameters
+as torch stores them) and computes every product of the target itself. Every selector but
+one depends only on positions (a gather or a sum whose table is fixed at build time); the
+one that is not picks the largest score of a row, as in the scalar layout.
+
+The attention part (``a`` = the rows the attention reads, at X(i)):
+
+1. QKV(i, r, t) gathers row a~_i = [a_i, 1] and weight row r of W_t with its bias
+   (two heads); MLP: the dot product ``q/k/v[i, r] = a~_i . w~_t,r`` (D + 1 bilinear units);
+   MASK(h) multiplies its column flags by the scale;
+2. ROW(i, t) gathers the D dot products of row i back into one vector (one head per column:
+   the transpose);
+3. P(i, j, h) gathers Q_i, K_j, V_j, head h's scaled and plain column masks, the padding
+   bit of key j and the causal flag; MLP: ``s = sum_c (Q_ic scale M_hc) K_jc`` and
+   ``V_j * M_h`` (the head's columns of V_j);
+4. the row maximum over unmasked keys (one max head), ``e = exp(s - m)``, the row sum Z,
+   ``1/Z`` and ``p V_j M_h``, exactly as in the scalar layout;
+5. X(i) sums ``p V_j M_h`` over keys and heads: o_i, the heads' outputs side by side;
+6. OUT(i, k) gathers o~_i and row k of out_proj.weight with b_O[k]: ``y[i, k] = o~_i . w~_k``.
+
+The encoder layer wraps it at the rows X(i) (same equations as the scalar layout's
+``encoder_program``): LayerNorm of a row vector in two passes (mean, then the mean of the
+squared deviations over the d real columns), the residual sums, and the feed-forward block:
+HID(i, m) computes ``act(u~_i . w1~_m)`` (relu, gelu, gelu_tanh or maxmin, chosen by flags),
+X(i) gathers the F hidden values of its row (one head per unit), OUT(i, k) computes
+``h~_i . w2~_k``, and the result returns to the rows (one head per column). Finally OUT(i, k)
+picks column k of its row's result (one head per column), which is where the codec reads it.
+
+>>> from attnsim.simulator.vector_layout import VectorLayout
+>>> vector_program(VectorLayout(1, 2, 1), score_bound=1e4).label
+'U_vector'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from attnsim.rasp import expr as E
+from attnsim.rasp import gathers
+from attnsim.simulator.programs import EXP, INV_Z, ROW_MAX, SCORE, mask_offset
+from attnsim.simulator.vector_layout import VectorLayout
+
+__all__ = ["vector_program"]
+
+
+class _Builder:
+    """Position tables and gathers over one layout."""
+
+    def __init__(self, lay: VectorLayout) -> None:
+        self.lay = lay
+        self.coords = lay.coords
+        self.L = lay.length
+        self.ch = [E.token_channel(c) for c in range(lay.width)]
+
+    def table(self, name: str, values: np.ndarray | Sequence[float]) -> E.SOp:
+        """A numerical S-op of the position alone."""
+        tab = [float(v) for v in values]
+        return E.numerical(E.Map(lambda p, t=tab: t[p], E.indices, simplify=False)).named(name)
+
+    def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
+        """fn(*coords) at the positions playing ``role``, ``default`` elsewhere."""
+        out = np.full(self.L, default, dtype=np.float64)
+        c = self.coords[role]
+        for p in np.flatnonzero(c[:, 0] >= 0):
+            out[p] = fn(*c[p])
+        return out
+
+    def gather(self, name: str, src: np.ndarray, sops: Sequence[E.SOp]) -> list[E.SOp]:
+        """Each position reads ``sops`` at position ``src[p]`` (-1: nothing, 0 read): one
+        head for all of them."""
+        sel = gathers.reader(self.table(f"src_{name}", src)).named(f"sel_{name}")
+        return [
+            E.numerical(E.Aggregate(sel, s, default=0)).named(f"{name}{k}")
+            for k, s in enumerate(sops)
+        ]
+
+    def gather_one(self, name: str, src: np.ndarray, sop: E.SOp) -> E.SOp:
+        return self.gather(name, src, [sop])[0].named(name)
+
+
+def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
+    out = xs[0] * ys[0]
+    for x, y in zip(xs[1:], ys[1:]):
+        out = out + x * y
+    return out
+
+
+def vector_program(lay: VectorLayout, score_bound: float) -> E.SOp:
+    """U's program in the vector layout: attention (``lay.F == 0``) or an encoder layer.
+
+    Args:
+        lay: the layout (build sizes).
+        score_bound: the largest |score| of a target on its X (declared on the score S-op,
+            which the max head needs, and checked at run time).
+    """
+    b = _Builder(lay)
+    if lay.F:
+        return _encoder(b, score_bound)
+    y = _attention(b, [b.ch[c] for c in range(lay.D)], score_bound)
+    return y.named("U_vector")
+
+
+def _attention(b: _Builder, rows: list[E.SOp], score_bound: float) -> E.SOp:
+    """The attention part: reads the rows ``rows`` (D S-ops at X(i)); returns y at OUT."""
+    lay, ch, D, H, B = b.lay, b.ch, b.lay.D, b.lay.H, b.lay.B
+    valid = ch[B]  # at X(i): 1 for a real row, 0 for padding
+
+    # 1. QKV(i, r, t): a~_i . w~_t,r
+    xa = b.gather("qkv_x", b.at("QKV", lambda i, r, t: lay.xpos(i)), [*rows, valid])
+    wa = b.gather("qkv_w", b.at("QKV", lambda i, r, t: lay.wpos(t, r)), [*ch[:D], ch[B]])
+    qkv = _dot(xa, wa).named("qkv")
+    # MASK(h): the head's columns times the score scale: 1/sqrt(d_head) read off the
+    # one-hot HDIM flags (a linear form with constant weights), plus the spec's own scale
+    # entry (0 for the standard one)
+    at_mask = np.full(b.L, -1.0)
+    at_mask[[lay.maskpos(h) for h in range(H)]] = lay.PARAM
+    own = b.gather_one("scale_own", at_mask, ch[lay.param("scale")])
+    at_mask[[lay.maskpos(h) for h in range(H)]] = [lay.hdimpos(h) for h in range(H)]
+    dims = b.gather("hdim", at_mask, ch[:D])
+    scale = own
+    for c in range(D):
+        scale = scale + dims[c] * (1.0 / math.sqrt(c + 1))
+    scale = scale.named("scale")
+    smask = [(ch[c] * scale).named(f"smask{c}") for c in range(D)]
+
+    # 2. ROW(i, t): the D dot products of row i back into one vector (one head per column)
+    row = [
+        b.gather_one(f"row{c}", b.at("ROW", lambda i, t, c=c: lay.qkv(i, c, t)), qkv)
+        for c in range(D)
+    ]
+
+    # 3. P(i, j, h)
+    q = b.gather("p_q", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), row)
+    k = b.gather("p_k", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), row)
+    v = b.gather("p_v", b.at("P", lambda i, j, h: lay.rowpos(j, 2)), row)
+    sm = b.gather("p_sm", b.at("P", lambda i, j, h: lay.maskpos(h)), smask)
+    um = b.gather("p_m", b.at("P", lambda i, j, h: lay.maskpos(h)), ch[:D])
+    valid_j = b.gather_one("p_valid", b.at("P", lambda i, j, h: lay.xpos(j)), valid)
+    # the padding bit as a product (stored in its own direction): as the linear form
+    # 1 - valid it would carry the constant mask_offset into every unmasked exponent, whose
+    # rounding (offset * 2^-53) would then show in the softmax
+    pad = ((1 - valid_j) * (1 - valid_j)).named("p_pad")
+    causal = b.gather_one("p_causal", b.at("P", lambda i, j, h: lay.PARAM), ch[lay.param("causal")])
+    qs = [(q[c] * sm[c]).named(f"qs{c}") for c in range(D)]
+    score = E.numerical(_dot(qs, k).named(SCORE), value_range=(-score_bound, score_bound))
+    vm = [(v[c] * um[c]).named(f"vm{c}") for c in range(D)]
+    future = b.table("future", b.at("P", lambda i, j, h: float(j > i), 0.0))
+    masked = (pad + causal * future).named("masked")
+
+    # 4. softmax over the row (i, h): max over unmasked keys, exponentials, sum, 1/Z
+    nrows = lay.N * H
+    centre = nrows // 2
+    row_k = b.table("row_key", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre))
+    row_q = b.table("row_query", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre + 1))
+    sel_row = E.Select(row_k, row_q, E.Comparison.EQ).named("sel_row")
+    zero = b.table("zero", np.zeros(b.L))
+    unmasked = (sel_row & E.Select(masked, zero, E.Comparison.EQ)).named("sel_row_unmasked")
+    m = E.numerical(E.Aggregate(E.SelectMax(unmasked, score).named("sel_max"), score, default=0))
+    m = m.named(ROW_MAX)
+    e = E.exp(score - m - masked * mask_offset(score_bound)).named(EXP)
+    Z = E.SumAggregate(sel_row, e).named("Z")
+    not_p = b.table("not_p", b.at("P", lambda i, j, h: 0.0, 1.0))
+    inv_z = E.reciprocal(Z + not_p).named(INV_Z)
+    pv = [((e * vm[c]) * inv_z).named(f"pv{c}") for c in range(D)]
+
+    # 5. X(i): o_i = sum over keys and heads
+    o_k = b.table("o_key", b.at("P", lambda i, j, h: i, -1.0))
+    o_q = b.table("o_query", b.at("X", lambda i: i, -2.0))
+    sel_o = E.Select(o_k, o_q, E.Comparison.EQ).named("sel_o")
+    o = [E.SumAggregate(sel_o, pv[c]).named(f"o{c}") for c in range(D)]
+
+    # 6. OUT(i, k): y = o~_i . w~_k (row k of out_proj.weight, b_O[k])
+    og = b.gather("out_o", b.at("OUT", lambda i, k: lay.xpos(i)), [*o, valid])
+    wo = b.gather("out_w", b.at("OUT", lambda i, k: lay.opos(k)), [*ch[:D], ch[B]])
+    return _dot(og, wo).named("y")
+
+
+def _to_rows(b: _Builder, name: str, sop: E.SOp, n_cols: int, src: Callable) -> list[E.SOp]:
+    """At X(i): the values of ``sop`` at positions src(i, c), c < n_cols (one head each)."""
+    return [
+        b.gather_one(f"{name}{c}", b.at("X", lambda i, c=c: src(i, c)), sop) for c in range(n_cols)
+    ]
+
+
+def _encoder(b: _Builder, score_bound: float) -> E.SOp:
+    """The encoder layer (``lay.F > 0``); its result at OUT(i, k)."""
+    lay, ch, D, F, B = b.lay, b.ch, b.lay.D, b.lay.F, b.lay.B
+    at_x = b.at("X", lambda i: lay.PARAM)
+    pre = b.gather_one("pre", at_x, ch[lay.param("norm_first")])
+    colv = b.gather("colv", b.at("X", lambda i: lay.colvpos), ch[:D])
+    not_x = b.table("not_x", b.at("X", lambda i: 0.0, 1.0))
+    inv_d = E.reciprocal(_sum(colv) + not_x).named("inv_d")
+
+    def layer_norm(z: list[E.SOp], slot: int, name: str) -> list[E.SOp]:
+        gain = b.gather(f"{name}_gain", b.at("X", lambda i: lay.lnpos(slot, 0)), ch[:D])
+        bias = b.gather(f"{name}_bias", b.at("X", lambda i: lay.lnpos(slot, 1)), ch[:D])
+        eps = b.gather_one(f"{name}_eps", at_x, ch[lay.param(f"eps_{name[3:]}")])
+        mean = (_sum(z) * inv_d).named(f"{name}_mean")
+        cen = [((z[c] - mean) * colv[c]).named(f"{name}_centred{c}") for c in range(D)]
+        var = (_dot(cen, cen) * inv_d).named(f"{name}_var")
+        r = E.rsqrt(var + eps + not_x).named(f"{name}_rsqrt")
+        return [((cen[c] * gain[c]) * r + bias[c]).named(f"{name}{c}") for c in range(D)]
+
+    x = ch[:D]
+    ln_in = layer_norm(x, 0, "ln_input")
+    a = [(x[c] + pre * (ln_in[c] - x[c])).named(f"attn_in{c}") for c in range(D)]
+    y = _attention(b, a, score_bound)
+    y_row = _to_rows(b, "y_row", y, D, lay.outpos)
+    z1 = [(x[c] + y_row[c]).named(f"z1_{c}") for c in range(D)]
+    u = layer_norm(z1, 1, "ln_middle")
+
+    # the feed-forward block: HID(i, m), then the hidden row at X(i), then OUT(i, k)
+    valid = ch[B]
+    ug = b.gather("hid_u", b.at("HID", lambda i, m: lay.xpos(i)), [*u, valid])
+    w1 = b.gather("hid_w", b.at("HID", lambda i, m: lay.w1pos(m)), [*ch[:D], ch[B]])
+    pre_act = _dot(ug, w1).named("ffn_pre")
+    at_hid = b.at("HID", lambda i, m: lay.PARAM)
+    flags = b.gather(
+        "hid_flag", at_hid, [ch[lay.param(f)] for f in ("relu", "gelu", "gelu_tanh", "maxmin")]
+    )
+    partner = b.gather_one(
+        "ffn_partner",
+        b.at("HID", lambda i, m: lay.hidpos(i, m ^ 1) if (m ^ 1) < F else -1),
+        pre_act,
+    )
+    even = b.table("ffn_even", b.at("HID", lambda i, m: float(m % 2 == 0), 0.0))
+    up = E.relu(pre_act - partner).named("ffn_pair_relu")
+    maxmin = (even * (partner + up) + (1 - even) * (pre_act - up)).named("ffn_maxmin")
+    act = (
+        flags[0] * E.relu(pre_act)
+        + flags[1] * E.gelu(pre_act).named("ffn_gelu")
+        + flags[2] * E.gelu_tanh(pre_act).named("ffn_gelu_tanh")
+        + flags[3] * maxmin
+    ).named("ffn_act")
+    h_row = _to_rows(b, "h_row", act, F, lay.hidpos)
+    hg = b.gather("out_h", b.at("OUT", lambda i, k: lay.xpos(i)), [*h_row, valid])
+    w2 = b.gather("out_w2", b.at("OUT", lambda i, k: lay.w2pos(k)), [*ch[:F], ch[B]])
+    f = _dot(hg, w2).named("ffn")
+    f_row = _to_rows(b, "f_row", f, D, lay.outpos)
+
+    z2 = [(u[c] + f_row[c] + pre * (z1[c] - u[c])).named(f"z2_{c}") for c in range(D)]
+    ln_out = layer_norm(z2, 2, "ln_output")
+    out = [(ln_out[c] + pre * (z2[c] - ln_out[c])).named(f"out{c}") for c in range(D)]
+    # OUT(i, k) picks column k of its row's result (head c serves the positions of column c)
+    result = None
+    for c in range(D):
+        src = b.at("OUT", lambda i, k, c=c: lay.xpos(i) if k == c else -1)
+        got = b.gather_one(f"result{c}", src, out[c])
+        result = got if result is None else result + got
+    return result.named("U_vector_encoder")
+
+
+def _sum(xs: Sequence[E.SOp]) -> E.SOp:
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
