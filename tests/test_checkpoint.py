@@ -182,3 +182,29 @@ def test_weights_of_another_model(tmp_path):
     )
     with pytest.raises((ValueError, RuntimeError), match=r"model\.safetensors|size mismatch"):
         CompiledModel.load(tmp_path / "small")
+
+
+def test_per_layer_head_shapes_round_trip_and_validate(tmp_path):
+    """Layers store only their own heads (and bilinear units); a checkpoint keeps the shapes,
+    and a config without them (an older save) means the same shape in every layer."""
+    from attnsim.model.config import ModelConfig
+
+    m = compile_program(library.make_reverse(rasp.tokens), vocab=list("abc"), max_seq_len=5)
+    cfg = m.config
+    assert cfg.head_shapes is not None
+    shapes = [tuple(b.attn.W_Q.shape[::2]) for b in m.model.blocks]
+    assert shapes == [tuple(s) for s in cfg.head_shapes]
+    assert all(b.attn.W_O.shape[:2] == s for b, s in zip(m.model.blocks, shapes))
+    back = CompiledModel.load(m.save(tmp_path / "rev"))
+    assert back.config.head_shapes == cfg.head_shapes
+    assert back.run(list("abca")) == m.run(list("abca")) == list("acba")
+    base = dict(n_layers=2, d_model=2, n_heads=2, d_head=3, d_mlp=0, d_bilinear=2, n_ctx=3,
+                d_vocab=2)  # fmt: skip
+    for bad in ({"head_shapes": ((2, 3),)}, {"head_shapes": ((3, 1), (0, 0))},
+                {"bilinear_widths": (1, 3)}, {"bilinear_widths": (1,)}):  # fmt: skip
+        with pytest.raises(ValueError, match="for each of the 2 layers"):
+            ModelConfig(**base, **bad)
+    old = ModelConfig(**base).to_json()
+    assert "head_shapes" not in old and ModelConfig.from_json(old).head_shape(1) == (2, 3)
+    ok = ModelConfig(**base, head_shapes=((2, 1), (0, 0)), bilinear_widths=(2, 0))
+    assert ModelConfig.from_json(ok.to_json()) == ok

@@ -110,14 +110,18 @@ def test_forward_flops_matches_a_hand_count():
     p = U.layout.length + 1
     heads = st.active_heads_per_layer(U.model)
     assert heads == [int((b.attn.W_O.flatten(1) != 0).any(1).sum()) for b in U.model.model.blocks]
-    k, d = cfg.d_head, cfg.d_model
-    per_head = 6 * p * d * k + 4 * p * p * k + 4 * p * p + 2 * p * k * d
+    d = cfg.d_model
+    blocks = U.model.model.blocks
+    ks = [b.attn.W_Q.shape[2] for b in blocks]  # each layer stores its own d_head
     f = st.forward_flops(U.model, p)
-    assert f["attention"] == sum(heads) * per_head
+    assert f["attention"] == sum(
+        h * (6 * p * d * k + 4 * p * p * k + 4 * p * p + 2 * p * k * d) for h, k in zip(heads, ks)
+    )
     native = sum(cfg.d_native.values())
-    relu = sum(b.mlp.W_in.shape[1] for b in U.model.model.blocks)
-    assert f["mlp"] == (4 * p * d + p) * relu + cfg.n_layers * (
-        cfg.d_bilinear * (6 * p * d + p) + native * (6 * p * d + 2 * p)
+    relu = sum(b.mlp.W_in.shape[1] for b in blocks)
+    bilinear = sum(b.mlp.W_bil_a.shape[1] for b in blocks)
+    assert f["mlp"] == (4 * p * d + p) * relu + bilinear * (6 * p * d + p) + cfg.n_layers * (
+        native * (6 * p * d + 2 * p)
     )
     assert st.forward_flops(U.model, p, batch=3)["total"] == 3 * f["total"]
 

@@ -133,9 +133,9 @@ def test_public_names():
 
 
 def test_cli_help_defaults_are_the_configs():
-    from attnsim.cli import simulate
+    from attnsim.cli import build_flags
 
     fields = {f.name: f.default for f in dataclasses.fields(C.SimulatorConfig)}
-    assert simulate.DEFAULT_LOGIT_BOUND == fields["logit_bound"]
-    assert simulate.DEFAULT_MAP_TOLERANCE == fields["map_tolerance"]
-    assert simulate.DEFAULT_VALUE_BOUND == fields["value_bound"]
+    assert build_flags.DEFAULT_LOGIT_BOUND == fields["logit_bound"]
+    assert build_flags.DEFAULT_MAP_TOLERANCE == fields["map_tolerance"]
+    assert build_flags.DEFAULT_VALUE_BOUND == fields["value_bound"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsim.simulator import sampling, universal, verify
+from attnsim.simulator import sampling, stack, universal, verify
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import LayoutKind, SimulatorConfig
 from attnsim.simulator.layout import Layout
@@ -192,7 +192,7 @@ def test_scores_beyond_the_bound_are_refused():
 )
 def test_layout_growth_law(N, D, H, F):
     lay = VectorLayout(N, D, H, F)
-    inputs = 1 + N + 4 * D + 2 * H + (7 + F + D if F else 0)
+    inputs = 1 + N + (1 + 4 * D + 2 * H + (6 + F + D if F else 0))  # one layer's block
     assert lay.length == max(inputs, 3 * N * D, N * N * H, N * F)
     assert lay.width == max(D, F, 10) + 1
     # every scratch role's positions are distinct and inside the sequence
@@ -201,3 +201,74 @@ def test_layout_growth_law(N, D, H, F):
         assert len({tuple(r) for r in rows.tolist()}) == len(rows), role
     if F:  # the scalar layout holds every parameter in a position of its own
         assert lay.length < Layout(N, D, H, F).length or D < 8
+
+
+# -- stacks of encoder layers (n_layers) ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack_U():
+    return universal.build(3, 4, 2, layer="encoder", max_ff=6, n_layers=3)
+
+
+def test_random_stacks_match_the_reference(stack_U):
+    result = verify.verify(stack_U, targets=12, seed=8, progress=False)
+    assert result.failures == [] and result.max_error <= 1e-9
+
+
+def test_torch_transformer_encoder(stack_U):
+    torch.manual_seed(3)
+    layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True, dtype=F64)
+    for n_layers in (3, 2):  # a shorter stack: the layers it lacks are identity layers
+        enc = torch.nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False).eval()
+        X = torch.randn(3, 4, dtype=F64)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=F64)
+        with torch.no_grad():
+            want = enc(X[None])[0]
+            want_causal = enc(X[None], mask=mask, is_causal=True)[0]
+        assert _err(stack_U.simulate(enc, X), want) <= 1e-12
+        assert _err(stack_U.simulate(enc, X, causal=True), want_causal) <= 1e-12
+    with torch.no_grad():  # one layer alone
+        assert _err(stack_U.simulate(layer, X), layer.eval()(X[None])[0]) <= 1e-12
+
+
+def test_stack_errors(stack_U):
+    X = torch.zeros(3, 4, dtype=F64)
+    layer = sampling.random_encoder_layer(2, 4, 6, seed=0)
+    with pytest.raises(ValueError, match="at most 3; build U with n_layers=4"):
+        stack_U.simulate(stack.EncoderStackSpec((layer,) * 4), X)
+    with pytest.raises(ValueError, match="share one model width"):
+        stack.EncoderStackSpec((layer, sampling.random_encoder_layer(1, 2, 4, seed=0)))
+    with pytest.raises(TypeError, match="non-empty list of EncoderLayerSpec"):
+        stack.EncoderStackSpec(())
+    normed = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True),
+        2,
+        norm=torch.nn.LayerNorm(4),
+        enable_nested_tensor=False,
+    )
+    with pytest.raises(NotImplementedError, match="final norm"):
+        stack_U.simulate(normed, X)
+    with pytest.raises(ValueError, match="needs layer='encoder' and layout='vector'"):
+        universal.build(2, 2, 1, n_layers=2)
+    with pytest.raises(ValueError, match="needs layer='encoder' and layout='vector'"):
+        universal.build(2, 2, 1, layer="encoder", layout="scalar", n_layers=2)
+    with pytest.raises(ValueError, match="n_layers must be a positive int"):
+        universal.build(2, 2, 1, layer="encoder", n_layers=0)
+
+
+def test_stack_save_load_and_sizes(stack_U, tmp_path):
+    V = universal.UniversalSimulator.load(stack_U.save(tmp_path / "s"))
+    assert V.config.n_layers == 3 and V.layout.layers == 3
+    rng = np.random.default_rng(1)
+    S_, X, _ = stack.random_stack(rng, 3, 4, 2, 10.0, 6, layers=3)
+    assert torch.equal(V.simulate(S_, X), stack_U.simulate(S_, X))
+    one = universal.build(3, 4, 2, layer="encoder", max_ff=6)
+    # the depth grows with the layers, the sequence by one block of parameters per layer
+    assert stack_U.report().layers > 2 * one.report().layers
+    assert stack_U.layout.length - one.layout.length == 2 * one.layout.block
+    # each layer stores only its own heads and bilinear units
+    cfg = stack_U.model.config
+    assert cfg.head_shapes is not None and cfg.bilinear_widths is not None
+    stored = sum(b.attn.W_Q.numel() for b in stack_U.model.model.blocks)
+    assert stored < cfg.n_layers * cfg.n_heads * cfg.d_model * cfg.d_head / 5

@@ -46,13 +46,39 @@ def fresh_build(build: Callable):
 def weight_hash(model) -> dict[str, str]:
     """{"weights": sha256 of every tensor, "residual": sha256 of the basis labels}."""
     state = model.model.state_dict()
+    cfg = model.config
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous()
+        if ".attn.W_" in name:  # a layer's own heads, padded to the model's (the pinned form)
+            t = _padded_heads(t, name, cfg.n_heads, cfg.d_head)
+        if ".mlp.W_bil_" in name:  # a layer's own bilinear units, padded likewise
+            t = _padded_units(t, name.endswith("_out"), cfg.d_bilinear)
         h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
         h.update(t.numpy().tobytes())
     r = hashlib.sha256("\n".join(model.residual).encode())
     return {"weights": h.hexdigest(), "residual": r.hexdigest()}
+
+
+def _padded_heads(t, name: str, n_heads: int, d_head: int):
+    import torch
+
+    shape = (n_heads, d_head, t.shape[2]) if name.endswith("W_O") else (n_heads, t.shape[1], d_head)
+    out = torch.zeros(shape, dtype=t.dtype)
+    if name.endswith("W_O"):
+        out[: t.shape[0], : t.shape[1]] = t
+    else:
+        out[: t.shape[0], :, : t.shape[2]] = t
+    return out.contiguous()
+
+
+def _padded_units(t, rows: bool, width: int):
+    import torch
+
+    shape = (width, t.shape[1]) if rows else (t.shape[0], width)
+    out = torch.zeros(shape, dtype=t.dtype)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out.contiguous()
 
 
 def _library() -> dict[str, Callable]:

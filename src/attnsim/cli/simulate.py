@@ -15,15 +15,9 @@ import json
 import math
 
 from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memory
+from attnsim.cli.build_flags import DEFAULT_MAX_D, DEFAULT_MAX_N
+from attnsim.cli.build_flags import add_build_args as _build_args
 
-DEFAULT_MAX_N = 4
-DEFAULT_MAX_D = 4
-# the build's defaults as --help shows them; the build itself takes them from
-# attnsim.simulator.config.SimulatorConfig (importing it here would import torch for --help;
-# tests/test_simulator_config.py keeps these equal to its defaults)
-DEFAULT_LOGIT_BOUND = 50.0  # maps=relu: the largest |score| U accepts
-DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
-DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
 MAX_SEED = 2**63 - 1
 
 _MODULE_HELP = """\
@@ -94,89 +88,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _build_args(ver)
     ver.add_argument("--targets", type=int, default=100, help="how many random targets")
     ver.set_defaults(func=_verify)
-
-
-def _build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--max-n",
-        type=int,
-        default=None,
-        help=f"largest n (rows of X) U serves (default {DEFAULT_MAX_N})",
-    )
-    p.add_argument(
-        "--max-d",
-        type=int,
-        default=None,
-        help=f"largest width d U serves (default {DEFAULT_MAX_D}, or the --module's d)",
-    )
-    p.add_argument(
-        "--max-heads",
-        type=int,
-        default=None,
-        help="most heads U serves (default 1, or the --module's heads)",
-    )
-    p.add_argument(
-        "--attention",
-        choices=["hard", "softmax"],
-        default="hard",
-        help="U's own attention: average-hard or softmax",
-    )
-    p.add_argument("--float32", action="store_true", help="build U in float32")
-    p.add_argument(
-        "--maps",
-        choices=["native", "relu"],
-        default="native",
-        help="exp and 1/x as native units (exact) or ReLU units (certified bounds)",
-    )
-    p.add_argument(
-        "--logit-bound",
-        type=float,
-        default=None,
-        help=f"--maps relu: the largest |score| U accepts (default {DEFAULT_LOGIT_BOUND:g})",
-    )
-    p.add_argument(
-        "--map-tolerance",
-        type=float,
-        default=None,
-        help=f"--maps relu: relative error of each ReLU map (default {DEFAULT_MAP_TOLERANCE:g})",
-    )
-    p.add_argument(
-        "--value-bound",
-        type=float,
-        default=None,
-        help="--maps relu --layer encoder: the scale of the values U's ReLU maps read "
-        f"(LayerNorm inputs, feed-forward pre-activations; default {DEFAULT_VALUE_BOUND:g})",
-    )
-    p.add_argument(
-        "--score-bound",
-        type=float,
-        default=None,
-        help="the largest |attention score| of a target that U accepts (default 1e4 in "
-        "float64, 1e3 with --float32, at most what the build's precision allows)",
-    )
-    p.add_argument(
-        "--layer",
-        choices=["attention", "encoder"],
-        default=None,
-        help="simulate attention layers or full encoder layers (default attention, or the "
-        "--module's kind)",
-    )
-    p.add_argument(
-        "--max-ff",
-        type=int,
-        default=None,
-        help="--layer encoder: largest feed-forward width (default 2 * max-d, or the module's)",
-    )
-    p.add_argument(
-        "--layout",
-        choices=["vector", "scalar"],
-        default="vector",
-        help="U's input sequence: one vector per position holding the target's raw "
-        "parameters (vector), or the paper's one number per position with the attention "
-        "merged (scalar)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _flag(name: str) -> str:
@@ -263,6 +174,7 @@ def _config(args: argparse.Namespace):
             maps=args.maps,
             dtype=torch.float32 if args.float32 else torch.float64,
             layout_kind=getattr(args, "layout", "vector"),
+            n_layers=getattr(args, "n_layers", 1),
             **options,
         )
     except ValueError as exc:
@@ -303,6 +215,8 @@ def _describe_build(config) -> str:
         text += " with ReLU maps"
     if not config.is_vector:
         text += " (scalar layout)"
+    if config.n_layers > 1:
+        text += f", a stack of {config.n_layers} layers"
     return text
 
 
@@ -436,7 +350,7 @@ def _shown(flag: str, value) -> str:
 
 def _random_target(args: argparse.Namespace):
     """A random target of the flags' sizes, and the build's config."""
-    from attnsim.simulator import sampling
+    from attnsim.simulator import sampling, stack
 
     _resolve_sizes(args)
     if args.layer != "encoder":
@@ -471,15 +385,19 @@ def _random_target(args: argparse.Namespace):
         )
     config = _config(args)
     if config.is_encoder:
-        target = sampling.random_encoder_layer(
-            heads,
-            args.max_d,
-            config.max_ff,
-            seed=args.seed,
-            causal=args.causal,
-            activation=args.activation or "relu",
-            norm_first=bool(args.norm_first),
-        )
+        layers = [
+            sampling.random_encoder_layer(
+                heads,
+                args.max_d,
+                config.max_ff,
+                seed=args.seed + k,
+                causal=args.causal,
+                activation=args.activation or "relu",
+                norm_first=bool(args.norm_first),
+            )
+            for k in range(config.n_layers)
+        ]
+        target = layers[0] if len(layers) == 1 else stack.EncoderStackSpec(tuple(layers))
     else:
         target = sampling.random_attention(heads, args.max_d, seed=args.seed, causal=args.causal)
     return target, config
@@ -488,7 +406,7 @@ def _random_target(args: argparse.Namespace):
 def _simulate(args: argparse.Namespace) -> int:
     import torch
 
-    from attnsim.simulator.reference import reference
+    from attnsim.simulator.verify import reference_of as reference
     from attnsim.simulator.verify import relative_error
 
     _check_build_args(args)

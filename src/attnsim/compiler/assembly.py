@@ -76,9 +76,15 @@ def assemble(
     ov_plans = [[_factor(h.ov) for h in layer.heads] for layer in layers]
     n_heads = max([len(layer.heads) for layer in layers] + [1])
     d_head = max([1] + [p[0] for plans in qk_plans + ov_plans for p in plans])
+    # each layer stores its own heads at its own width (a layer without heads stores none)
+    shapes = tuple(
+        (len(layer.heads), max([1] + [p[0] for p in qk + ov]) if layer.heads else 0)
+        for layer, qk, ov in zip(layers, qk_plans, ov_plans)
+    )
     widths = [len(layer.relu) for layer in layers]
     d_mlp = max(widths + [0])
     d_bil = max([len(layer.bilinear) for layer in layers] + [0])
+    bil_widths = [len(layer.bilinear) for layer in layers]
     d_native: dict[str, int] = {}
     for layer in layers:
         counts: dict[str, int] = {}
@@ -93,6 +99,8 @@ def assemble(
         d_head=d_head,
         d_mlp=d_mlp,
         mlp_widths=tuple(widths) if len(set(widths)) > 1 else None,
+        head_shapes=None if set(shapes) == {(n_heads, d_head)} else shapes,
+        bilinear_widths=tuple(bil_widths) if len(set(bil_widths)) > 1 else None,
         d_bilinear=d_bil,
         d_native=d_native,
         n_ctx=max_seq_len + 1,
@@ -141,19 +149,21 @@ def assemble(
     for li, layer in enumerate(layers):
         pre = f"blocks.{li}"
         if layer.heads:
-            W_Q = w(f"{pre}.attn.W_Q", n_heads, d_model, d_head)
-            W_K = w(f"{pre}.attn.W_K", n_heads, d_model, d_head)
-            W_V = w(f"{pre}.attn.W_V", n_heads, d_model, d_head)
-            W_O = w(f"{pre}.attn.W_O", n_heads, d_head, d_model)
+            h, k = cfg.head_shape(li)
+            W_Q = w(f"{pre}.attn.W_Q", h, d_model, k)
+            W_K = w(f"{pre}.attn.W_K", h, d_model, k)
+            W_V = w(f"{pre}.attn.W_V", h, d_model, k)
+            W_O = w(f"{pre}.attn.W_O", h, k, d_model)
         for hi, h in enumerate(layer.heads):
             _fill(W_Q[hi], W_K[hi], h.qk, qk_plans[li][hi], ix)
             _fill(W_V[hi], W_O[hi].T, h.ov, ov_plans[li][hi], ix)
         width = cfg.mlp_width(li)
         _fill_units(w, f"{pre}.mlp.W_in", f"{pre}.mlp.W_out", layer.relu, d_model, width, ix)
         if layer.bilinear:
-            a = w(f"{pre}.mlp.W_bil_a", d_model, d_bil)
-            b = w(f"{pre}.mlp.W_bil_b", d_model, d_bil)
-            out = w(f"{pre}.mlp.W_bil_out", d_bil, d_model)
+            nb = cfg.bilinear_width(li)
+            a = w(f"{pre}.mlp.W_bil_a", d_model, nb)
+            b = w(f"{pre}.mlp.W_bil_b", d_model, nb)
+            out = w(f"{pre}.mlp.W_bil_out", nb, d_model)
             for ui, u in enumerate(layer.bilinear):
                 _accumulate(a, [ix(d) for d, _ in u.a], ui, [c for _, c in u.a])
                 _accumulate(b, [ix(d) for d, _ in u.b], ui, [c for _, c in u.b])

@@ -36,6 +36,10 @@ class ModelConfig:
         n_ctx: positions, BOS included (max_seq_len + 1).
         d_vocab: rows of the token embedding (categorical tokens and BOS).
         numerical_tokens: tokens also enter as a real value times a learned direction.
+        bilinear_widths: bilinear units in each layer, when they differ; None means
+            d_bilinear in every layer.
+        head_shapes: ``(heads, d_head)`` of each layer, when layers differ (a layer with
+            no head stores none); None means n_heads heads of width d_head in every layer.
         token_width: vector tokens: each position's token is a real vector of this width,
             entering through ``W_E_vec`` [token_width, d_model]; 0 for scalar tokens.
         attention: hard or softmax.
@@ -63,6 +67,24 @@ class ModelConfig:
     dtype: str = "float64"
     mlp_widths: tuple[int, ...] | None = None
     token_width: int = 0
+    head_shapes: tuple[tuple[int, int], ...] | None = None
+    bilinear_widths: tuple[int, ...] | None = None
+
+    def bilinear_width(self, layer: int) -> int:
+        """Bilinear units in block ``layer``."""
+        return self.d_bilinear if self.bilinear_widths is None else self.bilinear_widths[layer]
+
+    def head_shape(self, layer: int) -> tuple[int, int]:
+        """``(heads, d_head)`` stored in block ``layer``.
+
+        >>> cfg = ModelConfig(n_layers=2, d_model=1, n_heads=3, d_head=2, d_mlp=0,
+        ...                   d_bilinear=0, n_ctx=2, d_vocab=2, head_shapes=((3, 1), (0, 0)))
+        >>> cfg.head_shape(0), cfg.head_shape(1)
+        ((3, 1), (0, 0))
+        """
+        if self.head_shapes is None:
+            return self.n_heads, self.d_head
+        return self.head_shapes[layer]
 
     def mlp_width(self, layer: int) -> int:
         """ReLU units in block ``layer``.
@@ -122,18 +144,40 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.attention must be 'hard' or 'softmax', got {self.attention!r}"
             ) from None
-        if self.mlp_widths is not None:
-            widths = self.mlp_widths
+        for name, limit in (("mlp_widths", "d_mlp"), ("bilinear_widths", "d_bilinear")):
+            widths = getattr(self, name)
+            if widths is None:
+                continue
+            top = getattr(self, limit)
             if (
                 not isinstance(widths, (tuple, list))
                 or len(widths) != self.n_layers
-                or not all(is_int(w) and 0 <= w <= self.d_mlp for w in widths)
+                or not all(is_int(w) and 0 <= w <= top for w in widths)
             ):
                 raise ValueError(
-                    f"ModelConfig.mlp_widths must give 0..d_mlp={self.d_mlp} units for each of "
-                    f"the {self.n_layers} layers, got {self.mlp_widths!r}"
+                    f"ModelConfig.{name} must give 0..{limit}={top} units for each of the "
+                    f"{self.n_layers} layers, got {widths!r:.200}"
                 )
-            object.__setattr__(self, "mlp_widths", tuple(int(w) for w in widths))
+            object.__setattr__(self, name, tuple(int(w) for w in widths))
+        if self.head_shapes is not None:
+            shapes = self.head_shapes
+            ok = isinstance(shapes, (tuple, list)) and len(shapes) == self.n_layers
+            ok = ok and all(
+                isinstance(s, (tuple, list))
+                and len(s) == 2
+                and is_int(s[0])
+                and is_int(s[1])
+                and 0 <= s[0] <= self.n_heads
+                and 0 <= s[1] <= self.d_head
+                for s in shapes
+            )
+            if not ok:
+                raise ValueError(
+                    f"ModelConfig.head_shapes must give (0..n_heads={self.n_heads}, "
+                    f"0..d_head={self.d_head}) for each of the {self.n_layers} layers, got "
+                    f"{self.head_shapes!r:.200}"
+                )
+            object.__setattr__(self, "head_shapes", tuple((int(h), int(k)) for h, k in shapes))
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -141,6 +185,14 @@ class ModelConfig:
         d["d_native"] = dict(self.d_native)
         if self.mlp_widths is not None:
             d["mlp_widths"] = list(self.mlp_widths)
+        if self.head_shapes is not None:
+            d["head_shapes"] = [list(s) for s in self.head_shapes]
+        else:
+            del d["head_shapes"]  # uniform heads: the config as before per-layer shapes
+        if self.bilinear_widths is not None:
+            d["bilinear_widths"] = list(self.bilinear_widths)
+        else:
+            del d["bilinear_widths"]
         return d
 
     @classmethod

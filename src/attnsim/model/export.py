@@ -203,11 +203,12 @@ def to_transformer_lens(model: CompiledModel):
         lens.unembed.W_U.copy_(torch.eye(cfg.d_model, dtype=dtype))
         for block, out in zip(src.blocks, lens.blocks):
             attn = block.attn
-            if cfg.n_heads and cfg.d_head:
-                out.attn.W_Q.copy_(attn.W_Q * cfg.beta)  # softmax(beta * q.k)
-                out.attn.W_K.copy_(attn.W_K)
-                out.attn.W_V.copy_(attn.W_V)
-                out.attn.W_O.copy_(attn.W_O)
+            h, k = attn.W_Q.shape[0], attn.W_Q.shape[2]  # a layer's own heads: pad with 0
+            if h and k:
+                out.attn.W_Q[:h, :, :k].copy_(attn.W_Q * cfg.beta)  # softmax(beta * q.k)
+                out.attn.W_K[:h, :, :k].copy_(attn.W_K)
+                out.attn.W_V[:h, :, :k].copy_(attn.W_V)
+                out.attn.W_O[:h, :k].copy_(attn.W_O)
             width = block.mlp.W_in.shape[1]  # layers narrower than d_mlp pad with zero units
             if width:
                 out.mlp.W_in[:, :width].copy_(block.mlp.W_in)

@@ -45,10 +45,13 @@ def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
 class Attention(nn.Module):
     """Multi-head attention with hard (average-hard) or softmax weights and no biases."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(
+        self, cfg: ModelConfig, dtype: torch.dtype, shape: tuple[int, int] | None = None
+    ) -> None:
         super().__init__()
         self.cfg = cfg
-        h, d, k = cfg.n_heads, cfg.d_model, cfg.d_head
+        h, k = (cfg.n_heads, cfg.d_head) if shape is None else shape
+        d = cfg.d_model
         self.W_Q = _param(h, d, k, dtype=dtype)
         self.W_K = _param(h, d, k, dtype=dtype)
         self.W_V = _param(h, d, k, dtype=dtype)
@@ -66,12 +69,15 @@ class Attention(nn.Module):
 
             def width(*ws: torch.Tensor) -> torch.Tensor:
                 used = sum(w.abs().sum(dim=1) for w in ws) > 0  # [head, d_head]
+                if not used.numel():  # a layer that stores no head
+                    return torch.zeros(used.shape[0], dtype=torch.long)
                 idx = torch.arange(1, used.shape[1] + 1)
                 return (used * idx).amax(dim=1)  # last used column + 1 (0 if none)
 
             qk = width(self.W_Q, self.W_K)
             ov = width(self.W_V, self.W_O.transpose(1, 2))
-            order = heads[torch.argsort(qk[heads] * (ov.max() + 1) + ov[heads])]
+            top = int(ov.max()) + 1 if ov.numel() else 1
+            order = heads[torch.argsort(qk[heads] * top + ov[heads])]
             self._plan_cache = (order, qk, ov)
             self._plan_key = key
         return self._plan_cache
@@ -92,7 +98,7 @@ class Attention(nn.Module):
         out = torch.zeros_like(x)
         n = x.shape[1]
         if cache is not None:
-            scores_all = torch.zeros(x.shape[0], self.cfg.n_heads, n, n, dtype=x.dtype)
+            scores_all = torch.zeros(x.shape[0], self.W_Q.shape[0], n, n, dtype=x.dtype)
             pattern_all = torch.zeros_like(scores_all)
         # heads in chunks so that a chunk's [batch, head, query, key] stays near 2^25 values
         chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
@@ -163,15 +169,22 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """ReLU units, bilinear (product) units and declared elementwise units, side by side."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, width: int | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        width: int | None = None,
+        bilinear: int | None = None,
+    ) -> None:
         super().__init__()
         d = cfg.d_model
         width = cfg.d_mlp if width is None else width
+        bilinear = cfg.d_bilinear if bilinear is None else bilinear
         self.W_in = _param(d, width, dtype=dtype)
         self.W_out = _param(width, d, dtype=dtype)
-        self.W_bil_a = _param(d, cfg.d_bilinear, dtype=dtype)
-        self.W_bil_b = _param(d, cfg.d_bilinear, dtype=dtype)
-        self.W_bil_out = _param(cfg.d_bilinear, d, dtype=dtype)
+        self.W_bil_a = _param(d, bilinear, dtype=dtype)
+        self.W_bil_b = _param(d, bilinear, dtype=dtype)
+        self.W_bil_out = _param(bilinear, d, dtype=dtype)
         self.native_kinds = sorted(k for k, v in cfg.d_native.items() if v > 0)
         for kind in self.native_kinds:
             m = cfg.d_native[kind]
@@ -295,10 +308,17 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """resid_mid = resid_pre + attn(resid_pre); resid_post = resid_mid + mlp(resid_mid)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, mlp_width: int | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        mlp_width: int | None = None,
+        heads: tuple[int, int] | None = None,
+        bilinear: int | None = None,
+    ) -> None:
         super().__init__()
-        self.attn = Attention(cfg, dtype)
-        self.mlp = MLP(cfg, dtype, mlp_width)
+        self.attn = Attention(cfg, dtype, heads)
+        self.mlp = MLP(cfg, dtype, mlp_width, bilinear)
 
     def forward(
         self,
@@ -344,7 +364,8 @@ class Transformer(nn.Module):
             self.W_E_vec = _param(cfg.token_width, cfg.d_model, dtype=dtype)
         self.W_pos = _param(cfg.n_ctx, cfg.d_model, dtype=dtype)
         self.blocks = nn.ModuleList(
-            Block(cfg, dtype, cfg.mlp_width(li)) for li in range(cfg.n_layers)
+            Block(cfg, dtype, cfg.mlp_width(li), cfg.head_shape(li), cfg.bilinear_width(li))
+            for li in range(cfg.n_layers)
         )
         # "plan": heads whose pattern only the length decides run as gathers and sparse
         # sums (see attnsim.model.plans); "dense": every head over [query, key]

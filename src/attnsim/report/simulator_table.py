@@ -78,14 +78,16 @@ def forward_flops(model: CompiledModel, positions: int, batch: int = 1) -> dict[
     True
     """
     cfg = model.config
-    p, d, k = positions, cfg.d_model, cfg.d_head
-    heads = sum(active_heads_per_layer(model))
-    per_head = 3 * 2 * p * d * k + 2 * 2 * p * p * k + 4 * p * p + 2 * p * k * d
-    attention = heads * per_head
+    p, d = positions, cfg.d_model
+    attention = 0
+    for li, heads in enumerate(active_heads_per_layer(model)):  # each layer its own d_head
+        k = cfg.head_shape(li)[1]
+        attention += heads * (3 * 2 * p * d * k + 2 * 2 * p * p * k + 4 * p * p + 2 * p * k * d)
     relu_units = sum(cfg.mlp_width(li) for li in range(cfg.n_layers))
-    per_mlp = cfg.d_bilinear * (3 * 2 * p * d + p)
-    per_mlp += sum(m * (3 * 2 * p * d + 2 * p) for m in cfg.d_native.values())
+    bilinear = sum(cfg.bilinear_width(li) for li in range(cfg.n_layers))
+    per_mlp = sum(m * (3 * 2 * p * d + 2 * p) for m in cfg.d_native.values())
     mlp = cfg.n_layers * per_mlp + relu_units * (2 * 2 * p * d + p)
+    mlp += bilinear * (3 * 2 * p * d + p)
     return {
         "attention": batch * attention,
         "mlp": batch * mlp,

@@ -195,6 +195,9 @@ def _range_message(
 ) -> str:
     roles = config.layout.roles(p)
     which = f" (target {b} of the batch)" if b else ""
+    if "/L" in label:  # layer l of a stack: the same quantity, in that layer
+        label, layer = label.split("/L")
+        which += f" in layer {layer} of the stack"
     value_bound = config.relu_value_bound
     if label == SCORE and "P" in roles:
         i, j, h = roles["P"]

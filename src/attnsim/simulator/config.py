@@ -140,6 +140,10 @@ class SimulatorConfig:
             :mod:`~attnsim.simulator.layout`) or "vector" (one vector per position, the
             raw parameters as torch stores them, every product computed by U; see
             :mod:`~attnsim.simulator.vector_layout`).
+        n_layers: a stack of this many encoder layers (``torch.nn.TransformerEncoder``),
+            simulated in one forward pass: each layer's output is the next one's input
+            inside the sequence (vector layout, layer="encoder"); stacks of fewer layers
+            too. 1: one layer.
         score_bound: the largest |score| of a target on its X (every query-key pair of every
             head, masked keys included) that U accepts: U checks it while it runs. Default
             1e4 in float64 (at most 1e6) and 1e3 in float32 (at most what
@@ -169,6 +173,7 @@ class SimulatorConfig:
     dtype: torch.dtype = torch.float64  # float64: errors at the 1e-12 level
     score_bound: float | None = None  # None: 1e4 in float64, 1e3 in float32 (or the limit)
     layout_kind: LayoutKind = LayoutKind.VECTOR  # one vector per position, raw parameters
+    n_layers: int = 1  # a stack of encoder layers (torch.nn.TransformerEncoder) when > 1
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -177,6 +182,14 @@ class SimulatorConfig:
         put("layer", _enum(LayerKind, self.layer, "layer"))
         put("maps", _enum(Maps, self.maps, "maps"))
         put("layout_kind", _enum(LayoutKind, self.layout_kind, "layout"))
+        _positive_int(self.n_layers, "n_layers", "the layers of a stack")
+        if self.n_layers > 1 and (
+            self.layer is not LayerKind.ENCODER or self.layout_kind is not LayoutKind.VECTOR
+        ):
+            raise ValueError(
+                f"n_layers={self.n_layers} builds U for a stack of encoder layers: it needs "
+                "layer='encoder' and layout='vector'"
+            )
         dtype = DTYPES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
         if dtype not in SCORE_BOUND:
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
@@ -221,7 +234,7 @@ class SimulatorConfig:
         """Where everything lives in U's input sequence (see :mod:`.layout` and
         :mod:`.vector_layout`)."""
         if self.layout_kind is LayoutKind.VECTOR:
-            return VectorLayout(self.max_n, self.max_d, self.max_heads, self.max_ff)
+            return VectorLayout(self.max_n, self.max_d, self.max_heads, self.max_ff, self.n_layers)
         return Layout(self.max_n, self.max_d, self.max_heads, self.max_ff)
 
     @property
@@ -277,6 +290,8 @@ class SimulatorConfig:
             raise ValueError(f"a simulator config must be a JSON object, got {type(data).__name__}")
         if "layout_kind" not in data:  # saved before the vector layout existed
             data = {**data, "layout_kind": LayoutKind.SCALAR.value}
+        if "n_layers" not in data:  # saved before stacks existed
+            data = {**data, "n_layers": 1}
         missing = [n for n in names if n not in data]
         extra = sorted(set(data) - set(names))
         if missing or extra:

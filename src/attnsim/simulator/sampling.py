@@ -271,8 +271,10 @@ def random_target(
     max_heads: int,
     max_logit: float,
     max_ff: int = 0,
+    X: torch.Tensor | None = None,
 ) -> tuple[S.AttentionSpec | S.EncoderLayerSpec, torch.Tensor, int]:
-    """A random target within the sizes, its input X, and the seed that made it.
+    """A random target within the sizes, its input X, and the seed that made it (given
+    ``X``: a target of X's width for it, such as the next layer of a stack).
 
     With ``max_ff > 0`` the target is a full encoder layer (norm first or last, causal or
     not, relu, gelu, gelu_tanh or maxmin: a quarter each, maxmin with an even width, and
@@ -285,11 +287,17 @@ def random_target(
     >>> all(f.d_mlp % 2 == 0 for f in drawn if f.activation.value == "maxmin")
     True
     """
-    h = int(rng.integers(1, max_heads + 1))
-    d = int(rng.integers(1, max_d // h + 1)) * h
-    n = int(rng.integers(1, max_n + 1))
-    seed = int(rng.integers(1 << 31))
-    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    if X is None:
+        h = int(rng.integers(1, max_heads + 1))
+        d = int(rng.integers(1, max_d // h + 1)) * h
+        n = int(rng.integers(1, max_n + 1))
+        seed = int(rng.integers(1 << 31))
+        X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    else:  # a layer for this X (the next layer of a stack): its width, heads dividing it
+        d = X.shape[1]
+        heads = [k for k in range(1, max_heads + 1) if d % k == 0]
+        h = heads[int(rng.integers(len(heads)))]
+        seed = int(rng.integers(1 << 31))
     logit = float(rng.uniform(0.1, max_logit))
     if max_ff:
         d_mlp = int(rng.integers(1, max_ff + 1))

@@ -46,6 +46,7 @@ def layout_json(layout: Layout | VectorLayout) -> dict[str, int]:
     }
     if isinstance(layout, VectorLayout):
         out["width"] = layout.width
+        out["layers"] = layout.layers
     return out
 
 

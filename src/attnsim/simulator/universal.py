@@ -442,7 +442,7 @@ class UniversalSimulator:
         >>> U = build(2, 2, 1)
         >>> V = UniversalSimulator.load(U.save(tempfile.mkdtemp()))
         >>> V.config == U.config, V.layout.length
-        (True, 13)
+        (True, 14)
         """
         path = Path(directory)
         config, seconds = saving.read_meta(path)
@@ -579,4 +579,6 @@ def _map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | Non
         ranges["ffn_pre"] = (-V, V)
         if config.is_vector:  # 1 / d for the LayerNorm means (1 outside the rows)
             ranges["inv_d"] = (1.0, float(config.max_d))
+    for ell in range(1, config.n_layers):  # a stack: the same maps in every layer
+        ranges.update({f"{k}/L{ell}": v for k, v in list(ranges.items()) if "/" not in k})
     return ranges

@@ -21,13 +21,15 @@ the OUT(i, k) positions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
-from attnsim.simulator import checks
+from attnsim.simulator import checks, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import SimulatorConfig
 from attnsim.simulator.vector_layout import VectorLayout
@@ -41,11 +43,13 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "maxmin")
 @dataclass(frozen=True, eq=False)
 class Case:
     """One target with its X, as the vector layout reads it: the attention's factors (not
-    merged), X ``[n, d]`` float64, and the encoder layer around them (or None)."""
+    merged), X ``[n, d]`` float64, the encoder layer around them (or None), and for a
+    stack the layers after the first (``rest``)."""
 
     attention: S.AttentionSpec
     X: torch.Tensor
     layer: S.EncoderLayerSpec | None = None
+    rest: tuple[S.EncoderLayerSpec, ...] = ()
 
 
 def prepare(
@@ -53,14 +57,47 @@ def prepare(
 ) -> Case:
     """Validates a target and X against a vector-layout build.
 
+    A U built with ``n_layers=L`` takes a stack (an :class:`~attnsim.simulator.stack.
+    EncoderStackSpec` or a ``torch.nn.TransformerEncoder``) of at most L layers, or one
+    encoder layer.
+
     Raises:
         TypeError: ``target`` is not a spec or a supported torch module.
         ValueError: the target or X does not fit the build (the message says what to build),
             or the target is given merged (the vector layout reads the factors W_Q, W_K,
             W_V, W_O as torch stores them).
-        NotImplementedError: an encoder layer without its LayerNorms.
+        NotImplementedError: an encoder layer without its LayerNorms, or an encoder with a
+            final norm.
     """
+    if isinstance(target, nn.TransformerEncoder):
+        target = stack.from_torch_stack(target, causal=bool(causal))
+    layers: tuple = ()
+    if isinstance(target, stack.EncoderStackSpec):
+        if len(target.layers) > layout.layers:
+            raise ValueError(
+                f"the stack has {len(target.layers)} layers, but this U was built for at most "
+                f"{layout.layers}; build U with n_layers={len(target.layers)} (and "
+                "layer='encoder')"
+            )
+        layers = target.layers
+        target = layers[0]
     attention, layer = checks.split_target(config, target, causal)
+    for extra in layers[1:]:
+        checks.split_target(config, extra, causal)
+    X = checks._check_x(X, attention.d_model, layout.N)
+    out = []
+    for att, lay in [(attention, layer), *((x.attention, x) for x in layers[1:])]:
+        _check_attention(layout, att)
+        if lay is not None:
+            checks._check_norm_eps(config, lay)
+        if causal is not None and bool(causal) != att.causal:
+            att = dataclasses.replace(att, causal=bool(causal))
+            lay = None if lay is None else dataclasses.replace(lay, attention=att)
+        out.append((att, lay))
+    return Case(out[0][0], X, out[0][1], tuple(lay for _, lay in out[1:]))
+
+
+def _check_attention(layout: VectorLayout, attention: Any) -> None:
     if isinstance(attention, S.MergedAttention):
         raise ValueError(
             "the vector layout reads the attention's factors (W_Q, W_K, W_V, W_O) as torch "
@@ -75,54 +112,67 @@ def prepare(
             f"most {layout.D} wide; build a larger U with simulator.build(max_n, max_d, "
             "max_heads, layout='vector')"
         )
-    X = checks._check_x(X, d, layout.N)
-    if layer is not None:
-        checks._check_norm_eps(config, layer)
-    if causal is not None and bool(causal) != attention.causal:
-        attention = S.AttentionSpec(
-            W_Q=attention.W_Q, W_K=attention.W_K, W_V=attention.W_V, W_O=attention.W_O,
-            b_Q=attention.b_Q, b_K=attention.b_K, b_V=attention.b_V, b_O=attention.b_O,
-            causal=bool(causal), scale=attention.scale,
-        )  # fmt: skip
-    return Case(attention, X, layer)
 
 
 def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
     """The token array ``[length, width]`` of one case (entries copied, nothing computed)."""
-    lay, att, X = layout, case.attention, case.X
-    B = lay.B
+    lay, X = layout, case.X
     n, d = X.shape
-    h, dh = att.n_heads, att.d_head
-    E = h * dh
     out = torch.zeros(lay.length, lay.width, dtype=DTYPE)
-    out[lay.PARAM, lay.param("causal")] = float(att.causal)
-    if att.scale == 1.0 / math.sqrt(dh):  # the standard scale: U computes it from d_head
-        for head in range(h):
-            out[lay.hdimpos(head), dh - 1] = 1.0
-    else:
-        out[lay.PARAM, lay.param("scale")] = float(att.scale)
     out[lay.xpos(0) : lay.xpos(n), :d] = X
-    out[lay.xpos(0) : lay.xpos(n), B] = 1.0
-    # rows of torch's in_proj_weight: row h * dh + b of W_q is column b of W_Q[h]
-    for t, (W, bias) in enumerate(((att.W_Q, att.b_Q), (att.W_K, att.b_K), (att.W_V, att.b_V))):
-        rows = W.permute(0, 2, 1).reshape(E, d)  # [h, d, dh] -> [h * dh, d]
-        start = lay.wpos(t, 0)
-        out[start : start + E, :d] = rows
-        out[start : start + E, B] = bias.reshape(E)
-    # rows of out_proj.weight [d, E]: row k is column k of the concatenated W_O [E, d]
-    out[lay.opos(0) : lay.opos(d), :E] = att.W_O.reshape(E, d).T
-    out[lay.opos(0) : lay.opos(d), B] = att.b_O
-    for head in range(h):
-        out[lay.maskpos(head), head * dh : (head + 1) * dh] = 1.0
+    out[lay.xpos(0) : lay.xpos(n), lay.B] = 1.0
     if case.layer is not None:
-        _pack_layer(lay, case.layer, d, out)
+        out[lay.colvpos, :d] = 1.0
+    _pack_attention(lay, case.attention, d, out, 0)
+    if case.layer is not None:
+        _pack_layer(lay, case.layer, d, out, 0)
+    for ell, layer in enumerate(case.rest, start=1):
+        _pack_attention(lay, layer.attention, d, out, ell)
+        _pack_layer(lay, layer, d, out, ell)
+    for ell in range(1 + len(case.rest), lay.layers if case.layer is not None else 1):
+        # a layer the stack does not have: pre-norm with every weight 0 is the identity
+        # (the norms give 0, so attention and feed-forward add 0 to the residual stream)
+        P = lay.parampos(ell)
+        out[P, lay.param("norm_first")] = 1.0
+        out[P, lay.param("relu")] = 1.0
+        for name in ("eps_input", "eps_middle", "eps_output"):
+            out[P, lay.param(name)] = 1.0
     return out
 
 
-def _pack_layer(lay: VectorLayout, layer: S.EncoderLayerSpec, d: int, out: torch.Tensor) -> None:
+def _pack_attention(
+    lay: VectorLayout, att: S.AttentionSpec, d: int, out: torch.Tensor, ell: int
+) -> None:
     B = lay.B
-    out[lay.PARAM, lay.param("norm_first")] = float(layer.norm_first)
-    out[lay.PARAM, lay.param(layer.ffn.activation.value)] = 1.0
+    h, dh = att.n_heads, att.d_head
+    E = h * dh
+    P = lay.parampos(ell)
+    out[P, lay.param("causal")] = float(att.causal)
+    if att.scale == 1.0 / math.sqrt(dh):  # the standard scale: U computes it from d_head
+        for head in range(h):
+            out[lay.hdimpos(head, ell), dh - 1] = 1.0
+    else:
+        out[P, lay.param("scale")] = float(att.scale)
+    # rows of torch's in_proj_weight: row h * dh + b of W_q is column b of W_Q[h]
+    for t, (W, bias) in enumerate(((att.W_Q, att.b_Q), (att.W_K, att.b_K), (att.W_V, att.b_V))):
+        rows = W.permute(0, 2, 1).reshape(E, d)  # [h, d, dh] -> [h * dh, d]
+        start = lay.wpos(t, 0, ell)
+        out[start : start + E, :d] = rows
+        out[start : start + E, B] = bias.reshape(E)
+    # rows of out_proj.weight [d, E]: row k is column k of the concatenated W_O [E, d]
+    out[lay.opos(0, ell) : lay.opos(d, ell), :E] = att.W_O.reshape(E, d).T
+    out[lay.opos(0, ell) : lay.opos(d, ell), B] = att.b_O
+    for head in range(h):
+        out[lay.maskpos(head, ell), head * dh : (head + 1) * dh] = 1.0
+
+
+def _pack_layer(
+    lay: VectorLayout, layer: S.EncoderLayerSpec, d: int, out: torch.Tensor, ell: int
+) -> None:
+    B = lay.B
+    P = lay.parampos(ell)
+    out[P, lay.param("norm_first")] = float(layer.norm_first)
+    out[P, lay.param(layer.ffn.activation.value)] = 1.0
     # slots: input (pre-norm's norm1), middle (post-norm's norm1, pre-norm's norm2), output
     # (post-norm's norm2); an unused slot gets eps 1 and gain 0, so it stays finite
     if layer.norm_first:
@@ -132,18 +182,17 @@ def _pack_layer(lay: VectorLayout, layer: S.EncoderLayerSpec, d: int, out: torch
     for s, norm in enumerate(slots):
         name = ("eps_input", "eps_middle", "eps_output")[s]
         if norm is None:
-            out[lay.PARAM, lay.param(name)] = 1.0
+            out[P, lay.param(name)] = 1.0
             continue
-        out[lay.PARAM, lay.param(name)] = float(norm.eps)
-        out[lay.lnpos(s, 0), :d] = norm.weight
-        out[lay.lnpos(s, 1), :d] = norm.bias
-    out[lay.colvpos, :d] = 1.0
+        out[P, lay.param(name)] = float(norm.eps)
+        out[lay.lnpos(s, 0, ell), :d] = norm.weight
+        out[lay.lnpos(s, 1, ell), :d] = norm.bias
     ffn = layer.ffn
     f = ffn.d_mlp
-    out[lay.w1pos(0) : lay.w1pos(f), :d] = ffn.W1.T  # linear1.weight [f, d]
-    out[lay.w1pos(0) : lay.w1pos(f), B] = ffn.b1
-    out[lay.w2pos(0) : lay.w2pos(d), :f] = ffn.W2.T  # linear2.weight [d, f]
-    out[lay.w2pos(0) : lay.w2pos(d), B] = ffn.b2
+    out[lay.w1pos(0, ell) : lay.w1pos(f, ell), :d] = ffn.W1.T  # linear1.weight [f, d]
+    out[lay.w1pos(0, ell) : lay.w1pos(f, ell), B] = ffn.b1
+    out[lay.w2pos(0, ell) : lay.w2pos(d, ell), :f] = ffn.W2.T  # linear2.weight [d, f]
+    out[lay.w2pos(0, ell) : lay.w2pos(d, ell), B] = ffn.b2
 
 
 def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:

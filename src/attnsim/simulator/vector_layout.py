@@ -9,19 +9,21 @@ stores it: X row by row, the rows of ``in_proj_weight`` (W_q, W_k, W_v) and of
 the last channel ``B = W - 1``, where X's rows hold a 1 (0 for padding rows), so that one dot
 product over the channels gives ``x . w + b``. Nothing is multiplied before U sees it.
 
-For a build of sizes (N, D, H, F) (F = 0: an attention layer):
+For a build of sizes (N, D, H, F) (F = 0: an attention layer) and a stack of ``layers``
+encoder layers (1 unless asked), in order:
 
 ```
  input regions (where the codec writes; channel c < W of the position's token)
- PARAM     1       causal, scale*, norm_first, relu, gelu, gelu_tanh, maxmin, eps x 3
+ COLV      1       encoder: 1 in the d real columns (flags)
  X(i)      N       X[i, :d], 1 in channel B for the n real rows (0: padding)
+ then one block per layer:
+ PARAM     1       causal, scale*, norm_first, relu, gelu, gelu_tanh, maxmin, eps x 3
  WQKV(t,r) 3D      row r of W_q, W_k, W_v (t = 0, 1, 2), its bias in channel B
  WO(k)     D       row k of out_proj.weight, b_O[k] in channel B
  MASK(h)   H       1 in the columns of head h (flags)
  HDIM(h)   H       1 in channel d_head - 1 (a flag: U's score scale is 1/sqrt(d_head))
  encoder (F > 0):
  LN(s, g)  6       gain (g = 0) and bias (g = 1) of the three LayerNorm slots
- COLV      1       1 in the d real columns (flags)
  W1(m)     F       row m of linear1.weight, b1[m] in channel B
  W2(k)     D       row k of linear2.weight, b2[k] in channel B
  scratch roles (each reads and writes its own residual directions, so roles share
@@ -37,8 +39,10 @@ For a build of sizes (N, D, H, F) (F = 0: an attention layer):
 (*) the score scale entry is 0 for the standard 1/sqrt(d_head), which U computes from the
 HDIM flags; a spec with another scale has it there.
 
-The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long: it grows like n (d + d_ff),
-not like the parameter count, and the token width like max(d, d_ff).
+The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long (input = 1 + N + layers
+(1 + 4D + 2H [+ 6 + F + D])): it grows like n (d + d_ff), not like the parameter count, and
+the token width like max(d, d_ff). The scratch roles serve every layer of a stack (each
+layer's values have their own directions).
 
 >>> lay = VectorLayout(2, 4, 2)
 >>> lay.width, lay.length, lay.qkv(1, 3, 2), lay.ppos(1, 0, 1)
@@ -77,8 +81,13 @@ class VectorLayout:
     D: int
     H: int
     F: int = 0
+    layers: int = 1  # a stack of encoder layers (F > 0) when more than 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.layers, int) or isinstance(self.layers, bool) or self.layers < 1:
+            raise ValueError(f"VectorLayout.layers must be a positive int, got {self.layers!r}")
+        if self.layers > 1 and not self.F:
+            raise ValueError("a stack of layers (layers > 1) is a stack of encoder layers: F > 0")
         for name in ("N", "D", "H"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -101,44 +110,45 @@ class VectorLayout:
         """The channel of a PARAM entry."""
         return PARAM_CHANNELS.index(name)
 
-    # -- input positions --------------------------------------------------------------------
-    PARAM = 0
+    # -- input positions (``layer``: which layer of a stack the parameters are of) ----------
+    colvpos = 0  # encoder: the d real columns (shared by the layers of a stack)
 
     def xpos(self, i: int) -> int:
         return 1 + i
 
-    def wpos(self, t: int, r: int) -> int:
-        return 1 + self.N + t * self.D + r
-
-    def opos(self, k: int) -> int:
-        return 1 + self.N + 3 * self.D + k
-
-    def maskpos(self, h: int) -> int:
-        return 1 + self.N + 4 * self.D + h
-
-    def hdimpos(self, h: int) -> int:
-        return 1 + self.N + 4 * self.D + self.H + h
-
     @property
-    def _enc(self) -> int:
-        return 1 + self.N + 4 * self.D + 2 * self.H
+    def block(self) -> int:
+        """Positions of one layer's parameters."""
+        D, H, F = self.D, self.H, self.F
+        return 1 + 4 * D + 2 * H + (6 + F + D if F else 0)
 
-    def lnpos(self, slot: int, kind: int) -> int:
-        return self._enc + 2 * slot + kind
+    def parampos(self, layer: int = 0) -> int:
+        return 1 + self.N + layer * self.block
 
-    @property
-    def colvpos(self) -> int:
-        return self._enc + 6
+    def wpos(self, t: int, r: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 1 + t * self.D + r
 
-    def w1pos(self, m: int) -> int:
-        return self._enc + 7 + m
+    def opos(self, k: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 1 + 3 * self.D + k
 
-    def w2pos(self, k: int) -> int:
-        return self._enc + 7 + self.F + k
+    def maskpos(self, h: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 1 + 4 * self.D + h
+
+    def hdimpos(self, h: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 1 + 4 * self.D + self.H + h
+
+    def lnpos(self, slot: int, kind: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 1 + 4 * self.D + 2 * self.H + 2 * slot + kind
+
+    def w1pos(self, m: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 7 + 4 * self.D + 2 * self.H + m
+
+    def w2pos(self, k: int, layer: int = 0) -> int:
+        return self.parampos(layer) + 7 + 4 * self.D + 2 * self.H + self.F + k
 
     @property
     def input_length(self) -> int:
-        return self._enc + 7 + self.F + self.D if self.F else self._enc
+        return 1 + self.N + self.layers * self.block
 
     # -- scratch positions ------------------------------------------------------------------
     def qkv(self, i: int, r: int, t: int) -> int:
@@ -166,21 +176,23 @@ class VectorLayout:
         """``(name, first position, positions, what)`` of every input region and scratch
         role, in order."""
         N, D, H, F = self.N, self.D, self.H, self.F
-        out = [
-            ("PARAM", self.PARAM, 1, "causal, scale, flags, eps"),
-            ("X", self.xpos(0), N, "rows of X (1 in channel B)"),
-            ("WQKV", self.wpos(0, 0), 3 * D, "rows of in_proj_weight, bias in B"),
-            ("WO", self.opos(0), D, "rows of out_proj.weight, b_O in B"),
-            ("MASK", self.maskpos(0), H, "columns of each head (flags)"),
-            ("HDIM", self.hdimpos(0), H, "d_head of each head (one-hot flags)"),
-        ]
-        if F:
+        out = [("COLV", self.colvpos, 1, "the d real columns (flags)")] if F else []
+        out.append(("X", self.xpos(0), N, "rows of X (1 in channel B)"))
+        for layer in range(self.layers):
+            tag = f"{layer}" if self.layers > 1 else ""
             out += [
-                ("LN", self.lnpos(0, 0), 6, "gain and bias of 3 LayerNorm slots"),
-                ("COLV", self.colvpos, 1, "the d real columns (flags)"),
-                ("W1", self.w1pos(0), F, "rows of linear1.weight, b1 in B"),
-                ("W2", self.w2pos(0), D, "rows of linear2.weight, b2 in B"),
+                (f"PARAM{tag}", self.parampos(layer), 1, "causal, scale, flags, eps"),
+                (f"WQKV{tag}", self.wpos(0, 0, layer), 3 * D, "rows of in_proj_weight, bias in B"),
+                (f"WO{tag}", self.opos(0, layer), D, "rows of out_proj.weight, b_O in B"),
+                (f"MASK{tag}", self.maskpos(0, layer), H, "columns of each head (flags)"),
+                (f"HDIM{tag}", self.hdimpos(0, layer), H, "d_head of each head (one-hot flags)"),
             ]
+            if F:
+                out += [
+                    (f"LN{tag}", self.lnpos(0, 0, layer), 6, "gain and bias of 3 LayerNorm slots"),
+                    (f"W1{tag}", self.w1pos(0, layer), F, "rows of linear1.weight, b1 in B"),
+                    (f"W2{tag}", self.w2pos(0, layer), D, "rows of linear2.weight, b2 in B"),
+                ]
         out += [
             ("QKV", 0, 3 * N * D, "scratch: one dot product each"),
             ("ROW", 0, 3 * N, "scratch: Q_i, K_i, V_i"),
@@ -194,7 +206,7 @@ class VectorLayout:
     def diagram(self) -> str:
         """A one-line-per-region text picture of the layout.
 
-        >>> print(VectorLayout(1, 2, 1).diagram().splitlines()[2])
+        >>> print(VectorLayout(1, 2, 1).diagram().splitlines()[1])
             X [     1 ..      1]  1 positions  rows of X (1 in channel B)
         """
         lines = [f"tokens of {self.width} channels (B = {self.B}), {self.length} positions"]

@@ -56,11 +56,22 @@ class _Builder:
         self.coords = lay.coords
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
+        self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
+        self._tables: dict[tuple, E.SOp] = {}
+
+    def n(self, name: str) -> str:
+        """``name`` in the current layer."""
+        return name + self.sfx
 
     def table(self, name: str, values: np.ndarray | Sequence[float]) -> E.SOp:
-        """A numerical S-op of the position alone."""
-        tab = [float(v) for v in values]
-        return E.numerical(E.Map(lambda p, t=tab: t[p], E.indices, simplify=False)).named(name)
+        """A numerical S-op of the position alone (one S-op per distinct table: the layers
+        of a stack share theirs)."""
+        tab = tuple(float(v) for v in values)
+        got = self._tables.get(tab)
+        if got is None:
+            got = E.numerical(E.Map(lambda p, t=tab: t[p], E.indices, simplify=False))
+            got = self._tables[tab] = got.named(name)
+        return got
 
     def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
         """fn(*coords) at the positions playing ``role``, ``default`` elsewhere."""
@@ -73,14 +84,14 @@ class _Builder:
     def gather(self, name: str, src: np.ndarray, sops: Sequence[E.SOp]) -> list[E.SOp]:
         """Each position reads ``sops`` at position ``src[p]`` (-1: nothing, 0 read): one
         head for all of them."""
-        sel = gathers.reader(self.table(f"src_{name}", src)).named(f"sel_{name}")
+        sel = gathers.reader(self.table(f"src_{name}", src)).named(self.n(f"sel_{name}"))
         return [
-            E.numerical(E.Aggregate(sel, s, default=0)).named(f"{name}{k}")
+            E.numerical(E.Aggregate(sel, s, default=0)).named(self.n(f"{name}{k}"))
             for k, s in enumerate(sops)
         ]
 
     def gather_one(self, name: str, src: np.ndarray, sop: E.SOp) -> E.SOp:
-        return self.gather(name, src, [sop])[0].named(name)
+        return self.gather(name, src, [sop])[0].named(self.n(name))
 
 
 def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
@@ -105,28 +116,29 @@ def vector_program(lay: VectorLayout, score_bound: float) -> E.SOp:
     return y.named("U_vector")
 
 
-def _attention(b: _Builder, rows: list[E.SOp], score_bound: float) -> E.SOp:
-    """The attention part: reads the rows ``rows`` (D S-ops at X(i)); returns y at OUT."""
+def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0) -> E.SOp:
+    """The attention part of layer ``ell``: reads the rows ``rows`` (D S-ops at X(i));
+    returns y at OUT."""
     lay, ch, D, H, B = b.lay, b.ch, b.lay.D, b.lay.H, b.lay.B
     valid = ch[B]  # at X(i): 1 for a real row, 0 for padding
 
     # 1. QKV(i, r, t): a~_i . w~_t,r
     xa = b.gather("qkv_x", b.at("QKV", lambda i, r, t: lay.xpos(i)), [*rows, valid])
-    wa = b.gather("qkv_w", b.at("QKV", lambda i, r, t: lay.wpos(t, r)), [*ch[:D], ch[B]])
-    qkv = _dot(xa, wa).named("qkv")
+    wa = b.gather("qkv_w", b.at("QKV", lambda i, r, t: lay.wpos(t, r, ell)), [*ch[:D], ch[B]])
+    qkv = _dot(xa, wa).named(b.n("qkv"))
     # MASK(h): the head's columns times the score scale: 1/sqrt(d_head) read off the
     # one-hot HDIM flags (a linear form with constant weights), plus the spec's own scale
     # entry (0 for the standard one)
     at_mask = np.full(b.L, -1.0)
-    at_mask[[lay.maskpos(h) for h in range(H)]] = lay.PARAM
+    at_mask[[lay.maskpos(h, ell) for h in range(H)]] = lay.parampos(ell)
     own = b.gather_one("scale_own", at_mask, ch[lay.param("scale")])
-    at_mask[[lay.maskpos(h) for h in range(H)]] = [lay.hdimpos(h) for h in range(H)]
+    at_mask[[lay.maskpos(h, ell) for h in range(H)]] = [lay.hdimpos(h, ell) for h in range(H)]
     dims = b.gather("hdim", at_mask, ch[:D])
     scale = own
     for c in range(D):
         scale = scale + dims[c] * (1.0 / math.sqrt(c + 1))
-    scale = scale.named("scale")
-    smask = [(ch[c] * scale).named(f"smask{c}") for c in range(D)]
+    scale = scale.named(b.n("scale"))
+    smask = [(ch[c] * scale).named(b.n(f"smask{c}")) for c in range(D)]
 
     # 2. ROW(i, t): the D dot products of row i back into one vector (one head per column)
     row = [
@@ -138,46 +150,50 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float) -> E.SOp:
     q = b.gather("p_q", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), row)
     k = b.gather("p_k", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), row)
     v = b.gather("p_v", b.at("P", lambda i, j, h: lay.rowpos(j, 2)), row)
-    sm = b.gather("p_sm", b.at("P", lambda i, j, h: lay.maskpos(h)), smask)
-    um = b.gather("p_m", b.at("P", lambda i, j, h: lay.maskpos(h)), ch[:D])
+    sm = b.gather("p_sm", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), smask)
+    um = b.gather("p_m", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), ch[:D])
     valid_j = b.gather_one("p_valid", b.at("P", lambda i, j, h: lay.xpos(j)), valid)
     # the padding bit as a product (stored in its own direction): as the linear form
     # 1 - valid it would carry the constant mask_offset into every unmasked exponent, whose
     # rounding (offset * 2^-53) would then show in the softmax
-    pad = ((1 - valid_j) * (1 - valid_j)).named("p_pad")
-    causal = b.gather_one("p_causal", b.at("P", lambda i, j, h: lay.PARAM), ch[lay.param("causal")])
-    qs = [(q[c] * sm[c]).named(f"qs{c}") for c in range(D)]
-    score = E.numerical(_dot(qs, k).named(SCORE), value_range=(-score_bound, score_bound))
-    vm = [(v[c] * um[c]).named(f"vm{c}") for c in range(D)]
+    pad = ((1 - valid_j) * (1 - valid_j)).named(b.n("p_pad"))
+    causal = b.gather_one(
+        "p_causal", b.at("P", lambda i, j, h: lay.parampos(ell)), ch[lay.param("causal")]
+    )
+    qs = [(q[c] * sm[c]).named(b.n(f"qs{c}")) for c in range(D)]
+    score = E.numerical(_dot(qs, k).named(b.n(SCORE)), value_range=(-score_bound, score_bound))
+    vm = [(v[c] * um[c]).named(b.n(f"vm{c}")) for c in range(D)]
     future = b.table("future", b.at("P", lambda i, j, h: float(j > i), 0.0))
-    masked = (pad + causal * future).named("masked")
+    masked = (pad + causal * future).named(b.n("masked"))
 
     # 4. softmax over the row (i, h): max over unmasked keys, exponentials, sum, 1/Z
     nrows = lay.N * H
     centre = nrows // 2
     row_k = b.table("row_key", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre))
     row_q = b.table("row_query", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre + 1))
-    sel_row = E.Select(row_k, row_q, E.Comparison.EQ).named("sel_row")
+    sel_row = E.Select(row_k, row_q, E.Comparison.EQ).named(b.n("sel_row"))
     zero = b.table("zero", np.zeros(b.L))
-    unmasked = (sel_row & E.Select(masked, zero, E.Comparison.EQ)).named("sel_row_unmasked")
-    m = E.numerical(E.Aggregate(E.SelectMax(unmasked, score).named("sel_max"), score, default=0))
-    m = m.named(ROW_MAX)
-    e = E.exp(score - m - masked * mask_offset(score_bound)).named(EXP)
-    Z = E.SumAggregate(sel_row, e).named("Z")
+    unmasked = (sel_row & E.Select(masked, zero, E.Comparison.EQ)).named(b.n("sel_row_unmasked"))
+    m = E.numerical(
+        E.Aggregate(E.SelectMax(unmasked, score).named(b.n("sel_max")), score, default=0)
+    )
+    m = m.named(b.n(ROW_MAX))
+    e = E.exp(score - m - masked * mask_offset(score_bound)).named(b.n(EXP))
+    Z = E.SumAggregate(sel_row, e).named(b.n("Z"))
     not_p = b.table("not_p", b.at("P", lambda i, j, h: 0.0, 1.0))
-    inv_z = E.reciprocal(Z + not_p).named(INV_Z)
-    pv = [((e * vm[c]) * inv_z).named(f"pv{c}") for c in range(D)]
+    inv_z = E.reciprocal(Z + not_p).named(b.n(INV_Z))
+    pv = [((e * vm[c]) * inv_z).named(b.n(f"pv{c}")) for c in range(D)]
 
     # 5. X(i): o_i = sum over keys and heads
     o_k = b.table("o_key", b.at("P", lambda i, j, h: i, -1.0))
     o_q = b.table("o_query", b.at("X", lambda i: i, -2.0))
-    sel_o = E.Select(o_k, o_q, E.Comparison.EQ).named("sel_o")
-    o = [E.SumAggregate(sel_o, pv[c]).named(f"o{c}") for c in range(D)]
+    sel_o = E.Select(o_k, o_q, E.Comparison.EQ).named(b.n("sel_o"))
+    o = [E.SumAggregate(sel_o, pv[c]).named(b.n(f"o{c}")) for c in range(D)]
 
     # 6. OUT(i, k): y = o~_i . w~_k (row k of out_proj.weight, b_O[k])
     og = b.gather("out_o", b.at("OUT", lambda i, k: lay.xpos(i)), [*o, valid])
-    wo = b.gather("out_w", b.at("OUT", lambda i, k: lay.opos(k)), [*ch[:D], ch[B]])
-    return _dot(og, wo).named("y")
+    wo = b.gather("out_w", b.at("OUT", lambda i, k: lay.opos(k, ell)), [*ch[:D], ch[B]])
+    return _dot(og, wo).named(b.n("y"))
 
 
 def _to_rows(b: _Builder, name: str, sop: E.SOp, n_cols: int, src: Callable) -> list[E.SOp]:
@@ -188,38 +204,57 @@ def _to_rows(b: _Builder, name: str, sop: E.SOp, n_cols: int, src: Callable) -> 
 
 
 def _encoder(b: _Builder, score_bound: float) -> E.SOp:
-    """The encoder layer (``lay.F > 0``); its result at OUT(i, k)."""
-    lay, ch, D, F, B = b.lay, b.ch, b.lay.D, b.lay.F, b.lay.B
-    at_x = b.at("X", lambda i: lay.PARAM)
-    pre = b.gather_one("pre", at_x, ch[lay.param("norm_first")])
+    """The encoder layers (``lay.F > 0``), one after the other; the result at OUT(i, k)."""
+    lay, ch, D = b.lay, b.ch, b.lay.D
+    # the d real columns and 1/d, shared by the layers
     colv = b.gather("colv", b.at("X", lambda i: lay.colvpos), ch[:D])
     not_x = b.table("not_x", b.at("X", lambda i: 0.0, 1.0))
     inv_d = E.reciprocal(_sum(colv) + not_x).named("inv_d")
+    x = ch[:D]
+    for ell in range(lay.layers):
+        b.sfx = f"/L{ell}" if ell else ""
+        x = _encoder_layer(b, x, ell, (colv, not_x, inv_d), score_bound)
+    # OUT(i, k) picks column k of its row's result (head c serves the positions of column c)
+    result = None
+    for c in range(D):
+        src = b.at("OUT", lambda i, k, c=c: lay.xpos(i) if k == c else -1)
+        got = b.gather_one(f"result{c}", src, x[c])
+        result = got if result is None else result + got
+    return result.named("U_vector_encoder")
+
+
+def _encoder_layer(
+    b: _Builder, x: list[E.SOp], ell: int, shared: tuple, score_bound: float
+) -> list[E.SOp]:
+    """Encoder layer ``ell`` on the rows ``x`` (D S-ops at X(i)); returns its output rows."""
+    lay, ch, D, F, B = b.lay, b.ch, b.lay.D, b.lay.F, b.lay.B
+    colv, not_x, inv_d = shared
+    at_x = b.at("X", lambda i: lay.parampos(ell))
+    pre = b.gather_one("pre", at_x, ch[lay.param("norm_first")])
 
     def layer_norm(z: list[E.SOp], slot: int, name: str) -> list[E.SOp]:
-        gain = b.gather(f"{name}_gain", b.at("X", lambda i: lay.lnpos(slot, 0)), ch[:D])
-        bias = b.gather(f"{name}_bias", b.at("X", lambda i: lay.lnpos(slot, 1)), ch[:D])
+        gain = b.gather(f"{name}_gain", b.at("X", lambda i: lay.lnpos(slot, 0, ell)), ch[:D])
+        bias = b.gather(f"{name}_bias", b.at("X", lambda i: lay.lnpos(slot, 1, ell)), ch[:D])
         eps = b.gather_one(f"{name}_eps", at_x, ch[lay.param(f"eps_{name[3:]}")])
-        mean = (_sum(z) * inv_d).named(f"{name}_mean")
-        cen = [((z[c] - mean) * colv[c]).named(f"{name}_centred{c}") for c in range(D)]
-        var = (_dot(cen, cen) * inv_d).named(f"{name}_var")
-        r = E.rsqrt(var + eps + not_x).named(f"{name}_rsqrt")
-        return [((cen[c] * gain[c]) * r + bias[c]).named(f"{name}{c}") for c in range(D)]
+        mean = (_sum(z) * inv_d).named(b.n(f"{name}_mean"))
+        cen = [((z[c] - mean) * colv[c]).named(b.n(f"{name}_centred{c}")) for c in range(D)]
+        var = (_dot(cen, cen) * inv_d).named(b.n(f"{name}_var"))
+        r = E.rsqrt(var + eps + not_x).named(b.n(f"{name}_rsqrt"))
+        return [((cen[c] * gain[c]) * r + bias[c]).named(b.n(f"{name}{c}")) for c in range(D)]
 
-    x = ch[:D]
     ln_in = layer_norm(x, 0, "ln_input")
-    a = [(x[c] + pre * (ln_in[c] - x[c])).named(f"attn_in{c}") for c in range(D)]
-    y = _attention(b, a, score_bound)
+    a = [(x[c] + pre * (ln_in[c] - x[c])).named(b.n(f"attn_in{c}")) for c in range(D)]
+    y = _attention(b, a, score_bound, ell)
     y_row = _to_rows(b, "y_row", y, D, lay.outpos)
-    z1 = [(x[c] + y_row[c]).named(f"z1_{c}") for c in range(D)]
+    z1 = [(x[c] + y_row[c]).named(b.n(f"z1_{c}")) for c in range(D)]
     u = layer_norm(z1, 1, "ln_middle")
 
     # the feed-forward block: HID(i, m), then the hidden row at X(i), then OUT(i, k)
     valid = ch[B]
     ug = b.gather("hid_u", b.at("HID", lambda i, m: lay.xpos(i)), [*u, valid])
-    w1 = b.gather("hid_w", b.at("HID", lambda i, m: lay.w1pos(m)), [*ch[:D], ch[B]])
-    pre_act = _dot(ug, w1).named("ffn_pre")
-    at_hid = b.at("HID", lambda i, m: lay.PARAM)
+    w1 = b.gather("hid_w", b.at("HID", lambda i, m: lay.w1pos(m, ell)), [*ch[:D], ch[B]])
+    pre_act = _dot(ug, w1).named(b.n("ffn_pre"))
+    at_hid = b.at("HID", lambda i, m: lay.parampos(ell))
     flags = b.gather(
         "hid_flag", at_hid, [ch[lay.param(f)] for f in ("relu", "gelu", "gelu_tanh", "maxmin")]
     )
@@ -229,30 +264,23 @@ def _encoder(b: _Builder, score_bound: float) -> E.SOp:
         pre_act,
     )
     even = b.table("ffn_even", b.at("HID", lambda i, m: float(m % 2 == 0), 0.0))
-    up = E.relu(pre_act - partner).named("ffn_pair_relu")
-    maxmin = (even * (partner + up) + (1 - even) * (pre_act - up)).named("ffn_maxmin")
+    up = E.relu(pre_act - partner).named(b.n("ffn_pair_relu"))
+    maxmin = (even * (partner + up) + (1 - even) * (pre_act - up)).named(b.n("ffn_maxmin"))
     act = (
         flags[0] * E.relu(pre_act)
-        + flags[1] * E.gelu(pre_act).named("ffn_gelu")
-        + flags[2] * E.gelu_tanh(pre_act).named("ffn_gelu_tanh")
+        + flags[1] * E.gelu(pre_act).named(b.n("ffn_gelu"))
+        + flags[2] * E.gelu_tanh(pre_act).named(b.n("ffn_gelu_tanh"))
         + flags[3] * maxmin
-    ).named("ffn_act")
+    ).named(b.n("ffn_act"))
     h_row = _to_rows(b, "h_row", act, F, lay.hidpos)
     hg = b.gather("out_h", b.at("OUT", lambda i, k: lay.xpos(i)), [*h_row, valid])
-    w2 = b.gather("out_w2", b.at("OUT", lambda i, k: lay.w2pos(k)), [*ch[:F], ch[B]])
-    f = _dot(hg, w2).named("ffn")
+    w2 = b.gather("out_w2", b.at("OUT", lambda i, k: lay.w2pos(k, ell)), [*ch[:F], ch[B]])
+    f = _dot(hg, w2).named(b.n("ffn"))
     f_row = _to_rows(b, "f_row", f, D, lay.outpos)
 
-    z2 = [(u[c] + f_row[c] + pre * (z1[c] - u[c])).named(f"z2_{c}") for c in range(D)]
+    z2 = [(u[c] + f_row[c] + pre * (z1[c] - u[c])).named(b.n(f"z2_{c}")) for c in range(D)]
     ln_out = layer_norm(z2, 2, "ln_output")
-    out = [(ln_out[c] + pre * (z2[c] - ln_out[c])).named(f"out{c}") for c in range(D)]
-    # OUT(i, k) picks column k of its row's result (head c serves the positions of column c)
-    result = None
-    for c in range(D):
-        src = b.at("OUT", lambda i, k, c=c: lay.xpos(i) if k == c else -1)
-        got = b.gather_one(f"result{c}", src, out[c])
-        result = got if result is None else result + got
-    return result.named("U_vector_encoder")
+    return [(ln_out[c] + pre * (z2[c] - ln_out[c])).named(b.n(f"out{c}")) for c in range(D)]
 
 
 def _sum(xs: Sequence[E.SOp]) -> E.SOp:

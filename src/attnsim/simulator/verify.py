@@ -3,7 +3,7 @@
 The random targets come from :mod:`attnsim.simulator.sampling` (``random_target``,
 ``shift_rows`` and ``random_shifted_target`` are also reachable here).
 
->>> from attnsim.simulator import universal
+>>> from attnsim.simulator import stack, universal
 >>> result = verify(universal.build(2, 2, 1), targets=3, seed=0, progress=False)
 >>> result.failures, result.max_error <= 1e-9
 ([], True)
@@ -20,7 +20,7 @@ import rich.progress
 import rich.table
 import torch
 
-from attnsim.simulator import universal
+from attnsim.simulator import stack, universal
 from attnsim.simulator.reference import reference
 from attnsim.simulator.sampling import random_shifted_target, random_target, shift_rows
 
@@ -28,6 +28,7 @@ __all__ = [
     "VerifyResult",
     "demo",
     "relative_error",
+    "reference_of",
     "verify",
     "random_target",  # from sampling
     "random_shifted_target",  # from sampling
@@ -66,6 +67,13 @@ class VerifyResult:
         return dict(self.__dict__)
 
 
+def reference_of(target, X: torch.Tensor) -> torch.Tensor:
+    """The plain-torch oracle of any target U takes (a stack included)."""
+    if isinstance(target, stack.EncoderStackSpec):
+        return stack.reference_stack(target, X)
+    return reference(target, X)
+
+
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     """``max|got - want| / max|want|``."""
     return float((got - want).abs().max() / want.abs().max().clamp(min=1e-300))
@@ -86,7 +94,8 @@ def verify(
     Args:
         U: the simulator.
         targets: how many random targets (sizes up to U's build, causal or not, biases,
-            scores scaled up to ``max_logit``).
+            scores scaled up to ``max_logit``; for a U of ``n_layers`` > 1, stacks of 1 to
+            n_layers layers).
         seed: the random seed.
         max_logit: the largest |score| of a target on its X.
         tolerance: the relative error above which a target is a failure (default 1e-9 in
@@ -106,10 +115,19 @@ def verify(
     if relu:
         max_logit = min(max_logit, U.logit_bound)
     rng = np.random.default_rng(seed)
-    cases = [
-        random_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
-        for _ in range(targets)
-    ]
+    layers = U.config.n_layers
+    if layers > 1:  # stacks of 1 to n_layers layers
+        cases = [
+            stack.random_stack(
+                rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F, layers=1 + k % layers
+            )
+            for k in range(targets)
+        ]
+    else:
+        cases = [
+            random_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
+            for _ in range(targets)
+        ]
     errors: list[float] = []
     failures: list[tuple[int, float]] = []
     certified: list[float] = []
@@ -120,7 +138,7 @@ def verify(
             chunk = cases[start : start + batch]
             outs = U.simulate_batch([(t, X) for t, X, _ in chunk])
             for (t, X, s), got in zip(chunk, outs):
-                want = reference(t, X)
+                want = reference_of(t, X)
                 err = relative_error(got, want)
                 errors.append(err)
                 ok = err <= tolerance

@@ -1,0 +1,113 @@
+"""The flags that say which U to build, shared by ``attnsim simulate`` and ``attnsim verify``.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> add_build_args(p)
+>>> args = p.parse_args(["--layout", "scalar", "--n-layers", "2"])
+>>> args.layout, args.n_layers, args.maps
+('scalar', 2, 'native')
+"""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_MAX_N = 4
+DEFAULT_MAX_D = 4
+# the build's defaults as --help shows them; the build itself takes them from
+# attnsim.simulator.config.SimulatorConfig (importing it here would import torch for --help;
+# tests/test_simulator_config.py keeps these equal to its defaults)
+DEFAULT_LOGIT_BOUND = 50.0  # maps=relu: the largest |score| U accepts
+DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
+DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
+
+
+def add_build_args(p: argparse.ArgumentParser) -> None:
+    """Adds the build flags (sizes, layer kind, maps, bounds, layout) to ``p``."""
+    p.add_argument(
+        "--max-n",
+        type=int,
+        default=None,
+        help=f"largest n (rows of X) U serves (default {DEFAULT_MAX_N})",
+    )
+    p.add_argument(
+        "--max-d",
+        type=int,
+        default=None,
+        help=f"largest width d U serves (default {DEFAULT_MAX_D}, or the --module's d)",
+    )
+    p.add_argument(
+        "--max-heads",
+        type=int,
+        default=None,
+        help="most heads U serves (default 1, or the --module's heads)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=["hard", "softmax"],
+        default="hard",
+        help="U's own attention: average-hard or softmax",
+    )
+    p.add_argument("--float32", action="store_true", help="build U in float32")
+    p.add_argument(
+        "--maps",
+        choices=["native", "relu"],
+        default="native",
+        help="exp and 1/x as native units (exact) or ReLU units (certified bounds)",
+    )
+    p.add_argument(
+        "--logit-bound",
+        type=float,
+        default=None,
+        help=f"--maps relu: the largest |score| U accepts (default {DEFAULT_LOGIT_BOUND:g})",
+    )
+    p.add_argument(
+        "--map-tolerance",
+        type=float,
+        default=None,
+        help=f"--maps relu: relative error of each ReLU map (default {DEFAULT_MAP_TOLERANCE:g})",
+    )
+    p.add_argument(
+        "--value-bound",
+        type=float,
+        default=None,
+        help="--maps relu --layer encoder: the scale of the values U's ReLU maps read "
+        f"(LayerNorm inputs, feed-forward pre-activations; default {DEFAULT_VALUE_BOUND:g})",
+    )
+    p.add_argument(
+        "--score-bound",
+        type=float,
+        default=None,
+        help="the largest |attention score| of a target that U accepts (default 1e4 in "
+        "float64, 1e3 with --float32, at most what the build's precision allows)",
+    )
+    p.add_argument(
+        "--layer",
+        choices=["attention", "encoder"],
+        default=None,
+        help="simulate attention layers or full encoder layers (default attention, or the "
+        "--module's kind)",
+    )
+    p.add_argument(
+        "--max-ff",
+        type=int,
+        default=None,
+        help="--layer encoder: largest feed-forward width (default 2 * max-d, or the module's)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["vector", "scalar"],
+        default="vector",
+        help="U's input sequence: one vector per position holding the target's raw "
+        "parameters (vector), or the paper's one number per position with the attention "
+        "merged (scalar)",
+    )
+    p.add_argument(
+        "--n-layers",
+        type=int,
+        default=1,
+        help="--layer encoder --layout vector: U for a stack of this many encoder layers "
+        "(torch.nn.TransformerEncoder), one pass for the whole stack (default 1)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
+    p.add_argument("--json", action="store_true", help="print JSON")
