@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import ast
 import re
-import struct
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.figures import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "attnsim"
@@ -126,15 +125,8 @@ def _classes() -> dict[str, list[ast.ClassDef]]:
 
 
 def test_the_drawing_script_writes_a_png(tmp_path):
-    out = tmp_path / "architecture.png"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out)], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    data = out.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
-    assert (width, height) == (1600, 700)
+    _, size = run_script(SCRIPT, tmp_path / "architecture.png")
+    assert size == (1600, 700)
 
 
 def test_the_page_shows_the_committed_picture():

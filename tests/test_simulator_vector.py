@@ -16,6 +16,7 @@ from attnsim.simulator import sampling, stack, universal, verify
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import LayoutKind, SimulatorConfig
 from attnsim.simulator.layout import Layout
+from attnsim.simulator.reference import reference
 from attnsim.simulator.vector_layout import VectorLayout
 
 F64 = torch.float64
@@ -272,3 +273,13 @@ def test_stack_save_load_and_sizes(stack_U, tmp_path):
     assert cfg.head_shapes is not None and cfg.bilinear_widths is not None
     stored = sum(b.attn.W_Q.numel() for b in stack_U.model.model.blocks)
     assert stored < cfg.n_layers * cfg.n_heads * cfg.d_model * cfg.d_head / 5
+
+
+@pytest.mark.parametrize("layout", ["scalar", "vector"])
+def test_a_wide_feed_forward_sets_the_sequence_length(layout):
+    """N F (the hidden units' scratch) can be the longest role: the sequence holds it."""
+    U = universal.build(10, 1, 1, layer="encoder", max_ff=100, layout=layout)
+    assert U.layout.length >= 10 * 100
+    T = sampling.random_encoder_layer(1, 1, 100, seed=0)
+    X = torch.randn(10, 1, dtype=F64, generator=torch.Generator().manual_seed(0))
+    assert _err(U.simulate(T, X), reference(T, X)) <= 1e-9

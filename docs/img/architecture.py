@@ -206,10 +206,9 @@ def draw(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else Path(__file__).with_suffix(".png")
-    print(draw(out))
-    return 0
+    import _figure  # docs/img/_figure.py: this folder is on the path when the script runs
+
+    return _figure.main(draw, __file__, argv)
 
 
 if __name__ == "__main__":

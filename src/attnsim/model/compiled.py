@@ -26,7 +26,7 @@ from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTim
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
 from attnsim.model.report import Component, ComponentTable, Report, Resources
-from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
+from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer, expand_update
 from attnsim.values import is_hashable, value_key
 
 __all__ = [
@@ -284,6 +284,7 @@ class CompiledModel:
             module = block.attn if c.site == "attn" else block.mlp
 
             def hook(mod, args, out, c=c):
+                out = expand_update(out, args[0])  # a planned sublayer's (cols, values)
                 return out - self._contribution(args[0], c) + src_out[c]
 
             handles.append(module.register_forward_hook(hook))

@@ -57,6 +57,7 @@ import torch
 from attnsim.model import plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_tables import TablePlan
+from attnsim.model.projection import Projection, _project  # noqa: F401 - used here and read by tests
 
 __all__ = [
     "HeadPlan",
@@ -448,10 +449,14 @@ def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
     return attn, mlp
 
 
-def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
+def planned_attention(
+    attn, x: torch.Tensor, plans: tuple, compact: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
     and sparse sums, a certified candidate head on its candidates, a token-table head over
-    its classes, the other active heads dense.
+    its classes, the other active heads dense. With ``compact``: ``(cols, values)``, the
+    columns the layer's heads can write and the output there ``[batch, pos, len(cols)]``
+    (every other column of the output is 0), so that the caller adds only those.
 
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
@@ -462,7 +467,8 @@ def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
     True
     """
     heads, _, ov_width = attn._plan()
-    out = torch.zeros_like(x)
+    written, where = attn.written_columns()
+    out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
     b, n, _ = x.shape
     token = [p for p in plans if isinstance(p, TablePlan)]
     plans = tuple(p for p in plans if not isinstance(p, TablePlan))
@@ -474,7 +480,7 @@ def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
         wv = max(1, int(ov_width[h]))
         W_O = attn.W_O[h, :wv]
         cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-        out[..., cols] += z @ W_O[:, cols]
+        out[..., where[cols]] += z @ W_O[:, cols]
         planned.add(h)
 
     # a token-table head's class sums are exact for every input whose classes are known:
@@ -510,31 +516,15 @@ def planned_attention(attn, x: torch.Tensor, plans: tuple) -> torch.Tensor:
             v = v_all[..., col : col + w]  # [batch, pos, w]
             z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
             col += w
-        out[..., cols] += z_all @ W_O[:, cols]
+        out[..., where[cols]] += z_all @ W_O[:, cols]
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
-        out += attn.dense_heads(x, torch.tensor(rest, dtype=torch.long))
-    return out
-
-
-def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """``x @ W`` (``[batch, pos, d_model] @ [d_model, width]``), rounded as the dense forward
-    rounds it. A column with at most two non-zero weights is a sum whose order does not
-    matter, so it reads only its rows; the others keep the full sum over d_model (a matrix
-    product's columns do not depend on which other columns it computes)."""
-    nonzero = W != 0
-    few = nonzero.sum(dim=0) <= 2  # [width]
-    if bool(few.all()):
-        rows = torch.nonzero(nonzero.any(dim=1)).flatten()
-        return x[..., rows] @ W[rows]
-    if not bool(few.any()):
-        return x @ W
-    out = torch.empty(*x.shape[:-1], W.shape[1], dtype=x.dtype)
-    f, m = torch.nonzero(few).flatten(), torch.nonzero(~few).flatten()
-    rows = torch.nonzero(nonzero[:, f].any(dim=1)).flatten()
-    out[..., f] = x[..., rows] @ W[rows][:, f]
-    out[..., m] = x @ W[:, m]
-    return out
+        out += attn.dense_heads(x, torch.tensor(rest, dtype=torch.long))[..., written]
+    if compact:
+        return written, out
+    full = torch.zeros_like(x)
+    full[..., written] = out
+    return full
 
 
 def _run_head(p: HeadPlan, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:

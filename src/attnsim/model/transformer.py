@@ -22,6 +22,7 @@ from torch import nn
 from attnsim.model import plan_steps
 from attnsim.model import plans as execution
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.projection import Projection
 
 NATIVE_FUNCTIONS = {
     "exp": torch.exp,
@@ -82,6 +83,20 @@ class Attention(nn.Module):
             self._plan_key = key
         return self._plan_cache
 
+    def written_columns(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual columns any active head writes, and each column's place among them
+        (-1 elsewhere); cached until the weights change."""
+        heads = self._plan()[0]
+        key = self._plan_key
+        got = getattr(self, "_written", None)
+        if got is None or got[0] != key:
+            W_O = self.W_O[heads]  # [active heads, d_head, d_model]
+            cols = torch.nonzero(W_O.abs().sum(dim=(0, 1)) > 0).flatten()
+            where = torch.full((self.W_O.shape[2],), -1, dtype=torch.long)
+            where[cols] = torch.arange(len(cols))
+            got = self._written = (key, cols, where)
+        return got[1], got[2]
+
     def active_heads(self) -> torch.Tensor:
         """Indices of heads with any non-zero output weight."""
         return torch.sort(self._plan()[0]).values
@@ -91,7 +106,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         # x: [batch, pos, d_model]; plan: this layer's execution plan (attnsim.model.plans)
         if plan is not None:  # the heads whose pattern is static as gathers and sparse sums
-            return execution.planned_attention(self, x, plan)
+            return execution.planned_attention(self, x, plan, compact=True)
         if cache is None:
             return self.dense_heads(x, self._plan()[0])
         heads, qk_width, ov_width = self._plan()
@@ -225,6 +240,42 @@ class MLP(nn.Module):
         out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
         return out
 
+    def _relu_used(self) -> bool:
+        return bool(self.W_out.numel()) and bool((self.W_out != 0).any())
+
+    def _compact(
+        self, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward pass's output as ``(cols, values)``: only the columns some unit
+        writes, each summed in the order the full forward sums it."""
+        slices = self._unit_slices()
+        groups = [slices[k] for k in (["bilinear"] if self.W_bil_a.shape[1] else [])]
+        groups += [slices[k] for k in self.native_kinds]
+        parts = [plan[1]] if plan is not None else []
+        written = torch.unique(
+            torch.cat(parts + [g[1] for g in groups] + [torch.zeros(0, dtype=torch.long)])
+        )
+        where = torch.full((x.shape[-1],), -1, dtype=torch.long)
+        where[written] = torch.arange(len(written))
+        out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
+        if plan is not None:  # the ReLU units over the rows they read, in slices of positions
+            rows, cols = plan
+            w_in, w_out = self.W_in[rows], self.W_out[:, cols]
+            xs = x[..., rows].reshape(-1, len(rows))
+            step = max(1, (1 << 21) // max(1, w_in.shape[1]))
+            part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
+            out[..., where[cols]] = part.reshape(*x.shape[:-1], len(cols))
+        if self.W_bil_a.shape[1]:
+            proj, cols, w_out = slices["bilinear"]
+            a, b = proj(x).chunk(2, dim=-1)
+            out[..., where[cols]] += (a * b) @ w_out
+        for kind in self.native_kinds:
+            proj, cols, w_out = slices[kind]
+            pre, gate = proj(x).chunk(2, dim=-1)
+            val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
+            out[..., where[cols]] += val @ w_out
+        return written, out
+
     def _unit_slices(self) -> dict:
         """For the bilinear units and each kind of declared unit: (the rows they read, the
         columns they write, their input weights on those rows, their output weights on those
@@ -239,23 +290,30 @@ class MLP(nn.Module):
                 groups[kind] = tuple(getattr(self, f"W_{kind}_{p}") for p in ("in", "gate", "out"))
             slices = {}
             for name, (w1, w2, w_out) in groups.items():
-                # the rows read, where a sum over them rounds as the full sum does (at most
-                # two terms per unit); else every row
-                few = max(int((w != 0).sum(dim=0).max()) if w.shape[1] else 0 for w in (w1, w2))
-                if few <= 2:
-                    rows = torch.nonzero((w1.abs() + w2.abs()).sum(dim=1) > 0).flatten()
-                else:
-                    rows = torch.arange(w1.shape[0])
+                # both input forms in one product, each column over the rows it reads where
+                # that rounds as the full sum does (see plans.project)
                 cols = torch.nonzero(w_out.abs().sum(dim=0) > 0).flatten()
-                slices[name] = (rows, cols, (w1[rows], w2[rows]), w_out[:, cols])
+                slices[name] = (
+                    Projection(torch.cat([w1, w2], dim=1)),
+                    cols,
+                    w_out[:, cols],
+                )
             self._slices, self._slices_key = slices, key
         return self._slices
 
     def forward(
-        self, x: torch.Tensor, cache: dict | None, prefix: str, steps: tuple = ()
-    ) -> torch.Tensor:
-        # steps: the step plans of this MLP (attnsim.model.plan_steps), plan executor only
+        self,
+        x: torch.Tensor,
+        cache: dict | None,
+        prefix: str,
+        steps: tuple = (),
+        compact: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        # steps: the step plans of this MLP (attnsim.model.plan_steps), plan executor only;
+        # compact: return (cols, values), the output on the columns the units write only
         plan = self._plan()
+        if compact and not steps and cache is None and (plan is not None or not self._relu_used()):
+            return self._compact(x, plan)
         if steps and cache is None:
             out = self._relu_except(x, steps)
             for p in steps:
@@ -284,17 +342,15 @@ class MLP(nn.Module):
         # sums run over those rows and columns only (the others hold zero weights)
         slices = self._unit_slices()
         if self.W_bil_a.shape[1]:
-            rows, cols, (a, b), w_out = slices["bilinear"]
-            xs = x[..., rows]
-            prod = (xs @ a) * (xs @ b)
+            proj, cols, w_out = slices["bilinear"]
+            a, b = proj(x).chunk(2, dim=-1)
+            prod = a * b
             out[..., cols] += prod @ w_out
             if cache is not None:
                 cache[f"{prefix}.hook_bilinear"] = prod
         for kind in self.native_kinds:
-            rows, cols, (w_in, w_gate), w_out = slices[kind]
-            xs = x[..., rows]
-            pre = xs @ w_in
-            gate = xs @ w_gate
+            proj, cols, w_out = slices[kind]
+            pre, gate = proj(x).chunk(2, dim=-1)
             # the gate is 0 where the unit is unused (BOS): keep 0 * inf from becoming NaN
             val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
             out[..., cols] += val @ w_out
@@ -303,6 +359,35 @@ class MLP(nn.Module):
                 cache[f"{prefix}.hook_{kind}_pre"] = pre  # [batch, pos, units]
                 cache[f"{prefix}.hook_{kind}_gate"] = gate
         return out
+
+
+def expand_update(
+    update: torch.Tensor | tuple[torch.Tensor, torch.Tensor], like: torch.Tensor
+) -> torch.Tensor:
+    """A sublayer's output as a full ``[batch, pos, d_model]`` tensor (a planned sublayer
+    returns ``(cols, values)``, zero outside ``cols``).
+
+    >>> x = torch.zeros(1, 2, 3)
+    >>> expand_update((torch.tensor([2]), torch.ones(1, 2, 1)), x)[0].tolist()
+    [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]
+    """
+    if not isinstance(update, tuple):
+        return update
+    cols, vals = update
+    full = torch.zeros_like(like)
+    full[..., cols] = vals
+    return full
+
+
+def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Adds a sublayer's output to the stream in place: a full ``[batch, pos, d_model]``
+    tensor, or ``(cols, values)`` that is 0 outside ``cols`` (each entry gets the same sum,
+    x + value, as the full addition gives it)."""
+    if isinstance(update, tuple):
+        cols, vals = update
+        x[..., cols] += vals
+    else:
+        x += update
 
 
 class Block(nn.Module):
@@ -335,7 +420,7 @@ class Block(nn.Module):
         if plan is None:
             x = x + self.attn(x, cache, f"{prefix}.attn", plan)
         else:  # the planned path owns its stream: the update is added in place
-            x += self.attn(x, cache, f"{prefix}.attn", plan)
+            _add(x, self.attn(x, cache, f"{prefix}.attn", plan))
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
         if streams is not None and stage in streams:
@@ -343,7 +428,7 @@ class Block(nn.Module):
         if plan is None:
             x = x + self.mlp(x, cache, f"{prefix}.mlp")
         else:
-            x += self.mlp(x, cache, f"{prefix}.mlp", steps)
+            _add(x, self.mlp(x, cache, f"{prefix}.mlp", steps, compact=True))
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
         if streams is not None and stage + 1 in streams:

@@ -123,7 +123,12 @@ class Layout:
     @property
     def length(self) -> int:
         """Positions in U's input (BOS not counted)."""
-        return max(self.input_length, self.sizes["R"] + self.sizes["V"], self.sizes["P"])
+        return max(
+            self.input_length,
+            self.sizes["R"] + self.sizes["V"],
+            self.sizes["P"],
+            self.sizes["HID"],  # the feed-forward's scratch (N F, from position 0)
+        )
 
     def region(self, role: str) -> slice:
         """The positions of an input region (``"X"``, ``"A"``, ...) as a slice of the sequence."""

@@ -1,0 +1,184 @@
+"""The two sequence layouts of U side by side, for encoder layers of growing size.
+
+Each size is one encoder layer of the BERT shape at n = d: n tokens of width d, 4 heads (1
+where d < 4), feed-forward width 4 d, post-norm, GELU. For each layout ("scalar": the
+paper's one number per position, the attention merged; "vector": one vector per position,
+the raw parameters) the script records the sequence length and token width the layout gives
+(exact, from the layout alone, for every size up to d = 384), and for the sizes it builds:
+U's d_model, depth, parameters (total and nonzero), build seconds, the first and a warm
+simulate (plan executor), the peak extra resident memory while simulating, the error
+against ``torch.nn.TransformerEncoderLayer`` holding the same weights, and the ratio of the
+simulate time to that module's forward pass in the same process (one CPU thread). Builds
+stop where the next one would exceed the run's budget (the sizes are listed with the reason).
+
+``--minilm`` also tries the all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads,
+feed-forward 1,536) in the vector layout and records what happens (the build, or the
+refusal with its estimate).
+
+Growth exponents in n = d (least squares on log-log) are fitted per layout over the sizes
+built. Run: ``python benchmarks/simulator_layouts.py`` (``--full`` builds larger sizes;
+writes benchmarks/results/simulator_layouts.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import Run, write_json
+from simulator_cost import PeakMemory, fit_exponent, time_direct
+
+from attnsim.model.memory import ModelTooLargeError
+from attnsim.simulator import sampling, universal
+from attnsim.simulator.layout import Layout
+from attnsim.simulator.to_torch import to_torch
+from attnsim.simulator.vector_layout import VectorLayout
+from attnsim.simulator.verify import relative_error
+
+RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
+SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
+# the largest n = d built per layout (default run / --full)
+BUILT = {"scalar": (8, 16), "vector": (32, 64)}
+MINILM = (12, 384, 12, 1536)
+
+
+def heads_of(d: int) -> int:
+    return 4 if d >= 4 else 1
+
+
+def laws(d: int) -> dict:
+    """Sequence length and token width of both layouts (exact; nothing is built)."""
+    h, f = heads_of(d), 4 * d
+    scalar, vector = Layout(d, d, h, f), VectorLayout(d, d, h, f)
+    return {
+        "scalar": {"sequence_length": scalar.length, "token_width": 1},
+        "vector": {"sequence_length": vector.length, "token_width": vector.width},
+        "target_parameters": 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d,
+    }
+
+
+def measure(layout: str, n: int, d: int, h: int, f: int, seed: int = 0) -> dict:
+    """Builds U for (n, d, h, f) in ``layout`` and simulates one random layer of that size."""
+    w0 = time.perf_counter()
+    U = universal.build(n, d, h, layer="encoder", max_ff=f, layout=layout)
+    build = time.perf_counter() - w0
+    target = sampling.random_encoder_layer(h, d, f, seed=seed, activation="gelu")
+    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    module = to_torch(target)
+    with torch.no_grad():
+        want = module(X[None])[0]
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        got = U.simulate(target, X)
+        first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    U.simulate(target, X)
+    warm = time.perf_counter() - t0
+    with torch.no_grad():
+        direct = time_direct(lambda: module(X[None]))
+    r = U.report()
+    return {
+        "layout": layout,
+        "n": n,
+        "d": d,
+        "heads": h,
+        "d_ff": f,
+        "sequence_length": r.sequence_length,
+        "token_width": U.model.config.token_width or 1,
+        "d_model": r.d_model,
+        "layers": r.layers,
+        "parameters": r.parameters,
+        "nonzero_parameters": r.nonzero_parameters,
+        "build_seconds": build,
+        "simulate_first_seconds": first,
+        "simulate_seconds": warm,
+        "peak_extra_mb": mem.extra_mb,
+        "direct_seconds": direct,
+        "wall_ratio": warm / direct,
+        "error_vs_torch": relative_error(got, want),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def minilm() -> dict:
+    """The MiniLM layer shape in the vector layout: built and simulated, or refused."""
+    n, d, h, f = MINILM
+    w0 = time.perf_counter()
+    try:
+        row = measure("vector", n, d, h, f)
+    except (ModelTooLargeError, MemoryError) as exc:
+        return {"built": False, "seconds": time.perf_counter() - w0, "refusal": str(exc)}
+    return {"built": True, **row}
+
+
+def exponents(rows: list[dict]) -> dict:
+    out: dict[str, dict] = {}
+    for layout in ("scalar", "vector"):
+        sel = sorted((r for r in rows if r["layout"] == layout), key=lambda r: r["d"])
+        if len(sel) < 2:
+            continue
+        ds = [r["d"] for r in sel]
+        out[layout] = {
+            key: fit_exponent(ds, [max(r[key], 1e-12) for r in sel])
+            for key in (
+                "sequence_length",
+                "d_model",
+                "parameters",
+                "nonzero_parameters",
+                "build_seconds",
+                "simulate_seconds",
+                "peak_extra_mb",
+            )
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="build the larger sizes too")
+    parser.add_argument("--minilm", action="store_true", help="try the MiniLM layer shape")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    run = Run()
+    table = {str(d): laws(d) for d in SIZES}
+    rows, skipped = [], []
+    for d in SIZES:
+        for layout in ("scalar", "vector"):
+            limit = BUILT[layout][1 if args.full else 0]
+            if d > limit:
+                skipped.append(
+                    {"layout": layout, "d": d, "reason": f"beyond this run's builds (n = d <= {limit})"}
+                )
+                continue
+            row = measure(layout, d, d, heads_of(d), 4 * d)
+            rows.append(row)
+            print(
+                f"{layout:>6} n=d={d:>3}: seq {row['sequence_length']:>7} x {row['token_width']:>4}"
+                f"  d_model {row['d_model']:>6}  params {row['parameters']:>12,}  build "
+                f"{row['build_seconds']:7.2f} s  simulate {row['simulate_seconds']:8.4f} s "
+                f"(x{row['wall_ratio']:.3g} torch)  mem {row['peak_extra_mb']:8.1f} MB  err "
+                f"{row['error_vs_torch']:.1e}",
+                flush=True,
+            )
+    out = {
+        "machine": None,
+        "laws": table,
+        "results": rows,
+        "not_built": skipped,
+        "exponents": exponents(rows),
+    }
+    if args.minilm:
+        out["minilm"] = minilm()
+        print(f"MiniLM layer shape {MINILM}: {out['minilm']}", flush=True)
+    out["machine"] = run.machine()
+    write_json(args.out, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
