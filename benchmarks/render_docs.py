@@ -95,36 +95,17 @@ def simulator_cost(data: dict) -> str:
         "every head over [query, key] (not run at n = 64). Ratios are U / direct: wall time "
         "(medians) and forward FLOPs (dense: from the config, active heads and sequence "
         "length; plan: counted from the plan; direct attention analytically). Memory is the "
-        "peak resident memory above the level before the call, sampled every 2 ms."
+        "peak resident memory above the level before the call, sampled every 2 ms. Every "
+        "size is measured in both sequence layouts: *scalar* (the paper's one number per "
+        "position, the attention merged) and *vector* (one vector per position, the raw "
+        "parameters; the default)."
     )
     out.append("")
-    goals = data.get("goal", {})
-    ratio, timed = goals.get("ratio", {}), goals.get("time", {})
-    if ratio.get("measured"):
-        out.append(
-            f"**Goal: U(32, 32, 1) simulates one target within {fmt(ratio['limit'])}x of direct "
-            f"attention: {'met' if ratio['met'] else 'not met'}** (plan executor "
-            f"{fmt(ratio['ratio'])}x, dense {fmt(ratio['ratio_dense'])}x; max relative error "
-            f"{fmt(ratio['error'])})."
-        )
-        prof = ratio.get("where_the_time_goes") or {}
-        if prof:
-            total = sum(prof.values()) or 1.0
-            top = sorted(prof.items(), key=lambda kv: -kv[1])[:4]
-            out.append(
-                "Where its simulate time goes: "
-                + ", ".join(f"{k} {fmt(v)} s ({100 * v / total:.0f}%)" for k, v in top)
-                + "."
-            )
-        out.append("")
-    if timed.get("measured"):
-        out.append(
-            f"**Goal: U(64, 64, 1) builds and simulates within {fmt(timed['limit_seconds'])} s: "
-            f"{'met' if timed['met'] else 'not met'}** (build, including its plan, "
-            f"{fmt(timed['build_seconds'])} s + first simulate {fmt(timed['simulate_seconds'])} s"
-            f" = {fmt(timed['total_seconds'])} s; max relative error {fmt(timed['error'])})."
-        )
-        out.append("")
+    goal_sets = data.get("goal", {})
+    if "ratio" in goal_sets:  # a run of one layout
+        goal_sets = {"scalar": goal_sets}
+    for layout, goals in goal_sets.items():
+        out += _cost_goals(layout, goals)
 
     def ex(r: dict, name: str, key: str):
         run = r.get("executors", {}).get(name)
@@ -134,6 +115,7 @@ def simulator_cost(data: dict) -> str:
         table(
             [
                 "build (N, D, H)",
+                "layout",
                 "d_model",
                 "sequence length",
                 "parameters",
@@ -153,6 +135,7 @@ def simulator_cost(data: dict) -> str:
             [
                 [
                     f"({r['max_n']}, {r['max_d']}, {r['max_heads']})",
+                    r.get("layout", "scalar"),
                     r["d_model"],
                     r["sequence_length"],
                     r["parameters"],
@@ -174,12 +157,24 @@ def simulator_cost(data: dict) -> str:
         )
     )
     exps = data.get("exponents", {})
+    if exps and "scalar" not in exps:
+        exps = {"scalar": exps}
     if exps:
         out += ["", "Growth exponents of U's cost in n = d (one head; y ~ n^k, least squares):", ""]
+        names = list(next(iter(exps.values())))
+        header = ["quantity"] + [f"k {lay} ({part})" for lay in exps for part in ("all", "n >= 8")]
         out.append(
             table(
-                ["quantity", "k (all sizes)", "k (n >= 8)"],
-                [[k, v.get("all"), v.get("n>=8")] for k, v in exps.items()],
+                header,
+                [
+                    [k]
+                    + [
+                        v
+                        for lay in exps
+                        for v in (exps[lay][k].get("all"), exps[lay][k].get("n>=8"))
+                    ]
+                    for k in names
+                ],
             )
         )
     prof = data.get("simulate_profile_n16")
@@ -191,6 +186,133 @@ def simulator_cost(data: dict) -> str:
                 [[p["function"], p["own_seconds"], p["share"]] for p in prof],
             )
         )
+    out += ["", machine_line(data.get("machine", {}))]
+    return "\n".join(out)
+
+
+def _cost_goals(layout: str, goals: dict) -> list[str]:
+    out = []
+    ratio, timed = goals.get("ratio", {}), goals.get("time", {})
+    if ratio.get("measured"):
+        out.append(
+            f"**Goal ({layout} layout): U(32, 32, 1) simulates one target within "
+            f"{fmt(ratio['limit'])}x of direct attention: {'met' if ratio['met'] else 'not met'}**"
+            f" (plan executor {fmt(ratio['ratio'])}x, dense {fmt(ratio['ratio_dense'])}x; max "
+            f"relative error {fmt(ratio['error'])})."
+        )
+        prof = ratio.get("where_the_time_goes") or {}
+        if prof:
+            total = sum(prof.values()) or 1.0
+            top = sorted(prof.items(), key=lambda kv: -kv[1])[:4]
+            out.append(
+                "Where its simulate time goes: "
+                + ", ".join(f"{k} {fmt(v)} s ({100 * v / total:.0f}%)" for k, v in top)
+                + "."
+            )
+        out.append("")
+    if timed.get("measured"):
+        out.append(
+            f"**Goal ({layout} layout): U(64, 64, 1) builds and simulates within "
+            f"{fmt(timed['limit_seconds'])} s: {'met' if timed['met'] else 'not met'}** (build, "
+            f"including its plan, {fmt(timed['build_seconds'])} s + first simulate "
+            f"{fmt(timed['simulate_seconds'])} s = {fmt(timed['total_seconds'])} s; max relative "
+            f"error {fmt(timed['error'])})."
+        )
+        out.append("")
+    return out
+
+
+def simulator_layouts(data: dict) -> str:
+    out = ["## Universal simulator U: the scalar and vector layouts at growing sizes", ""]
+    out.append(
+        "One encoder layer of the BERT shape at n = d (4 heads, 1 where d < 4; feed-forward "
+        "4 d; post-norm; GELU) per size. The sequence length and token width of each layout "
+        "come from the layout alone (exact, every size); the other columns are measured for "
+        "the sizes this run built: U's d_model and parameters, build seconds, a warm simulate "
+        "(plan executor), the peak extra resident memory while simulating, the ratio of the "
+        "simulate time to `torch.nn.TransformerEncoderLayer` holding the same weights (same "
+        "process, one thread), and the error against that module."
+    )
+    out.append("")
+    laws = data.get("laws", {})
+    if laws:
+        out.append(
+            table(
+                ["n = d", "target parameters", "scalar: positions", "vector: positions x width"],
+                [
+                    [
+                        d,
+                        v["target_parameters"],
+                        v["scalar"]["sequence_length"],
+                        f"{v['vector']['sequence_length']:,} x {v['vector']['token_width']}",
+                    ]
+                    for d, v in laws.items()
+                ],
+            )
+        )
+        out.append("")
+    rows = data.get("results", [])
+    out.append(
+        table(
+            [
+                "layout",
+                "n = d",
+                "positions x width",
+                "d_model",
+                "layers",
+                "parameters (nonzero)",
+                "build s",
+                "simulate s",
+                "x torch",
+                "memory MB",
+                "error vs torch",
+            ],
+            [
+                [
+                    r["layout"],
+                    r["d"],
+                    f"{r['sequence_length']:,} x {r['token_width']}",
+                    r["d_model"],
+                    r["layers"],
+                    f"{r['parameters']:,} ({r['nonzero_parameters']:,})",
+                    r["build_seconds"],
+                    r["simulate_seconds"],
+                    r["wall_ratio"],
+                    r["peak_extra_mb"],
+                    r["error_vs_torch"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    skipped = data.get("not_built", [])
+    if skipped:
+        out += [
+            "",
+            "Not built in this run: "
+            + "; ".join(f"{s['layout']} n = d = {s['d']}" for s in skipped)
+            + f" ({skipped[0]['reason'].split('(')[0].strip()} of this run).",
+        ]
+    exps = data.get("exponents", {})
+    if exps:
+        keys = list(next(iter(exps.values())))
+        out += ["", "Growth exponents in n = d over the sizes built (y ~ n^k):", ""]
+        out.append(table(["quantity", *exps], [[k, *(exps[lay][k] for lay in exps)] for k in keys]))
+    m = data.get("minilm")
+    if m:
+        out.append("")
+        if m.get("built"):
+            out.append(
+                f"**The all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads, feed-forward "
+                f"1,536), vector layout: built** in {fmt(m['build_seconds'])} s, simulated in "
+                f"{fmt(m['simulate_seconds'])} s, error {fmt(m['error_vs_torch'])}."
+            )
+        else:
+            out.append(
+                "**The all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads, feed-forward "
+                f"1,536), vector layout: not built.** After {fmt(m['seconds'])} s (lowering "
+                f"the program) the build refused: {m['refusal']}"
+            )
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)
 
@@ -293,13 +415,21 @@ def simulator_accuracy(data: dict) -> str:
                 ],
             )
         )
-    out += ["", "Depth of U by build (it must not grow):", ""]
+    out += ["", "Depth of U by build, per layout (it must not grow):", ""]
     out.append(
         table(
-            ["build (N, D, H)", "layers", "attention layers", "heads per layer", "d_model"],
+            [
+                "build (N, D, H)",
+                "layout",
+                "layers",
+                "attention layers",
+                "heads per layer",
+                "d_model",
+            ],
             [
                 [
                     str(tuple(r["build"])),
+                    r.get("layout", "scalar"),
                     r["layers"],
                     r["attention_layers"],
                     str(r["heads_per_layer"]),
@@ -309,7 +439,10 @@ def simulator_accuracy(data: dict) -> str:
             ],
         )
     )
-    out += ["", f"Depth constant across builds: **{fmt(data.get('depth_constant'))}**."]
+    out += [
+        "",
+        f"Depth constant across builds (each layout): **{fmt(data.get('depth_constant'))}**.",
+    ]
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)
 
@@ -839,6 +972,7 @@ def generic(name: str, data, md: Path | None) -> str:
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "simulator_cost": simulator_cost,
     "simulator_accuracy": simulator_accuracy,
+    "simulator_layouts": simulator_layouts,
     "compare_tracr": compare_tracr,
     "compiler_fuzz": compiler_fuzz,
     "interpreter": interpreter,
@@ -847,6 +981,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
 }
 ORDER = (
     "simulator_cost",
+    "simulator_layouts",
     "simulator_accuracy",
     "simulator_accuracy_full",
     "compare_tracr",

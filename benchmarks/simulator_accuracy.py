@@ -76,6 +76,14 @@ SWEEPS = (
 # sweeps whose every row of scores is shifted by its own amount, anywhere within U's score
 # bound (``verify.random_shifted_target``): U subtracts each row's maximum before exp
 SHIFTED = {name for name, *_ in SWEEPS if name.endswith(" shifted")}
+# the sweeps above run in the paper's scalar layout; the same ones but shifted (whose targets
+# come merged, which the vector layout does not read) run in the vector layout too, named
+# "vector ..."
+SWEEPS += tuple(("vector " + s[0], *s[1:]) for s in SWEEPS if s[0] not in SHIFTED)
+
+
+def layout_of(name: str) -> str:
+    return "vector" if name.startswith("vector ") else "scalar"
 
 
 def sweep(
@@ -96,7 +104,7 @@ def sweep(
     extra = {"layer": layer, "max_ff": ff or None}
     if tolerance is not None:
         extra.update(maps="relu", logit_bound=MAX_LOGIT, map_tolerance=tolerance)
-    U = universal.build(*BUILD, attention=attention, dtype=dtype, **extra)
+    U = universal.build(*BUILD, attention=attention, dtype=dtype, layout=layout_of(name), **extra)
     build_s = time.perf_counter() - w0
     relu = tolerance is not None and layer == "attention"  # the entrywise certificate
     ratios: list[float] = []
@@ -165,6 +173,7 @@ def sweep(
     over = ratios if relu else errors
     return {
         "name": name,
+        "layout": layout_of(name),
         "build": list(BUILD),
         "layer": layer,
         "max_ff": ff or None,
@@ -230,12 +239,13 @@ def _simulate_one(U, target, X):
 
 
 def depth(builds=DEPTH_BUILDS) -> list[dict]:
-    """U's layers and widths for each build."""
+    """U's layers and widths for each build, in each layout."""
     rows = []
-    for n, d, h in builds:
-        r = universal.build(n, d, h).report()
+    for layout, (n, d, h) in ((lay, b) for lay in ("scalar", "vector") for b in builds):
+        r = universal.build(n, d, h, layout=layout).report()
         rows.append(
             {
+                "layout": layout,
                 "build": [n, d, h],
                 "layers": r.layers,
                 "attention_layers": r.attention_layers,
@@ -309,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out, old)
         return 0
     depths = depth()
-    constant = len({r["layers"] for r in depths}) == 1
+    constant = all(
+        len({r["layers"] for r in depths if r["layout"] == lay}) == 1
+        for lay in ("scalar", "vector")
+    )
     print(f"depth constant across builds: {constant}")
     write_json(
         args.out,

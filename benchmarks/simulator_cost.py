@@ -20,8 +20,10 @@ minutes). It records:
 - growth exponents in n = d of parameters, sequence length, d_model, and of FLOPs, time and
   memory for each executor (least squares on log-log, one-head builds).
 
-Goals checked: U(32, 32, 1) simulates one target within 2,000x direct attention (plan
-executor, float64 error at most 1e-9), and U(64, 64, 1) builds and simulates within 60 s.
+Every size is measured in both sequence layouts ("scalar": the paper's one number per
+position; "vector": one vector per position, the default). Goals checked per layout: U(32,
+32, 1) simulates one target within 2,000x direct attention (plan executor, float64 error at
+most 1e-9), and U(64, 64, 1) builds and simulates within 60 s.
 
 Run: ``python benchmarks/simulator_cost.py`` (writes benchmarks/results/simulator_cost.json;
 ``--quick`` stops at n = 16).
@@ -52,6 +54,7 @@ from attnsim.simulator.verify import relative_error
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_cost.json"
 ONE_HEAD = (2, 4, 8, 16, 32, 64)
 FOUR_HEADS = (4, 8, 16)
+LAYOUTS = ("scalar", "vector")
 DENSE_UP_TO = 32  # the dense executor is timed up to this n = d
 GOAL_SECONDS = 60.0  # U(64, 64, 1): build and first simulate
 GOAL_RATIO = 2000.0  # U(32, 32, 1), plan executor: simulate / direct attention
@@ -180,11 +183,13 @@ def simulate_timed(U, target, X, repeats: int) -> dict:
     }
 
 
-def measure(n: int, d: int, heads: int, repeats: int, seed: int = 0) -> dict:
-    """Builds U(n, d, heads), simulates a full-size target with each executor, and times the
-    direct path."""
+def measure(
+    n: int, d: int, heads: int, repeats: int, seed: int = 0, layout: str = "vector"
+) -> dict:
+    """Builds U(n, d, heads) in ``layout``, simulates a full-size target with each executor,
+    and times the direct path."""
     w0, c0 = time.perf_counter(), time.process_time()
-    U = universal.build(n, d, heads)
+    U = universal.build(n, d, heads, layout=layout)
     build_wall, build_cpu = time.perf_counter() - w0, time.process_time() - c0
     r = U.report()
     positions = r.sequence_length + 1
@@ -219,6 +224,8 @@ def measure(n: int, d: int, heads: int, repeats: int, seed: int = 0) -> dict:
     d_flops = st.direct_attention_flops(n, d, heads)
     plan_summary = U.model.plan_summary()
     row = {
+        "layout": layout,
+        "token_width": U.model.config.token_width or 1,
         "max_n": n,
         "max_d": d,
         "max_heads": heads,
@@ -317,6 +324,10 @@ def exponents(rows: list[dict]) -> dict:
     """Growth exponents in n = d (one-head builds): over all sizes and over n >= 8; for each
     executor, of its time and memory over the sizes it ran."""
     one = sorted((r for r in rows if r["max_heads"] == 1), key=lambda r: r["max_n"])
+    return _exponents(one)
+
+
+def _exponents(one: list[dict]) -> dict:
 
     def fits(sel: list[dict], value) -> dict:
         entry = {}
@@ -351,22 +362,47 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [(n, h) for n, h in sizes if n <= 16]
     rows = []
     run = Run()
-    for n, h in sizes:
-        repeats = 4 if n <= 16 else 1
-        row = measure(n, n, h, repeats)
-        rows.append(row)
-        dense = row["executors"].get("dense")
-        dense_text = f"{dense['seconds']:8.3f} s (x{dense['wall_ratio']:.3g})" if dense else "-"
-        print(
-            f"U({n:>2},{n:>2},{h}) build {row['build_seconds']:6.2f} s  plan "
-            f"{row['simulate_seconds']:8.4f} s (x{row['wall_ratio']:.3g})  dense "
-            + dense_text
-            + f"  direct {row['direct_seconds'] * 1e6:8.1f} us  seq {row['sequence_length']}  "
-            f"err {row['error_U_vs_reference']:.1e}",
-            flush=True,
-        )
-    fits = exponents(rows)
+    for layout in LAYOUTS:
+        for n, h in sizes:
+            repeats = 4 if n <= 16 else 1
+            row = measure(n, n, h, repeats, layout=layout)
+            rows.append(row)
+            _print_row(row)
+    fits = {lay: exponents([r for r in rows if r["layout"] == lay]) for lay in LAYOUTS}
     internals = profile_internals(16)
+    goals = {lay: _goals([r for r in rows if r["layout"] == lay]) for lay in LAYOUTS}
+    print("\ngrowth exponents in n = d (one head): " + json.dumps(fits, indent=1))
+    print("goals: " + json.dumps(goals))
+    write_json(
+        args.out,
+        {
+            "machine": run.machine(),
+            "results": rows,
+            "exponents": fits,
+            "goal": goals,
+            "simulate_profile_n16": internals,
+        },
+    )
+    return 0
+
+
+def _print_row(row: dict) -> None:
+    n, h = row["max_n"], row["max_heads"]
+    dense = row["executors"].get("dense")
+    dense_text = f"{dense['seconds']:8.3f} s (x{dense['wall_ratio']:.3g})" if dense else "-"
+    print(
+        f"{row['layout']:>6} U({n:>2},{n:>2},{h}) build {row['build_seconds']:6.2f} s  plan "
+        f"{row['simulate_seconds']:8.4f} s (x{row['wall_ratio']:.3g})  dense "
+        + dense_text
+        + f"  direct {row['direct_seconds'] * 1e6:8.1f} us  seq {row['sequence_length']}  "
+        f"err {row['error_U_vs_reference']:.1e}",
+        flush=True,
+    )
+
+
+def _goals(rows: list[dict]) -> dict:
+    """The goals of one layout's rows: U(32, 32, 1) within GOAL_RATIO of direct attention,
+    U(64, 64, 1) built and simulated within GOAL_SECONDS."""
     by_size = {(r["max_n"], r["max_heads"]): r for r in rows}
     goal = {"ratio": {"build": [32, 32, 1], "limit": GOAL_RATIO, "measured": False}}
     goal["time"] = {"build": [64, 64, 1], "limit_seconds": GOAL_SECONDS, "measured": False}
@@ -391,19 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             met=total < GOAL_SECONDS,
             error=r["error_U_vs_reference"],
         )
-    print("\ngrowth exponents in n = d (one head): " + json.dumps(fits, indent=1))
-    print("goals: " + json.dumps(goal))
-    write_json(
-        args.out,
-        {
-            "machine": run.machine(),
-            "results": rows,
-            "exponents": fits,
-            "goal": goal,
-            "simulate_profile_n16": internals,
-        },
-    )
-    return 0
+    return goal
 
 
 if __name__ == "__main__":

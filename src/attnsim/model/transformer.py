@@ -249,14 +249,17 @@ class MLP(nn.Module):
         """The forward pass's output as ``(cols, values)``: only the columns some unit
         writes, each summed in the order the full forward sums it."""
         slices = self._unit_slices()
-        groups = [slices[k] for k in (["bilinear"] if self.W_bil_a.shape[1] else [])]
-        groups += [slices[k] for k in self.native_kinds]
-        parts = [plan[1]] if plan is not None else []
-        written = torch.unique(
-            torch.cat(parts + [g[1] for g in groups] + [torch.zeros(0, dtype=torch.long)])
-        )
-        where = torch.full((x.shape[-1],), -1, dtype=torch.long)
-        where[written] = torch.arange(len(written))
+        got = getattr(self, "_written", None)
+        if got is None or got[0] is not slices or got[1] is not plan:  # cached with both
+            groups = [slices[k] for k in (["bilinear"] if self.W_bil_a.shape[1] else [])]
+            groups += [slices[k] for k in self.native_kinds]
+            parts = [plan[1]] if plan is not None else []
+            none = torch.zeros(0, dtype=torch.long)
+            written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
+            where = torch.full((x.shape[-1],), -1, dtype=torch.long)
+            where[written] = torch.arange(len(written))
+            got = self._written = (slices, plan, written, where)
+        written, where = got[2], got[3]
         out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
         if plan is not None:  # the ReLU units over the rows they read, in slices of positions
             rows, cols = plan
@@ -385,7 +388,10 @@ def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tenso
     x + value, as the full addition gives it)."""
     if isinstance(update, tuple):
         cols, vals = update
-        x[..., cols] += vals
+        if 2 * len(cols) > x.shape[-1]:  # most columns: one full addition is cheaper
+            x += expand_update(update, x)
+        else:
+            x[..., cols] += vals
     else:
         x += update
 

@@ -152,11 +152,12 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     v = b.gather("p_v", b.at("P", lambda i, j, h: lay.rowpos(j, 2)), row)
     sm = b.gather("p_sm", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), smask)
     um = b.gather("p_m", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), ch[:D])
-    valid_j = b.gather_one("p_valid", b.at("P", lambda i, j, h: lay.xpos(j)), valid)
-    # the padding bit as a product (stored in its own direction): as the linear form
-    # 1 - valid it would carry the constant mask_offset into every unmasked exponent, whose
-    # rounding (offset * 2^-53) would then show in the softmax
-    pad = ((1 - valid_j) * (1 - valid_j)).named(b.n("p_pad"))
+    # the padding bit of key j, read from X(j) (1 minus its 1 in channel B): a gather's
+    # output has its own direction, so no constant enters the exponent below (whose rounding,
+    # mask_offset * 2^-53, would show in the softmax), and it is 0 where nothing is read
+    # (outside P), so that the max head's keys outside P stay small
+    x_pad = (1 - valid).named(b.n("x_pad"))
+    pad = b.gather_one("p_pad", b.at("P", lambda i, j, h: lay.xpos(j)), x_pad)
     causal = b.gather_one(
         "p_causal", b.at("P", lambda i, j, h: lay.parampos(ell)), ch[lay.param("causal")]
     )
