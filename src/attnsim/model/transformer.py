@@ -364,6 +364,22 @@ class MLP(nn.Module):
         return out
 
 
+class Columns:
+    """A request in ``streams``: keep only these residual columns of that stage (a copy
+    ``[batch, pos, len(cols)]``), not the whole stream."""
+
+    def __init__(self, cols: torch.Tensor) -> None:
+        self.cols = cols
+
+
+def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
+    """Fills ``streams[stage]`` (when asked for) with a copy of the stream, or of the
+    columns a :class:`Columns` request names."""
+    if streams is not None and stage in streams:
+        req = streams[stage]
+        streams[stage] = x[..., req.cols].clone() if isinstance(req, Columns) else x.clone()
+
+
 def expand_update(
     update: torch.Tensor | tuple[torch.Tensor, torch.Tensor], like: torch.Tensor
 ) -> torch.Tensor:
@@ -429,16 +445,14 @@ class Block(nn.Module):
             _add(x, self.attn(x, cache, f"{prefix}.attn", plan))
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
-        if streams is not None and stage in streams:
-            streams[stage] = x.clone()
+        _capture(streams, stage, x)
         if plan is None:
             x = x + self.mlp(x, cache, f"{prefix}.mlp")
         else:
             _add(x, self.mlp(x, cache, f"{prefix}.mlp", steps, compact=True))
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
-        if streams is not None and stage + 1 in streams:
-            streams[stage + 1] = x.clone()
+        _capture(streams, stage + 1, x)
         return x
 
 
@@ -514,7 +528,8 @@ class Transformer(nn.Module):
         (numerical tokens; 0 at BOS) or [batch, pos, token_width] (vector tokens),
         cache (filled with every hook), streams (a lighter
         cache: its keys are stages, 0 the embedding, 2l+1 and 2l+2 after layer l's attention
-        and MLP sublayers; each is filled with that residual stream [batch, pos, d_model]).
+        and MLP sublayers; each is filled with that residual stream [batch, pos, d_model], or
+        with the columns a :class:`Columns` value there asks for).
         Returns the final residual stream [batch, pos, d_model].
         """
         n = token_ids.shape[1]
@@ -533,8 +548,7 @@ class Transformer(nn.Module):
             x = x + token_values.to(self.dtype) @ self.W_E_vec
         if cache is not None:
             cache["hook_embed"] = x
-        if streams is not None and 0 in streams:
-            streams[0] = x.clone()
+        _capture(streams, 0, x)
         if self.executor not in execution.EXECUTORS:
             raise ValueError(
                 f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"

@@ -47,6 +47,7 @@ import torch
 from attnsim.compiler import compile_program
 from attnsim.model import memory
 from attnsim.model.compiled import CompiledModel, Resources
+from attnsim.model.transformer import Columns
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret
 from attnsim.simulator import checks, codec, programs, saving, vector_codec, vector_program
@@ -360,18 +361,31 @@ class UniversalSimulator:
         model = self.model
         ids, vals = self.model_inputs(seqs)  # [batch, 1 + length] each
         guards = [g for g in model.guards if not getattr(g, "on_block", False)]
-        streams: dict[int, torch.Tensor | None] = {g.stage: None for g in guards}
+        # each guarded stage keeps only the directions its guards read, not the whole stream
+        wanted: dict[int, list[str]] = {}
+        for g in guards:
+            wanted.setdefault(g.stage, []).extend(d for d, _ in g.form)
+        keep = {
+            s: sorted(set(ds), key=self._residual_index.__getitem__) for s, ds in wanted.items()
+        }
+        streams: dict = {
+            s: Columns(torch.tensor([self._residual_index[d] for d in ds], dtype=torch.long))
+            for s, ds in keep.items()
+        }
         with torch.no_grad():
             resid = model.model(ids, vals, streams=streams)  # [batch, 1 + length, d_model]
         for g in guards:
-            checks.check_guard(self.config, g, self._read(streams[g.stage][:, 1:], g.form))
+            where = {d: i for i, d in enumerate(keep[g.stage])}
+            vals_g = self._read(streams[g.stage][:, 1:], g.form, where)
+            checks.check_guard(self.config, g, vals_g)
         if any(getattr(g, "on_block", False) for g in model.guards):
             model._check_blocks(resid)  # categorical blocks: U has none today
         return self._read(resid[:, 1:], model.output.form).to(torch.float64)
 
-    def _read(self, resid: torch.Tensor, form) -> torch.Tensor:
-        """A linear form of residual directions: ``[batch, pos, d_model]`` -> ``[batch, pos]``."""
-        index = self._residual_index
+    def _read(self, resid: torch.Tensor, form, index: dict | None = None) -> torch.Tensor:
+        """A linear form of residual directions: ``[batch, pos, d_model]`` -> ``[batch, pos]``
+        (``index``: direction -> column, when ``resid`` holds some columns only)."""
+        index = self._residual_index if index is None else index
         acc = torch.zeros(resid.shape[:-1], dtype=resid.dtype)
         for direction, w in form:
             acc = acc + w * resid[..., index[direction]]
