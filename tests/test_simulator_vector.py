@@ -283,3 +283,20 @@ def test_a_wide_feed_forward_sets_the_sequence_length(layout):
     T = sampling.random_encoder_layer(1, 1, 100, seed=0)
     X = torch.randn(10, 1, dtype=F64, generator=torch.Generator().manual_seed(0))
     assert _err(U.simulate(T, X), reference(T, X)) <= 1e-9
+
+
+def test_column_streams_are_the_full_streams_columns(attn_U):
+    """U's checks keep only the directions they read: the same values as the whole stream."""
+    from attnsim.model.transformer import Columns
+
+    T = sampling.random_attention(2, 4, seed=3)
+    X = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(3))
+    ids, vals = attn_U.model_inputs(attn_U.encode(T, X)[None])
+    stages = sorted({g.stage for g in attn_U.model.guards})
+    cols = torch.tensor([0, 3, 5])
+    full = {s: None for s in stages}
+    part = {s: Columns(cols) for s in stages}
+    with torch.no_grad():
+        attn_U.model.model(ids, vals, streams=full)
+        attn_U.model.model(ids, vals, streams=part)
+    assert stages and all(torch.equal(full[s][..., cols], part[s]) for s in stages)
