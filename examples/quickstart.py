@@ -23,3 +23,13 @@ with torch.no_grad():
     error = (U.simulate(mha, X) - mha(X, X, X)[0]).abs().max()
 print(f"max |U - torch| = {error:.2e}")
 assert error < 1e-12
+
+layer = torch.nn.TransformerEncoderLayer(
+    4, 2, 8, dropout=0.0, batch_first=True, dtype=torch.float64
+)
+enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+S = attnsim.simulator.build(4, 4, 2, layer="encoder", n_layers=2)  # a whole stack, one pass
+with torch.no_grad():
+    error = (S.simulate(enc, X) - enc(X[None])[0]).abs().max()
+print(f"max |U - torch| for a 2-layer encoder stack = {error:.2e}")
+assert error < 1e-12
