@@ -40,6 +40,28 @@ SIM = ["simulate", "--max-n", "2"]
 
 # (id, argv, pattern the stderr must match)
 ERRORS = [
+    # -- layouts and stacks ------------------------------------------------------------------
+    (
+        "n-layers-zero",
+        [*SIM, "--n-layers", "0"],
+        r"cannot build U: --n-layers must be a positive int \(the layers of a stack\), got 0",
+    ),
+    (
+        "stack-without-encoder",
+        [*SIM, "--n-layers", "2"],
+        r"--n-layers 2 builds U for a stack of encoder layers: it needs --layer encoder and "
+        r"--layout vector",
+    ),
+    (
+        "stack-in-the-scalar-layout",
+        ["verify", "--layer", "encoder", "--n-layers", "2", "--layout", "scalar"],
+        r"it needs --layer encoder and --layout vector",
+    ),
+    (
+        "unknown-layout",
+        [*SIM, "--layout", "diagonal"],
+        r"invalid choice: 'diagonal' \(choose from 'vector', 'scalar'\)",
+    ),
     # -- simulate --module: the file and the flags must agree ----------------------------
     (
         "state-dict-without-heads",

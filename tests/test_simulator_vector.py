@@ -250,6 +250,12 @@ def test_stack_errors(stack_U):
     )
     with pytest.raises(NotImplementedError, match="final norm"):
         stack_U.simulate(normed, X)
+    for one in (universal.build(3, 4, 2, layer="encoder", max_ff=6, layout="scalar"), None):
+        one = one or universal.build(3, 4, 2)  # a scalar encoder U, a vector attention U
+        with pytest.raises(ValueError, match="n_layers"):
+            one.simulate(stack.EncoderStackSpec((layer, layer)), X)
+        with pytest.raises((ValueError, NotImplementedError), match="n_layers|final norm"):
+            one.simulate(normed, X)
     with pytest.raises(ValueError, match="needs layer='encoder' and layout='vector'"):
         universal.build(2, 2, 1, n_layers=2)
     with pytest.raises(ValueError, match="needs layer='encoder' and layout='vector'"):

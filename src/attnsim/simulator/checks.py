@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnsim.simulator import adapters, codec
+from attnsim.simulator import adapters, codec, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
 from attnsim.simulator.programs import SCORE
@@ -83,6 +83,12 @@ def split_target(
             forward block the build cannot hold.
         NotImplementedError: an encoder layer without its LayerNorms.
     """
+    if isinstance(target, (nn.TransformerEncoder, stack.EncoderStackSpec)):
+        raise ValueError(
+            "this U simulates one layer; a stack of encoder layers (torch.nn.TransformerEncoder"
+            ", EncoderStackSpec) needs a U built with layer='encoder', n_layers=L (vector "
+            "layout)"
+        )
     if isinstance(target, nn.Module):
         target = adapters.from_torch(target, causal=bool(causal))
     if isinstance(target, S.EncoderLayerSpec):
