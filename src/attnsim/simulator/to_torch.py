@@ -29,6 +29,11 @@ def to_torch(target: S.AttentionSpec | S.EncoderLayerSpec) -> nn.Module:
     """A float64 ``nn.MultiheadAttention`` or ``nn.TransformerEncoderLayer`` (eval mode, no
     dropout, ``batch_first=True``) holding the spec's parameters as torch stores them.
 
+    Note: for a tanh-GELU layer, torch's fast inference path (eval mode, no gradients)
+    computes the exact GELU although the module holds ``nn.GELU(approximate="tanh")``
+    (torch 2.13); with gradients enabled the module computes what it declares, as
+    ``reference`` and U do.
+
     Raises:
         ValueError: what torch's modules cannot hold: heads of total width other than d, a
             score scale other than 1/sqrt(d_head), a missing LayerNorm, maxmin activation.
