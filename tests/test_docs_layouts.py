@@ -159,3 +159,12 @@ def test_the_page_diagrams_are_what_the_layouts_print(layout):
     assert layout.diagram() in PAGE.read_text(), (
         f"docs/simulator.md: the diagram of {layout!r} is not what diagram() prints"
     )
+
+
+@pytest.mark.parametrize("build", [(2, 2, 1), (4, 4, 2), (8, 8, 4)])
+def test_the_page_reports_are_what_the_code_reports(build):
+    """The example reports under "Costs" are U.report() of today's builds."""
+    from attnsim.simulator import universal
+
+    report = str(universal.build(*build, layout="scalar").report()).rsplit(", built in", 1)[0]
+    assert report in PAGE.read_text()

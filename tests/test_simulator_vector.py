@@ -306,3 +306,21 @@ def test_column_streams_are_the_full_streams_columns(attn_U):
         attn_U.model.model(ids, vals, streams=full)
         attn_U.model.model(ids, vals, streams=part)
     assert stages and all(torch.equal(full[s][..., cols], part[s]) for s in stages)
+
+
+def test_own_scales_and_narrow_heads(attn_U):
+    """A spec's own score scale (an entry of the sequence) and heads narrower than d (their
+    concatenation shorter than d) give the reference's output."""
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(3, 4, dtype=F64, generator=g)
+    for h, dh, scale in ((2, 1, 0.7), (1, 3, None), (2, 2, 2.5)):
+        T = S.AttentionSpec(
+            W_Q=torch.randn(h, 4, dh, generator=g, dtype=F64),
+            W_K=torch.randn(h, 4, dh, generator=g, dtype=F64),
+            W_V=torch.randn(h, 4, dh, generator=g, dtype=F64),
+            W_O=torch.randn(h, dh, 4, generator=g, dtype=F64),
+            b_Q=torch.randn(h, dh, generator=g, dtype=F64),
+            b_O=torch.randn(4, generator=g, dtype=F64),
+            scale=scale,
+        )
+        assert _err(attn_U.simulate(T, X), reference(T, X)) <= 1e-12, (h, dh, scale)

@@ -71,7 +71,13 @@ class ModelConfig:
     bilinear_widths: tuple[int, ...] | None = None
 
     def bilinear_width(self, layer: int) -> int:
-        """Bilinear units in block ``layer``."""
+        """Bilinear units in block ``layer``.
+
+        >>> cfg = ModelConfig(n_layers=2, d_model=1, n_heads=1, d_head=1, d_mlp=0,
+        ...                   d_bilinear=3, n_ctx=2, d_vocab=2, bilinear_widths=(3, 0))
+        >>> cfg.bilinear_width(0), cfg.bilinear_width(1)
+        (3, 0)
+        """
         return self.d_bilinear if self.bilinear_widths is None else self.bilinear_widths[layer]
 
     def head_shape(self, layer: int) -> tuple[int, int]:

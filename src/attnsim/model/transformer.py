@@ -85,7 +85,14 @@ class Attention(nn.Module):
 
     def written_columns(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual columns any active head writes, and each column's place among them
-        (-1 elsewhere); cached until the weights change."""
+        (-1 elsewhere); cached until the weights change.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> cols, where = m.model.blocks[0].attn.written_columns()
+        >>> bool((where[cols] == torch.arange(len(cols))).all())
+        True
+        """
         heads = self._plan()[0]
         key = self._plan_key
         got = getattr(self, "_written", None)

@@ -77,6 +77,12 @@ def split_target(
     checking that its kind is the one the build simulates (``layer`` is None for an
     attention target).
 
+    >>> from attnsim.simulator import config, sampling
+    >>> target = sampling.random_attention(1, 2, seed=0)
+    >>> att, layer = split_target(config.SimulatorConfig(2, 2), target, None)
+    >>> type(att).__name__, layer
+    ('AttentionSpec', None)
+
     Raises:
         TypeError: ``target`` is not a spec or a supported torch module.
         ValueError: an encoder layer for an attention U or the other way round, or a feed-

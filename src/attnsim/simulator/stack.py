@@ -80,6 +80,11 @@ def _with_causal(layer: S.EncoderLayerSpec, causal: bool) -> S.EncoderLayerSpec:
 def from_torch_stack(module: nn.TransformerEncoder, *, causal: bool = False) -> EncoderStackSpec:
     """The stack of a ``torch.nn.TransformerEncoder`` (each layer read by ``from_torch``).
 
+    >>> layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
+    >>> enc = nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
+    >>> len(from_torch_stack(enc).layers)
+    3
+
     Raises:
         TypeError: not a TransformerEncoder.
         NotImplementedError: the encoder has a final norm (``norm=...``), which U does not

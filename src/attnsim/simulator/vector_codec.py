@@ -61,6 +61,13 @@ def prepare(
     EncoderStackSpec` or a ``torch.nn.TransformerEncoder``) of at most L layers, or one
     encoder layer.
 
+    >>> from attnsim.simulator import sampling
+    >>> cfg = SimulatorConfig(2, 4, 2)
+    >>> target = sampling.random_attention(2, 4, seed=0)
+    >>> case = prepare(cfg, cfg.layout, target, torch.ones(2, 4), None)
+    >>> tuple(case.X.shape), case.rest
+    ((2, 4), ())
+
     Raises:
         TypeError: ``target`` is not a spec or a supported torch module.
         ValueError: the target or X does not fit the build (the message says what to build),
@@ -196,10 +203,22 @@ def _pack_layer(
 
 
 def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:
-    """``[batch, length, width]`` for several cases."""
+    """``[batch, length, width]`` for several cases.
+
+    >>> from attnsim.simulator import sampling
+    >>> lay = VectorLayout(2, 4, 2)
+    >>> case = Case(sampling.random_attention(2, 4, seed=0), torch.ones(2, 4))
+    >>> tuple(pack_batch(lay, [case, case]).shape)
+    (2, 24, 11)
+    """
     return torch.stack([pack(layout, c) for c in cases])
 
 
 def unpack_output(layout: VectorLayout, out: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    """T(X) ``[n, d]`` from U's output ``[length]`` (read at OUT(i, k))."""
+    """T(X) ``[n, d]`` from U's output ``[length]`` (read at OUT(i, k)).
+
+    >>> lay = VectorLayout(2, 3, 1)
+    >>> unpack_output(lay, torch.arange(float(lay.length)), 2, 2).tolist()
+    [[0.0, 1.0], [3.0, 4.0]]
+    """
     return out[: n * layout.D].reshape(n, layout.D)[:, :d]

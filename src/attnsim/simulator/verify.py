@@ -68,7 +68,14 @@ class VerifyResult:
 
 
 def reference_of(target, X: torch.Tensor) -> torch.Tensor:
-    """The plain-torch oracle of any target U takes (a stack included)."""
+    """The plain-torch oracle of any target U takes (a stack included).
+
+    >>> from attnsim.simulator import sampling
+    >>> T = sampling.random_attention(1, 2, seed=0)
+    >>> X = torch.ones(2, 2, dtype=torch.float64)
+    >>> bool(torch.equal(reference_of(T, X), reference(T, X)))
+    True
+    """
     if isinstance(target, stack.EncoderStackSpec):
         return stack.reference_stack(target, X)
     return reference(target, X)
