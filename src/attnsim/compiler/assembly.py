@@ -22,12 +22,13 @@ import torch
 
 from attnsim.compiler import components, precision, scheduling, tracing
 from attnsim.compiler.lowering import LoweredProgram
-from attnsim.compiler.options import CompileOptions
+from attnsim.compiler.options import SPARSE_ABOVE, CompileOptions
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import Layer
 from attnsim.model import memory
 from attnsim.model.compiled import CompiledModel, GuardSpec, OutputSpec, Report
 from attnsim.model.config import ModelConfig
+from attnsim.model.sparse import SparseHeads, SparseLayer, SparseTransformer, SparseUnits
 from attnsim.model.transformer import Transformer
 from attnsim.rasp import expr as E
 from attnsim.values import value_key
@@ -43,23 +44,13 @@ def inverse_temperature(max_seq_len: int, value_scale: float) -> float:
     return 2.0 * (math.log(max_seq_len + 1) + 40.0 + math.log(value_scale))
 
 
-def assemble(
+def model_config(
     layers: Sequence[Layer],
     lowered: LoweredProgram,
     options: CompileOptions,
     dtype: torch.dtype | None = None,
-) -> Transformer:
-    """Builds the Transformer holding ``layers`` over the lowered program's residual basis.
-
-    ``dtype`` is the weights' dtype (``precision.choose``); None: ``options.dtype``, which
-    must then be torch.float64 or torch.float32.
-
-    Raises:
-        ModelTooLargeError: the weights would not fit in memory (before allocating them).
-    """
-    basis = Basis(lowered.residual)
-    static_embed = lowered.static_embed
-    token_dims = lowered.token_dims
+) -> ModelConfig:
+    """The :class:`ModelConfig` of the model holding ``layers`` (either storage)."""
     token_vocab = [] if lowered.vocab is None else list(lowered.vocab)
     max_seq_len = lowered.max_seq_len
     numerical_token_dir = lowered.numerical_token_dir
@@ -68,8 +59,7 @@ def assemble(
     causal = options.causal
     dtype = options.dtype if dtype is None else dtype
     assert dtype in (torch.float64, torch.float32), dtype
-    d_model = len(basis)  # one residual direction per label
-    ix = basis.index
+    d_model = len(lowered.residual)  # one residual direction per label
     # each head's query/key (and value/output) factors: one column per direction on the side
     # with fewer distinct directions, the weights on the other side
     qk_plans = [[_factor(h.qk) for h in layer.heads] for layer in layers]
@@ -112,6 +102,34 @@ def assemble(
         causal=causal,
         dtype="float64" if dtype == torch.float64 else "float32",
     )
+    return cfg
+
+
+def assemble(
+    layers: Sequence[Layer],
+    lowered: LoweredProgram,
+    options: CompileOptions,
+    dtype: torch.dtype | None = None,
+) -> Transformer:
+    """Builds the Transformer holding ``layers`` over the lowered program's residual basis.
+
+    ``dtype`` is the weights' dtype (``precision.choose``); None: ``options.dtype``, which
+    must then be torch.float64 or torch.float32.
+
+    Raises:
+        ModelTooLargeError: the weights would not fit in memory (before allocating them).
+    """
+    basis = Basis(lowered.residual)
+    static_embed = lowered.static_embed
+    token_dims = lowered.token_dims
+    token_vocab = [] if lowered.vocab is None else list(lowered.vocab)
+    numerical_token_dir = lowered.numerical_token_dir
+    dtype = options.dtype if dtype is None else dtype
+    cfg = model_config(layers, lowered, options, dtype)
+    d_model, n_heads, d_mlp, d_native = cfg.d_model, cfg.n_heads, cfg.d_mlp, dict(cfg.d_native)
+    ix = basis.index
+    qk_plans = [[_factor(h.qk) for h in layer.heads] for layer in layers]
+    ov_plans = [[_factor(h.ov) for h in layer.heads] for layer in layers]
     # weights are accumulated in float64 numpy arrays, then copied into the model once:
     # refuse sizes that cannot fit before allocating either
     itemsize = 8 if dtype == torch.float64 else 4
@@ -186,8 +204,98 @@ def assemble(
     return model
 
 
-def count_parameters(model: Transformer) -> tuple[int, int]:
-    """``(parameters, non-zero parameters)`` of a model."""
+def assemble_sparse(
+    layers: Sequence[Layer],
+    lowered: LoweredProgram,
+    options: CompileOptions,
+    dtype: torch.dtype | None = None,
+) -> SparseTransformer:
+    """The same model as :func:`assemble`, held as its non-zero weights
+    (:class:`~attnsim.model.sparse.SparseTransformer`): the layers' terms as coordinate
+    lists over the residual basis, the embedding as its non-zero rows."""
+    basis = Basis(lowered.residual)
+    ix = basis.index
+    dtype = options.dtype if dtype is None else dtype
+    cfg = model_config(layers, lowered, options, dtype)
+    f64 = torch.float64
+
+    def coo(rows: list, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.tensor([r[:-1] for r in rows], dtype=torch.long).reshape(-1, width)
+        return idx, torch.tensor([r[-1] for r in rows], dtype=f64)
+
+    E = [(0, ix("bos"), 1.0)]
+    row = {value_key(v): i + 1 for i, v in enumerate(lowered.vocab or [])}
+    for r in range(1, cfg.d_vocab):
+        E.append((r, ix("notbos"), 1.0))
+    for d, v in lowered.token_dims.items():
+        E.append((row[value_key(v)], ix(d), 1.0))
+    embed: dict[str, torch.Tensor] = {}
+    embed["E"], embed["E_w"] = coo(E, 2)
+    num = [] if lowered.numerical_token_dir is None else [ix(lowered.numerical_token_dir)]
+    embed["num"] = torch.tensor(num, dtype=torch.long)
+    embed["num_w"] = torch.ones(len(num), dtype=f64)
+    embed["vec"], embed["vec_w"] = coo(
+        [(k, ix(d), 1.0) for k, d in sorted(lowered.token_channel_dirs.items())], 2
+    )
+    dirs = list(lowered.static_embed)
+    embed["pos_dirs"] = torch.tensor([ix(d) for d in dirs], dtype=torch.long)
+    pos = torch.zeros(cfg.n_ctx, len(dirs), dtype=f64)
+    for j, d in enumerate(dirs):
+        pos[1:, j] = torch.as_tensor(np.asarray(lowered.static_embed[d], dtype=np.float64))
+    embed["pos"] = pos
+    out = []
+    for layer in layers:
+        qk = [(h, ix(q), ix(k), w) for h, head in enumerate(layer.heads) for q, k, w in head.qk]
+        ov = [(h, ix(a), ix(b), w) for h, head in enumerate(layer.heads) for a, b, w in head.ov]
+        heads = SparseHeads(len(layer.heads), *coo(qk, 3), *coo(ov, 3))
+        units = []
+        groups = [("relu", layer.relu), ("bilinear", layer.bilinear)]
+        for kind in sorted({u.kind for u in layer.native}):
+            groups.append((kind, [u for u in layer.native if u.kind == kind]))
+        for kind, us in groups:
+            if not us:
+                continue
+            first = [(i, ix(d), c) for i, u in enumerate(us) for d, c in _first_form(u)]
+            second = [(i, ix(d), c) for i, u in enumerate(us) for d, c in _second_form(u)]
+            outs = [(i, ix(d), c) for i, u in enumerate(us) for d, c in u.outputs]
+            units.append(SparseUnits(kind, len(us), *coo(first, 2), *coo(second, 2), *coo(outs, 2)))
+        out.append(SparseLayer(heads, units))
+    return SparseTransformer(cfg, out, embed)
+
+
+def _first_form(u) -> tuple:
+    return u.a if hasattr(u, "a") else u.inputs
+
+
+def _second_form(u) -> tuple:
+    if hasattr(u, "b"):
+        return u.b
+    return getattr(u, "gate", ())
+
+
+def build(
+    layers: Sequence[Layer],
+    lowered: LoweredProgram,
+    options: CompileOptions,
+    dtype: torch.dtype | None = None,
+) -> Transformer | SparseTransformer:
+    """The model in the storage ``options.storage`` asks for ("auto": dense when its weights
+    fit in ``SPARSE_ABOVE`` bytes, sparse beyond)."""
+    storage = options.storage
+    if storage == "auto":
+        cfg = model_config(layers, lowered, options, dtype)
+        storage = "dense" if memory.weight_bytes(cfg) <= SPARSE_ABOVE else "sparse"
+    if storage == "sparse":
+        return assemble_sparse(layers, lowered, options, dtype)
+    return assemble(layers, lowered, options, dtype)
+
+
+def count_parameters(model: Transformer | SparseTransformer) -> tuple[int, int]:
+    """``(parameters, non-zero parameters)`` of a model (sparse storage: the parameters of
+    its dense form, and its non-zero weights)."""
+    if isinstance(model, SparseTransformer):
+        itemsize = 8 if model.cfg.dtype == "float64" else 4
+        return memory.weight_bytes(model.cfg) // itemsize, model.nonzero_weights()
     total = nonzero = 0
     for p in model.parameters():
         arr = p.detach().numpy()

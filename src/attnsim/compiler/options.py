@@ -41,6 +41,8 @@ __all__ = [
     "check_max_seq_len",
 ]
 
+STORAGES = ("auto", "dense", "sparse")
+SPARSE_ABOVE = 2 << 30  # storage="auto": sparse when the dense weights exceed this (bytes)
 AUTO = "auto"  # dtype: float32 where every value is exact there, else float64
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DTYPE_CHOICES = "torch.float64 or torch.float32, or one of the strings 'auto', 'float64', 'float32'"
@@ -88,6 +90,12 @@ class CompileOptions:
             values a head averages can be (for example e^700 for exponentials). The inverse
             temperature grows by 2 ln(value_scale), so that the weight leaked to unselected
             keys stays below 1e-17 relative to that spread.
+        storage: how the weights are held: "dense" (the plain
+            :class:`~attnsim.model.transformer.Transformer`: every export, hook and executor),
+            "sparse" (:class:`~attnsim.model.sparse.SparseTransformer`: the non-zero weights
+            only, a stream of live columns; for models whose dense form is too large) or
+            "auto" (the default: dense when its weights fit in ``SPARSE_ABOVE`` bytes, sparse
+            beyond).
 
     Raises:
         TypeError: ``causal`` or ``fixed_length`` is not a bool.
@@ -103,6 +111,7 @@ class CompileOptions:
     fixed_length: bool = False  # inputs of any length up to max_seq_len
     dtype: torch.dtype | str = AUTO  # float32 where proven exact, else float64
     value_scale: float = 1.0  # values of one order of magnitude (softmax mode)
+    storage: str = AUTO  # dense weights unless they would be too large
 
     def __post_init__(self) -> None:
         for name in ("causal", "fixed_length"):
@@ -120,6 +129,8 @@ class CompileOptions:
         if self.map_error not in ("absolute", "relative"):
             raise ValueError(f"map_error must be 'absolute' or 'relative', got {self.map_error!r}")
         dtype = check_dtype(self.dtype)
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {self.storage!r}")
         if not (_positive_finite(self.value_scale) and self.value_scale >= 1.0):
             raise ValueError(f"value_scale must be a finite number >= 1, got {self.value_scale!r}")
         # the plain strings become their enum members (equal to them: "hard" == HARD)

@@ -79,6 +79,6 @@ def compile_program(
     lowered = lowering.lower(graph, vi, options)  # 4. lower
     dtype = precision.choose(graph, vi, lowered, options)  # 5. choose the dtype
     sched = scheduling.schedule(lowered)  # 6. schedule
-    model = assembly.assemble(sched.layers, lowered, options, dtype.dtype)  # 7. assemble
+    model = assembly.build(sched.layers, lowered, options, dtype.dtype)  # 7. assemble
     checks = guards.runtime_guards(graph, vi, lowered, sched)  # 8. run-time checks, report
     return assembly.package(program, graph, lowered, sched, model, checks, options, start, dtype)

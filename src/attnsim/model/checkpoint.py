@@ -96,12 +96,15 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
             "written by CompiledModel.save"
         )
     check = _Checker(meta_file)
-    check.keys(meta, META_KEYS, ("plan",), "the file")
+    check.keys(meta, META_KEYS, ("plan", "storage"), "the file")
     try:
         cfg = ModelConfig.from_json(meta["config"])
     except (TypeError, ValueError) as exc:
         raise damaged(meta_file, f"has an invalid 'config' ({exc})") from None
-    _check_size(path, cfg)
+    if "storage" in meta:  # sparse storage: the weights file is checked by read_sparse
+        _storage(check, meta["storage"], cfg)
+    else:
+        _check_size(path, cfg)
     residual = check.str_list(meta["residual"], "'residual'")
     if len(residual) != cfg.d_model or len(set(residual)) != len(residual):
         raise damaged(
@@ -274,6 +277,88 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         "forbidden": tuple(forbidden),
         "reason": g.get("reason", ""),
     }
+
+
+def _storage(check: _Checker, storage: Any, cfg: ModelConfig) -> None:
+    """The ``storage`` entry of a sparse checkpoint: per layer, its heads and its units."""
+    check.keys(storage, ("storage", "layers"), (), "'storage'")
+    layers = check.list(storage["layers"], "'storage.layers'")
+    if storage["storage"] != "sparse" or len(layers) != cfg.n_layers:
+        raise damaged(check.file, f"has a 'storage' that is not {cfg.n_layers} sparse layers")
+    for i, layer in enumerate(layers):
+        what = f"'storage.layers[{i}]'"
+        check.keys(layer, ("n_heads", "units"), (), what)
+        units = check.list(layer["units"], f"{what}.units")
+        if not is_int(layer["n_heads"]) or not 0 <= layer["n_heads"] <= cfg.n_heads:
+            raise damaged(check.file, f"has {what} with n_heads outside 0..{cfg.n_heads}")
+        for u in units:
+            if not (
+                isinstance(u, list)
+                and len(u) == 2
+                and u[0] in ("relu", "bilinear", *cfg.d_native)
+                and is_int(u[1])
+                and u[1] >= 0
+            ):
+                raise damaged(check.file, f"has {what} with a unit entry {u!r}")
+
+
+def read_sparse(path: Path, cfg: ModelConfig, storage: dict) -> dict[str, torch.Tensor]:
+    """The tensors of a sparse checkpoint, checked against its config and layer list:
+    exactly the names the layers ask for, int64 coordinates within d_model (heads, units,
+    token rows and channels within their counts), float64 finite weights.
+
+    Raises:
+        FileNotFoundError: no ``model.safetensors`` in ``path``.
+        DamagedCheckpointError: anything else that is not what ``save`` wrote.
+    """
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"no model.safetensors in {path}; save the model again")
+    if not weights.is_file():
+        raise damaged(weights, "is not a file (a directory?)")
+    # name -> (columns of the coordinate tensor, the bound of each column)
+    d = cfg.d_model
+    spec: dict[str, tuple[int, ...]] = {
+        "embed.E": (cfg.d_vocab, d),
+        "embed.num": (d,),
+        "embed.vec": (max(cfg.token_width, 1), d),
+        "embed.pos_dirs": (d,),
+    }
+    for li, layer in enumerate(storage["layers"]):
+        h = layer["n_heads"]
+        spec[f"blocks.{li}.attn.qk"] = (h, d, d)
+        spec[f"blocks.{li}.attn.ov"] = (h, d, d)
+        for kind, n in layer["units"]:
+            for part in ("inputs", "second", "outputs"):
+                spec[f"blocks.{li}.mlp.{kind}.{part}"] = (n, d)
+    names = set(spec) | {f"{k}_w" for k in spec if k != "embed.pos_dirs"} | {"embed.pos"}
+    try:
+        state = load_file(str(weights))
+    except Exception as exc:
+        raise damaged(weights, f"cannot be read ({exc})") from None
+    for name in sorted(names ^ set(state)):
+        which = "lacks" if name not in state else "holds the unexpected tensor"
+        raise damaged(weights, f"{which} {name!r}")
+    for name, bounds in spec.items():
+        t = state[name]
+        shape_ok = t.dim() == 1 if len(bounds) == 1 else t.dim() == 2 and t.shape[1] == len(bounds)
+        if t.dtype != torch.int64 or not shape_ok:
+            raise damaged(weights, f"holds {name!r} that is not int64 coordinates")
+        cols = t.reshape(-1, len(bounds))
+        for j, bound in enumerate(bounds):
+            if len(cols) and (int(cols[:, j].min()) < 0 or int(cols[:, j].max()) >= bound):
+                raise damaged(weights, f"holds {name!r} with a coordinate outside 0..{bound - 1}")
+        if name + "_w" in state and state[name + "_w"].shape != (len(cols),):
+            raise damaged(weights, f"holds {name + '_w'!r} of the wrong length")
+    if state["embed.pos"].shape != (cfg.n_ctx, len(state["embed.pos_dirs"])):
+        raise damaged(weights, "holds 'embed.pos' of the wrong shape")
+    for name in names - set(spec):
+        t = state[name]
+        if t.dtype != torch.float64:
+            raise damaged(weights, f"holds {name!r} as {t.dtype}, but weights are float64")
+        if not bool(torch.isfinite(t).all()):
+            raise damaged(weights, f"holds NaN or an infinity in {name!r}")
+    return state
 
 
 def read_weights(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:

@@ -21,11 +21,12 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attnsim.model import checkpoint, checks, codec, plans
+from attnsim.model import checkpoint, checks, codec, memory, plans
 from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTimeCheckError
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
 from attnsim.model.report import Component, ComponentTable, Report, Resources
+from attnsim.model.sparse import SparseTransformer
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer, expand_update
 from attnsim.values import is_hashable, value_key
 
@@ -64,7 +65,7 @@ class CompiledModel:
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | SparseTransformer,
         *,
         residual: Sequence[str],
         vocab: Sequence[Any] | None,
@@ -126,8 +127,50 @@ class CompiledModel:
 
     __call__ = forward
 
+    @property
+    def storage(self) -> str:
+        """ "dense" (a :class:`Transformer`) or "sparse" (a :class:`SparseTransformer`: the
+        non-zero weights only; see :mod:`attnsim.model.sparse`)."""
+        return getattr(self.model, "storage", "dense")
+
+    def dense_only(self, what: str) -> None:
+        """Raises ValueError naming ``what`` when the model is in sparse storage."""
+        if self.storage == "sparse":
+            raise ValueError(
+                f"{what} needs the dense weights, and this model is in sparse storage (its "
+                "dense form would be too large, or storage='sparse' was asked for); compile "
+                "with storage='dense', or take model.to_dense() when it fits in memory"
+            )
+
+    def to_dense(self) -> CompiledModel:
+        """The same model with dense weights (a sparse model's :meth:`SparseTransformer.
+        to_dense`; the model itself when it is dense).
+
+        Raises:
+            ModelTooLargeError: the dense weights do not fit in memory.
+        """
+        if self.storage == "dense":
+            return self
+        cfg = self.model.cfg
+        need = memory.weight_bytes(cfg)
+        memory.check_fits(
+            need, f"the dense form of this model ({memory.gib(need)})", "keep it sparse"
+        )
+        return CompiledModel(
+            self.model.to_dense(),
+            residual=self.residual,
+            vocab=self.vocab,
+            numerical_tokens=self.numerical_tokens,
+            max_seq_len=self.max_seq_len,
+            fixed_length=self.fixed_length,
+            output=self.output,
+            guards=self.guards,
+            report=self._report,
+        )
+
     def run_with_cache(self, xs: Sequence[Any], *, check: bool = True) -> tuple[list, dict]:
         """Decoded outputs and every residual stream and attention pattern, by name."""
+        self.dense_only("run_with_cache")
         batch, single = self._batch(xs)
         ids, vals = self.encode(batch)
         cache: dict[str, torch.Tensor] = {}
@@ -239,6 +282,7 @@ class CompiledModel:
 
         Heads and unit ranges only (the embedding and the readout add nothing of their own).
         """
+        self.dense_only("component_output")
         batch, _ = _as_batch(xs, self._is_token)
         ids, vals = self.encode(batch)
         cache: dict[str, torch.Tensor] = {}
@@ -269,6 +313,7 @@ class CompiledModel:
         Returns:
             The decoded output, like :meth:`run`.
         """
+        self.dense_only("run_patched")
         batch, single = _as_batch(xs, self._is_token)
         src, _ = _as_batch(source, self._is_token)
         if len(src) != len(batch) or any(len(a) != len(b) for a, b in zip(src, batch)):
@@ -354,6 +399,8 @@ class CompiledModel:
         """Which heads the plan executor runs without [query, key] scores, per layer:
         ``static_heads`` (pattern fixed by the length) and ``partial_heads`` (hard heads
         whose scores are static up to a bounded part: run on their candidate keys)."""
+        if getattr(self.model, "storage", "dense") == "sparse":
+            return self.model.plan_summary()
         return plans.summary(self.model)
 
     def save(self, directory: str | Path) -> Path:
@@ -362,6 +409,7 @@ class CompiledModel:
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
         save_file(tensors, str(path / "model.safetensors"))
+        sparse = getattr(self.model, "storage", "dense") == "sparse"
         meta = {
             "format": FORMAT,
             "config": self.model.cfg.to_json(),
@@ -397,6 +445,8 @@ class CompiledModel:
             "report": None if self._report is None else self._report.to_dict(),
             "plan": self.plan_summary(),
         }
+        if sparse:
+            meta["storage"] = self.model.layout()
         (path / "model.json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -416,11 +466,16 @@ class CompiledModel:
         """
         path = Path(directory)
         meta, cfg = checkpoint.read_meta(path)
-        state = checkpoint.read_weights(path, cfg)
-        model = Transformer(cfg)
-        model.load_state_dict(state)
+        if "storage" in meta:
+            state = checkpoint.read_sparse(path, cfg, meta["storage"])
+            model = SparseTransformer.from_state(cfg, meta["storage"], state)
+        else:
+            state = checkpoint.read_weights(path, cfg)
+            model = Transformer(cfg)
+            model.load_state_dict(state)
         if "plan" in meta:  # re-derive the plan from the weights: it must be the one saved
-            found = plans.summary(model)
+            sparse = getattr(model, "storage", "dense") == "sparse"
+            found = model.plan_summary() if sparse else plans.summary(model)
             if found != meta["plan"]:
                 raise checkpoint.damaged(
                     path / "model.json",

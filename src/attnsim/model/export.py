@@ -74,6 +74,7 @@ def check_exportable(model: CompiledModel) -> None:
     """
     if not isinstance(model, CompiledModel):
         raise TypeError(f"expected a CompiledModel, got {type(model).__name__}")
+    model.dense_only("the TransformerLens export")
     cfg = model.config
     if cfg.attention is not AttentionMode.SOFTMAX:
         raise ValueError(

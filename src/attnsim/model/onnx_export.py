@@ -361,6 +361,7 @@ def to_onnx(model: compiled.CompiledModel, path: str | Path, *, batch: int = 1) 
     """
     if not isinstance(model, compiled.CompiledModel):
         raise TypeError(f"expected a CompiledModel, got {type(model).__name__}")
+    model.dense_only("the ONNX export")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     try:

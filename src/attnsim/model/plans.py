@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_steps, plan_tables
+from attnsim.model import plan_core, plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_tables import TablePlan
 from attnsim.model.projection import Projection, _project  # noqa: F401 - used here and read by tests
@@ -71,7 +71,6 @@ __all__ = [
 
 EXECUTORS = ("plan", "dense")  # "plan": static heads as gathers; "dense": every head dense
 
-_ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
 _PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse sum
 
 
@@ -222,96 +221,34 @@ def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _head_plan(attn, h: int, x: torch.Tensor) -> HeadPlan:
     """The plan of head h on the stream ``x [1, pos, d_model]``, computed in row chunks
-    with the dense forward's arithmetic.
-
-    Without a causal mask a query's selection depends on its query vector alone, and a
-    compiled head has few distinct ones (a gather's query holds the source's coordinates):
-    the scores are computed once per distinct query vector and shared.
-    """
-    cfg = attn.cfg
-    n = x.shape[1]
+    with the dense forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`: once
+    per distinct query vector, a compiled head has few)."""
     width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
     q = x[0] @ attn.W_Q[h, :, :width]  # [pos, used d_head]
     k = x[0] @ attn.W_K[h, :, :width]
-    if cfg.causal:
-        rows_q, inverse = q, None
-    else:
-        rows_q, inverse = torch.unique(q, dim=0, return_inverse=True)  # [distinct, width]
-    step = max(1, _ROWS_PER_CHUNK // max(1, n))
-    counts, keys, weights = [], [], []
-    for start in range(0, rows_q.shape[0], step):
-        scores = rows_q[start : start + step] @ k.T  # [rows, key]
-        if cfg.causal:
-            rows = torch.arange(start, start + scores.shape[0])[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > rows, float("-inf"))
-        if cfg.attention is AttentionMode.HARD:
-            chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
-        else:
-            pattern = torch.softmax(cfg.beta * scores, dim=-1)
-            chosen = pattern != 0
-        r, c = chosen.nonzero(as_tuple=True)
-        counts.append(torch.bincount(r, minlength=scores.shape[0]))
-        keys.append(c)
-        if cfg.attention is not AttentionMode.HARD:
-            weights.append(pattern[r, c])
-    count, key = torch.cat(counts), torch.cat(keys)
-    weight = torch.cat(weights) if weights else None
-    if inverse is not None:  # each query takes the keys of its distinct query vector
-        first = torch.zeros_like(count)
-        first[1:] = torch.cumsum(count, 0)[:-1]
-        count = count[inverse]
-        offsets = torch.zeros(n, dtype=torch.long)
-        offsets[1:] = torch.cumsum(count, 0)[:-1]
-        shift = torch.repeat_interleave(first[inverse] - offsets, count)
-        pick = torch.arange(int(count.sum())) + shift  # [nnz] index into the shared lists
-        key = key[pick]
-        weight = None if weight is None else weight[pick]
-    offsets = torch.zeros(n + 1, dtype=torch.long)
-    offsets[1:] = torch.cumsum(count, 0)
-    return HeadPlan(
-        head=h, offsets=offsets, keys=key, weights=weight, gather=bool((count == 1).all())
-    )
+    offsets, keys, weights, gather = plan_core.select_keys(attn.cfg, q, k)
+    return HeadPlan(head=h, offsets=offsets, keys=keys, weights=weights, gather=gather)
 
 
 def _candidate_plan(attn, h: int, x: torch.Tensor, static: torch.Tensor) -> HeadPlan | None:
     """A plan on the static part of head h's scores (``x`` holds the static directions
     only, the others 0), or None when it would not save work: the static part selects more
     than a quarter of all pairs, or leaves some query without a gap above the tolerance."""
-    cfg = attn.cfg
-    n = x.shape[1]
-    plan = _head_plan(attn, h, x)  # the keys the static part alone selects, per query
-    if plan.nnz * 4 > n * n:
-        return None
     width = max(1, int(attn._plan()[1][h]))
     q = x[0] @ attn.W_Q[h, :, :width]  # [pos, width]: the static parts of queries and keys
     k = x[0] @ attn.W_K[h, :, :width]
-    counts = plan.offsets[1:] - plan.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)
-    best = torch.full((n,), float("-inf"), dtype=x.dtype)
-    best.scatter_reduce_(0, rows, (q[rows] * k[plan.keys]).sum(-1), "amax")
-    # the best key outside the candidates, per query, in row chunks
-    others = torch.full((n,), float("-inf"), dtype=x.dtype)
-    step = max(1, _ROWS_PER_CHUNK // max(1, n))
-    for start in range(0, n, step):
-        scores = q[start : start + step] @ k.T
-        stop = start + scores.shape[0]
-        if cfg.causal:
-            r = torch.arange(start, stop)[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
-        lo, hi = plan.offsets[start], plan.offsets[stop]
-        scores[rows[lo:hi] - start, plan.keys[lo:hi]] = float("-inf")
-        others[start:stop] = scores.amax(dim=-1)
-    gap = best - others  # inf where every key is a candidate
-    if not bool((gap > cfg.hard_tolerance).all()):
+    got = plan_core.candidate_keys(attn.cfg, q, k)
+    if got is None:
         return None
+    offsets, keys, gap, key_bound = got
     return HeadPlan(
         head=h,
-        offsets=plan.offsets,
-        keys=plan.keys,
+        offsets=offsets,
+        keys=keys,
         weights=None,
         gather=False,
         gap=gap,
-        key_bound=k.abs().amax(dim=0),
+        key_bound=key_bound,
         static_rows=static,
     )
 
@@ -547,18 +484,10 @@ def _run_head(p: HeadPlan, v: torch.Tensor, mode, n: int, b: int, w: int) -> tor
 
 def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
     """A hard head's mean values ``[batch, pos, width]`` computed on its candidate keys, or
-    None when the input-dependent part of its scores could reach a key outside them.
-
-    The certificate: write a score as static + rest. For a query, every candidate's static
-    score is within the tolerance of the best, and every other key's is at least ``gap``
-    below it. With ``B`` an upper bound on |rest| over all keys, an outside key scores at
-    most ``best - gap + B`` and the best candidate at least ``best - B``; if ``gap > 2 B +
-    tolerance`` no outside key reaches the threshold ``max - tolerance``. ``B`` is bounded
-    coordinate by coordinate: ``|q_s . k_d + q_d . k| <= sum_c |q_s,c| K_d,c + |q_d,c|
-    (K_s,c + K_d,c)`` with ``K`` the largest |key coordinate| over all keys.
-    """
+    None when the input-dependent part of its scores could reach a key outside them (the
+    certificate: :func:`attnsim.model.plan_core.candidate_mean`)."""
     cfg = attn.cfg
-    h, n = p.head, x.shape[1]
+    h = p.head
     width = int(p.key_bound.numel())
     wv = max(1, int(attn._plan()[2][h]))
     W_Q, W_K = attn.W_Q[h, :, :width], attn.W_K[h, :, :width]
@@ -567,23 +496,7 @@ def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
     dyn = torch.nonzero(reads & ~p.static_rows).flatten()
     q_s, k_s = x[..., stat] @ W_Q[stat], x[..., stat] @ W_K[stat]
     q_d, k_d = x[..., dyn] @ W_Q[dyn], x[..., dyn] @ W_K[dyn]
-    k_bound = k_d.abs().amax(dim=1, keepdim=True)  # [batch, 1, width]
-    rest = (q_s.abs() * k_bound + q_d.abs() * (p.key_bound + k_bound)).sum(-1)  # [b, pos]
-    # rounding of the sums: a generous multiple of the unit roundoff times their terms' size
-    terms = (q_s.abs() * p.key_bound).sum(-1) + rest + 1.0
-    finite_gap = torch.where(torch.isfinite(p.gap), p.gap.abs(), torch.zeros_like(p.gap))
-    slack = 1e3 * torch.finfo(x.dtype).eps * (terms + finite_gap)
-    if not bool((p.gap > 2 * rest + cfg.hard_tolerance + slack).all()):
-        return None
-    q, k = q_s + q_d, k_s + k_d  # [batch, pos, width]
-    counts = p.offsets[1:] - p.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz]
-    scores = (q[:, rows] * k[:, p.keys]).sum(-1)  # [batch, nnz]
-    best = torch.full((x.shape[0], n), float("-inf"), dtype=x.dtype)
-    best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
-    chosen = (scores >= best[:, rows] - cfg.hard_tolerance).to(x.dtype)  # [batch, nnz]
     v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
-    z = torch.zeros(x.shape[0], n, wv, dtype=x.dtype)
-    z.index_add_(1, rows, v[:, p.keys] * chosen[..., None])
-    count = torch.zeros(x.shape[0], n, dtype=x.dtype).index_add_(1, rows, chosen)
-    return z / count[..., None]
+    return plan_core.candidate_mean(
+        cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
+    )

@@ -530,14 +530,16 @@ class Transformer(nn.Module):
         token_values: torch.Tensor | None = None,
         cache: dict | None = None,
         streams: dict[int, torch.Tensor | None] | None = None,
+        keep: Columns | None = None,
     ) -> torch.Tensor:
         """Args: token_ids [batch, pos] (row 0 of W_E is BOS), token_values [batch, pos]
         (numerical tokens; 0 at BOS) or [batch, pos, token_width] (vector tokens),
         cache (filled with every hook), streams (a lighter
         cache: its keys are stages, 0 the embedding, 2l+1 and 2l+2 after layer l's attention
         and MLP sublayers; each is filled with that residual stream [batch, pos, d_model], or
-        with the columns a :class:`Columns` value there asks for).
-        Returns the final residual stream [batch, pos, d_model].
+        with the columns a :class:`Columns` value there asks for), keep (a :class:`Columns`:
+        return only these columns of the final stream).
+        Returns the final residual stream [batch, pos, d_model] (or [batch, pos, len(keep)]).
         """
         n = token_ids.shape[1]
         if n > self.cfg.n_ctx:
@@ -573,4 +575,4 @@ class Transformer(nn.Module):
                 None if plan is None else plan[i],
                 () if steps is None else steps[i],
             )
-        return x
+        return x if keep is None else x[..., keep.cols]

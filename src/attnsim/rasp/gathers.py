@@ -32,6 +32,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 # the language, under the module name tracr programs use for it
 from attnsim.rasp import expr as rasp
 
@@ -40,6 +42,7 @@ __all__ = [
     "gather",
     "index_constant",
     "index_map",
+    "position_table",
     "max_of",
     "read",
     "reader",
@@ -80,6 +83,31 @@ def index_constant(fn: Callable[[int], float]) -> rasp.SOp:
     [1.0, 0.0, 1.0]
     """
     return rasp.numerical(rasp.Map(lambda p: float(fn(p)), rasp.indices))
+
+
+def position_table(values: Sequence[float]) -> rasp.SOp:
+    """A numerical S-op of the position alone: position ``p`` holds ``values[p]`` (positions
+    past the table hold 0). The same as ``index_constant(lambda p: values[p])``, held as one
+    float64 array that the interpreter reads in one look-up (a program with thousands of
+    long tables stays small and evaluates fast).
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(position_table([0.5, -1.0]), ["a", "b", "c"])
+    [0.5, -1.0, 0.0]
+    """
+    table = np.array(values, dtype=np.float64).reshape(-1)  # a copy of the caller's
+    size = len(table)
+
+    def at(p: int) -> float:
+        return float(table[p]) if 0 <= p < size else 0.0
+
+    def lookup(ps: np.ndarray) -> np.ndarray:
+        inside = (ps >= 0) & (ps < size)
+        return np.where(inside, table[np.where(inside, ps, 0)] if size else 0.0, 0.0)
+
+    out = rasp.numerical(rasp.Map(at, rasp.indices, simplify=False))
+    out._op = rasp.ElementwiseOp("position_table", (), lookup)
+    return out
 
 
 def reader(source: Callable[[int], int] | rasp.SOp) -> rasp.Selector:

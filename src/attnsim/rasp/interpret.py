@@ -201,6 +201,9 @@ class _Evaluator:
                     return columns.cat_from_bools(out)
                 return np.asarray(out, dtype=np.float64) if out.dtype != object else out
             x = columns.cat_from_array(x)
+        if op is not None and op.kind == "position_table" and E.is_numerical(e):
+            # a numerical table of the position (gathers.position_table): one look-up
+            return np.asarray(op.numpy_fn(np.asarray(x.table, dtype=np.int64)))[x.codes]
         raw = [_call(e, e.f, v) for v in x.table]
         return columns.cat_from_table_values(x.codes, raw)
 

@@ -354,33 +354,30 @@ class UniversalSimulator:
         return ids, vals
 
     def _run(self, seqs: torch.Tensor) -> torch.Tensor:
-        """Runs U's transformer on encoded sequences ``[batch, length]`` and returns its
-        numerical output at every position ``[batch, length]`` (float64), after U's
-        compiled run-time checks (the guards the compiler placed on the values U's maps and
-        its max head rely on) have passed."""
+        """U's output ``[batch, length]`` (float64) on encoded sequences ``[batch, length]``,
+        after its run-time checks (the compiler's guards on what its maps rely on) pass."""
         model = self.model
         ids, vals = self.model_inputs(seqs)  # [batch, 1 + length] each
-        guards = [g for g in model.guards if not getattr(g, "on_block", False)]
-        # each guarded stage keeps only the directions its guards read, not the whole stream
+        guards = [g for g in model.guards if not g.on_block]  # U has numerical ones only
         wanted: dict[int, list[str]] = {}
         for g in guards:
             wanted.setdefault(g.stage, []).extend(d for d, _ in g.form)
         keep = {
             s: sorted(set(ds), key=self._residual_index.__getitem__) for s, ds in wanted.items()
         }
-        streams: dict = {
-            s: Columns(torch.tensor([self._residual_index[d] for d in ds], dtype=torch.long))
-            for s, ds in keep.items()
-        }
-        with torch.no_grad():
-            resid = model.model(ids, vals, streams=streams)  # [batch, 1 + length, d_model]
+        streams: dict = {s: self._columns(ds) for s, ds in keep.items()}
+        out_dirs = [d for d, _ in model.output.form]
+        with torch.no_grad():  # guarded stages and the output: their columns only
+            resid = model.model(ids, vals, streams=streams, keep=self._columns(out_dirs))
         for g in guards:
             where = {d: i for i, d in enumerate(keep[g.stage])}
             vals_g = self._read(streams[g.stage][:, 1:], g.form, where)
             checks.check_guard(self.config, g, vals_g)
-        if any(getattr(g, "on_block", False) for g in model.guards):
-            model._check_blocks(resid)  # categorical blocks: U has none today
-        return self._read(resid[:, 1:], model.output.form).to(torch.float64)
+        where = {d: i for i, d in enumerate(out_dirs)}
+        return self._read(resid[:, 1:], model.output.form, where).to(torch.float64)
+
+    def _columns(self, dirs: list[str]) -> Columns:
+        return Columns(torch.tensor([self._residual_index[d] for d in dirs], dtype=torch.long))
 
     def _read(self, resid: torch.Tensor, form, index: dict | None = None) -> torch.Tensor:
         """A linear form of residual directions: ``[batch, pos, d_model]`` -> ``[batch, pos]``
@@ -471,6 +468,7 @@ def build(
     max_heads: int = 1,
     *,
     config: SimulatorConfig | None = None,
+    storage: str = "auto",
     **options: Any,
 ) -> UniversalSimulator:
     """Builds U for targets with n <= max_n, d <= max_d and at most max_heads heads.
@@ -483,6 +481,8 @@ def build(
         max_d: the largest model width d.
         max_heads: the most attention heads.
         config: the whole build configuration (then give no sizes or options).
+        storage: "dense", "sparse" (:mod:`attnsim.model.sparse`) or "auto" (dense while the
+            dense weights fit in 2 GiB); not part of the config: both hold the same U.
         **options: the other fields of ``SimulatorConfig``, each explained there (strings
             allowed for its enums): ``layer`` ("attention" or "encoder": a whole
             TransformerEncoderLayer), ``max_ff``, ``attention`` (U's own: "hard" or
@@ -530,6 +530,7 @@ def build(
         # softmax mode: a large inverse temperature keeps every leaked weight below the
         # smallest number (e^-700 in float64, e^-88 in float32), as hard attention would
         value_scale=math.exp(700.0 if config.dtype == torch.float64 else 88.0),
+        storage=storage,
     )
     # the execution plan for U's one input length: its gathers and sums, found once here
     # so that every simulate runs them without [query, key] scores

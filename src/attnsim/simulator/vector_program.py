@@ -57,7 +57,7 @@ class _Builder:
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
         self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
-        self._tables: dict[tuple, E.SOp] = {}
+        self._tables: dict[bytes, E.SOp] = {}
 
     def n(self, name: str) -> str:
         """``name`` in the current layer."""
@@ -66,11 +66,11 @@ class _Builder:
     def table(self, name: str, values: np.ndarray | Sequence[float]) -> E.SOp:
         """A numerical S-op of the position alone (one S-op per distinct table: the layers
         of a stack share theirs)."""
-        tab = tuple(float(v) for v in values)
-        got = self._tables.get(tab)
+        tab = np.array(values, dtype=np.float64)  # a copy: callers reuse their arrays
+        key = tab.tobytes()
+        got = self._tables.get(key)
         if got is None:
-            got = E.numerical(E.Map(lambda p, t=tab: t[p], E.indices, simplify=False))
-            got = self._tables[tab] = got.named(name)
+            got = self._tables[key] = gathers.position_table(tab).named(name)
         return got
 
     def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:

@@ -1,0 +1,126 @@
+"""The arithmetic of execution plans, shared by both storages: which keys a head selects
+for every query (from its queries and keys on one input, as the dense forward computes
+them), candidate keys on the static part of a hard head's scores, and the certified run on
+those candidates. See :mod:`attnsim.model.plans` for what the plans are and why they hold.
+
+Shapes: ``q, k [pos, width]`` (one input); a plan's ``offsets [pos + 1]`` and ``keys [nnz]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnsim.model.config import AttentionMode, ModelConfig
+
+__all__ = ["select_keys", "candidate_keys", "candidate_mean"]
+
+ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
+
+
+def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
+    """``(offsets, keys, weights, gather)``: the keys each query selects (hard: within the
+    tolerance of its best score; softmax: a non-zero weight, kept in ``weights``), computed
+    in row chunks once per distinct query vector (each query's selection depends on its
+    query vector alone, unless the model is causal).
+    """
+    n = q.shape[0]
+    if cfg.causal:
+        rows_q, inverse = q, None
+    else:
+        rows_q, inverse = torch.unique(q, dim=0, return_inverse=True)
+    step = max(1, ROWS_PER_CHUNK // max(1, n))
+    counts, keys, weights = [], [], []
+    for start in range(0, rows_q.shape[0], step):
+        scores = rows_q[start : start + step] @ k.T
+        if cfg.causal:
+            rows = torch.arange(start, start + scores.shape[0])[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > rows, float("-inf"))
+        if cfg.attention is AttentionMode.HARD:
+            chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+        else:
+            pattern = torch.softmax(cfg.beta * scores, dim=-1)
+            chosen = pattern != 0
+        r, c = chosen.nonzero(as_tuple=True)
+        counts.append(torch.bincount(r, minlength=scores.shape[0]))
+        keys.append(c)
+        if cfg.attention is not AttentionMode.HARD:
+            weights.append(pattern[r, c])
+    count, key = torch.cat(counts), torch.cat(keys)
+    weight = torch.cat(weights) if weights else None
+    if inverse is not None:
+        first = torch.zeros_like(count)
+        first[1:] = torch.cumsum(count, 0)[:-1]
+        count = count[inverse]
+        offsets = torch.zeros(n, dtype=torch.long)
+        offsets[1:] = torch.cumsum(count, 0)[:-1]
+        shift = torch.repeat_interleave(first[inverse] - offsets, count)
+        pick = torch.arange(int(count.sum())) + shift
+        key = key[pick]
+        weight = None if weight is None else weight[pick]
+    offsets = torch.zeros(n + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(count, 0)
+    return offsets, key, weight, bool((count == 1).all())
+
+
+def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
+    """``(offsets, keys, gap, key_bound)`` on the static part ``q, k`` of a hard head's
+    scores: the candidates per query, how far below its best static score its best other
+    key lies, and the largest |static key coordinate|; None when that would not save work
+    (more than a quarter of all pairs) or some query has no gap above the tolerance."""
+    n = q.shape[0]
+    offsets, keys, _, _ = select_keys(cfg, q, k)
+    if len(keys) * 4 > n * n:
+        return None
+    counts = offsets[1:] - offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)
+    best = torch.full((n,), float("-inf"), dtype=q.dtype)
+    best.scatter_reduce_(0, rows, (q[rows] * k[keys]).sum(-1), "amax")
+    others = torch.full((n,), float("-inf"), dtype=q.dtype)
+    step = max(1, ROWS_PER_CHUNK // max(1, n))
+    for start in range(0, n, step):
+        scores = q[start : start + step] @ k.T
+        stop = start + scores.shape[0]
+        if cfg.causal:
+            r = torch.arange(start, stop)[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
+        lo, hi = offsets[start], offsets[stop]
+        scores[rows[lo:hi] - start, keys[lo:hi]] = float("-inf")
+        others[start:stop] = scores.amax(dim=-1)
+    gap = best - others
+    if not bool((gap > cfg.hard_tolerance).all()):
+        return None
+    return offsets, keys, gap, k.abs().amax(dim=0)
+
+
+def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
+    """A candidate head's mean values ``[batch, pos, wv]`` on its candidate keys, or None
+    when the input-dependent part of its scores could reach a key outside them.
+
+    The certificate: write a score as static + rest. For a query, every candidate's static
+    score is within the tolerance of the best, and every other key's is at least ``gap``
+    below it. With ``B`` an upper bound on |rest| over all keys, an outside key scores at
+    most ``best - gap + B`` and the best candidate at least ``best - B``; if ``gap > 2 B +
+    tolerance`` no outside key reaches the threshold ``max - tolerance``. ``B`` is bounded
+    coordinate by coordinate: ``|q_s . k_d + q_d . k| <= sum_c |q_s,c| K_d,c + |q_d,c|
+    (K_s,c + K_d,c)`` with ``K`` the largest |key coordinate| over all keys. Inputs are
+    ``[batch, pos, width]`` (``v``: ``[batch, pos, wv]``).
+    """
+    n = q_s.shape[1]
+    k_bound = k_d.abs().amax(dim=1, keepdim=True)
+    rest = (q_s.abs() * k_bound + q_d.abs() * (key_bound + k_bound)).sum(-1)
+    terms = (q_s.abs() * key_bound).sum(-1) + rest + 1.0
+    finite_gap = torch.where(torch.isfinite(gap), gap.abs(), torch.zeros_like(gap))
+    slack = 1e3 * torch.finfo(q_s.dtype).eps * (terms + finite_gap)
+    if not bool((gap > 2 * rest + cfg.hard_tolerance + slack).all()):
+        return None
+    q, k = q_s + q_d, k_s + k_d
+    counts = offsets[1:] - offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)
+    scores = (q[:, rows] * k[:, keys]).sum(-1)
+    best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype)
+    best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
+    chosen = (scores >= best[:, rows] - cfg.hard_tolerance).to(q.dtype)
+    z = torch.zeros(q.shape[0], n, v.shape[-1], dtype=q.dtype)
+    z.index_add_(1, rows, v[:, keys] * chosen[..., None])
+    count = torch.zeros(q.shape[0], n, dtype=q.dtype).index_add_(1, rows, chosen)
+    return z / count[..., None]

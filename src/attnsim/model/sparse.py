@@ -1,0 +1,521 @@
+"""Sparse storage: a compiled transformer held as its non-zero weights, run column by column.
+
+A compiled model's weights are mostly zeros: every head reads and writes a few residual
+directions, every MLP unit a few more. The dense :class:`~attnsim.model.transformer.Transformer`
+stores ``[n_heads, d_model, d_head]`` per layer all the same, and its residual stream holds
+every direction at every position. That is fine for programs of a few hundred directions;
+the universal simulator at real sizes has tens of thousands of directions, thousands of
+heads and ~20,000 positions, where the dense form needs over 100 GB.
+
+:class:`SparseTransformer` holds the same model as coordinate lists (COO): per layer, the
+score terms ``(head, query direction, key direction, weight)``, the value terms ``(head,
+source, destination, weight)``, and each MLP unit's input and output forms; the embedding
+as its non-zero rows. Its forward pass computes the same function:
+
+- **one primitive**, :class:`Linear`: a sparse map from stream directions to columns
+  (query, key and value factors of all heads, the units' inputs, their outputs), evaluated
+  in slices of positions by one gather and one indexed sum over its terms;
+- **a stream of live columns**: a direction takes a slot when it is first written and gives
+  it back after the last sublayer that reads it (or the last stage a caller asked for), so
+  the memory follows the directions alive at once, not d_model;
+- **execution plans**: heads whose pattern only the length decides run as gathers and
+  sparse sums (found once per length on the static part of the stream, with the dense
+  forward's arithmetic); hard heads whose scores are partly static run on the candidate
+  keys their static part selects when a run-time certificate shows the rest cannot reach
+  past them (as in :mod:`attnsim.model.plans`); the other heads run dense, in row chunks.
+
+:meth:`SparseTransformer.to_dense` gives the dense Transformer with exactly these weights
+(the same factorisation as assembly), which the tests compare it with: both compute the same
+sums of the same terms, possibly in another order (differences of the order of one rounding).
+
+>>> from attnsim import compile_program, library, rasp
+>>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4,
+...                     storage="sparse")
+>>> type(m.model).__name__, m.run(["a", "b", "b"])
+('SparseTransformer', ['b', 'b', 'a'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.sparse_ops import (
+    HeadMaps,
+    Linear,
+    Store,
+    UnitMaps,
+    candidate_plan,
+    dense_head,
+    distinct_nonzero,
+    head_plan,
+    long_tensor,
+    rows_last,
+    run_candidates,
+    run_plan,
+    split_qk,
+    unit_writes,
+)
+from attnsim.model.transformer import Columns
+
+__all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
+
+
+@dataclass
+class SparseHeads:
+    """One layer's heads as coordinate lists (see :func:`heads_from_ir`)."""
+
+    n_heads: int
+    qk: torch.Tensor  # [T, 3] int64: head, query direction, key direction
+    qk_w: torch.Tensor  # [T]
+    ov: torch.Tensor  # [T', 3] int64: head, source direction, destination direction
+    ov_w: torch.Tensor  # [T']
+
+
+@dataclass
+class SparseUnits:
+    """One kind of MLP unit as coordinate lists: ``inputs`` (and ``gate`` or ``b``) ``[T,
+    2]`` (unit, direction) with weights, ``outputs`` ``[T, 2]`` (unit, direction)."""
+
+    kind: str  # "relu", "bilinear" or a declared function ("exp", "gelu", ...)
+    n_units: int
+    inputs: torch.Tensor
+    inputs_w: torch.Tensor
+    second: torch.Tensor  # bilinear: the b form; declared: the gate; relu: empty
+    second_w: torch.Tensor
+    outputs: torch.Tensor
+    outputs_w: torch.Tensor
+
+
+@dataclass
+class SparseLayer:
+    heads: SparseHeads
+    units: list[SparseUnits]
+
+
+class SparseTransformer:
+    """A compiled transformer stored as its non-zero weights (see the module docstring).
+
+    Attributes:
+        cfg: the :class:`ModelConfig` (the same as the dense form's).
+        layers: per block, a :class:`SparseLayer`.
+        executor: "plan" (static heads as gathers, the default) or "dense" (every head over
+            ``[query, key]``, in row chunks).
+    """
+
+    storage = "sparse"
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        layers: list[SparseLayer],
+        embed: dict[str, torch.Tensor],
+    ) -> None:
+        self.cfg = cfg
+        self.layers = layers
+        # embed: "E" [T, 2] (token row, direction) + "E_w"; "num" [T] directions + "num_w";
+        # "vec" [T, 2] (channel, direction) + "vec_w"; "pos_dirs" [P], "pos" [n_ctx, P]
+        self.embed = embed
+        self.executor = "plan"
+        self.peak_columns = 0  # set by each forward pass
+        self._heads = [HeadMaps(layer.heads) for layer in layers]
+        self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
+        self._plans: dict[int, list] = {}
+        self._misses: dict[tuple[int, int], int] = {}
+
+    # -- what it is ----------------------------------------------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64 if self.cfg.dtype == "float64" else torch.float32
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every stored tensor by name (for checkpoints)."""
+        out = {f"embed.{k}": v for k, v in self.embed.items()}
+        for li, layer in enumerate(self.layers):
+            h = layer.heads
+            out[f"blocks.{li}.attn.qk"], out[f"blocks.{li}.attn.qk_w"] = h.qk, h.qk_w
+            out[f"blocks.{li}.attn.ov"], out[f"blocks.{li}.attn.ov_w"] = h.ov, h.ov_w
+            for u in layer.units:
+                pre = f"blocks.{li}.mlp.{u.kind}"
+                for part in ("inputs", "second", "outputs"):
+                    out[f"{pre}.{part}"] = getattr(u, part)
+                    out[f"{pre}.{part}_w"] = getattr(u, f"{part}_w")
+        return out
+
+    def layout(self) -> dict:
+        """What :meth:`from_state` needs besides the tensors (heads and units per layer)."""
+        return {
+            "storage": "sparse",
+            "layers": [
+                {
+                    "n_heads": layer.heads.n_heads,
+                    "units": [[u.kind, u.n_units] for u in layer.units],
+                }
+                for layer in self.layers
+            ],
+        }
+
+    @classmethod
+    def from_state(cls, cfg: ModelConfig, layout: dict, tensors: dict) -> SparseTransformer:
+        """The model :meth:`state_dict` and :meth:`layout` describe."""
+        layers = []
+        for li, spec in enumerate(layout["layers"]):
+            pre = f"blocks.{li}"
+            heads = SparseHeads(
+                int(spec["n_heads"]),
+                tensors[f"{pre}.attn.qk"],
+                tensors[f"{pre}.attn.qk_w"],
+                tensors[f"{pre}.attn.ov"],
+                tensors[f"{pre}.attn.ov_w"],
+            )
+            units = []
+            for kind, n in spec["units"]:
+                p = f"{pre}.mlp.{kind}"
+                units.append(
+                    SparseUnits(
+                        kind,
+                        int(n),
+                        *(
+                            tensors[f"{p}.{part}{s}"]
+                            for part in ("inputs", "second", "outputs")
+                            for s in ("", "_w")
+                        ),
+                    )
+                )
+            layers.append(SparseLayer(heads, units))
+        embed = {k[len("embed.") :]: v for k, v in tensors.items() if k.startswith("embed.")}
+        return cls(cfg, layers, embed)
+
+    def plan_summary(self) -> dict:
+        """The heads the plan executor runs without ``[query, key]`` scores, per layer (as
+        :func:`attnsim.model.plans.summary`)."""
+        a = self._analysis()
+        return {
+            "static_heads": [list(hs) for hs in a["heads"]],
+            "partial_heads": [list(hs) for hs in a["partial"]],
+        }
+
+    def nonzero_weights(self) -> int:
+        """The non-zero entries of the dense form's weights (counted on the factors)."""
+        e = self.embed
+        total = int((e["E_w"] != 0).sum() + (e["num_w"] != 0).sum() + (e["vec_w"] != 0).sum())
+        total += int((e["pos"] != 0).sum())
+        for hm, ums in zip(self._heads, self._units):
+            for h in hm.active:
+                for lin in (hm.Q[h], hm.K[h], hm.V[h], hm.O[h]):
+                    total += distinct_nonzero(lin)
+            for um in ums:
+                total += sum(distinct_nonzero(lin) for lin in (um.A, um.B, um.O))
+        return total
+
+    # -- static analysis -----------------------------------------------------------------
+    def _analysis(self) -> dict:
+        """Which directions are static (the same for every input of a length) after each
+        stage (0: the embedding, 2l + 1 and 2l + 2: after layer l's sublayers), and per
+        layer the static heads (queries and keys read static directions only), the partial
+        ones (hard heads whose queries or keys read some static direction) and, per kind of
+        unit, which units read static directions only."""
+        got = getattr(self, "_analysis_cache", None)
+        if got is not None:
+            return got
+        d = self.cfg.d_model
+        e = self.embed
+        static = torch.ones(d, dtype=torch.bool)
+        static[e["num"]] = False
+        static[e["vec"][:, 1]] = False
+        E = e["E"]
+        if len(E):  # a direction the token rows (1, 2, ...) write differently is dynamic
+            full = torch.zeros(max(int(E[:, 0].max()) + 1, 2), d, dtype=e["E_w"].dtype)
+            full[E[:, 0], E[:, 1]] = e["E_w"]
+            if full.shape[0] > 2:
+                static &= (full[1:] == full[1:2]).all(dim=0)
+        masks = [static.clone()]
+        heads, partial, units = [], [], []
+        for hm, ums in zip(self._heads, self._units):
+            sh, ph, dynamic = [], [], set()
+            for h in hm.active:
+                qk = [bool(static[r]) for r in hm.reads_qk[h]]
+                v_ok = all(bool(static[r]) for r in hm.reads_v[h])
+                if all(qk):
+                    sh.append(h)
+                elif self.cfg.attention is AttentionMode.HARD and any(qk):
+                    ph.append(h)
+                if not (all(qk) and v_ok):
+                    dynamic |= hm.writes[h]
+            static[list(dynamic)] = False
+            masks.append(static.clone())
+            heads.append(sh)
+            partial.append(ph)
+            su, dynamic = [], set()
+            for um in ums:
+                ok = torch.tensor(
+                    [all(bool(static[c]) for c in r) for r in um.unit_reads], dtype=torch.bool
+                )
+                su.append(ok)
+                if not bool(ok.all()):
+                    dynamic |= unit_writes(um, torch.nonzero(~ok).flatten().tolist())
+            static[list(dynamic)] = False
+            masks.append(static.clone())
+            units.append(su)
+        got = self._analysis_cache = {
+            "masks": masks,
+            "heads": heads,
+            "partial": partial,
+            "units": units,
+        }
+        return got
+
+    # -- the forward pass ----------------------------------------------------------------
+    def __call__(self, *args, **kwargs) -> torch.Tensor:
+        return self.forward(*args, **kwargs)
+
+    def forward(
+        self,
+        token_ids: torch.Tensor,
+        token_values: torch.Tensor | None = None,
+        cache: dict | None = None,
+        streams: dict | None = None,
+        keep: Columns | None = None,
+    ) -> torch.Tensor:
+        """As :meth:`Transformer.forward` (no ``cache``: the sparse form has no hooks);
+        ``keep``: return only these columns of the final stream ``[batch, pos, len]``
+        (otherwise the whole stream ``[batch, pos, d_model]``)."""
+        if cache is not None:
+            raise ValueError(
+                "a model in sparse storage records no hooks (run_with_cache); compile with "
+                "storage='dense' to read every head's scores and patterns"
+            )
+        if self.executor not in ("plan", "dense"):
+            raise ValueError(f"executor must be one of ('plan', 'dense'), got {self.executor!r}")
+        n = token_ids.shape[1]
+        if n > self.cfg.n_ctx:
+            raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
+        if self.cfg.token_width and (
+            token_values is None or token_values.shape[-1:] != (self.cfg.token_width,)
+        ):
+            got = None if token_values is None else list(token_values.shape)
+            raise ValueError(
+                f"this model reads vector tokens of width {self.cfg.token_width}: pass "
+                f"token_values [batch, pos, {self.cfg.token_width}], got {got}"
+            )
+        plans = self.plans(n) if self.executor == "plan" else None
+        return self._run(token_ids, token_values, streams, keep, plans, None)
+
+    def _run(self, ids, vals, streams, keep, plans, found):
+        """The forward pass. With ``found`` (a list), the static pass: only the static
+        directions on the canonical input; each layer's plans are appended to ``found``."""
+        d, dtype = self.cfg.d_model, self.dtype
+        b, n = ids.shape
+        requests = {} if streams is None else dict(streams)
+        final = 2 * len(self.layers)
+        last = self._last_reads(requests, keep, final)
+        store = Store(b, n, d, dtype, last)
+        masks = self._analysis()["masks"] if found is not None else None
+        self._embed(store, ids, vals, n, None if masks is None else masks[0])
+        self._capture(store, streams, requests, 0)
+        for li in range(len(self.layers)):
+            stage = 2 * li + 1
+            if found is not None:
+                plans_l = self._find_plans(store, li)
+                found.append(plans_l)
+            else:
+                plans_l = None if plans is None else plans[li]
+            self._attention(store, li, n, plans_l, None if masks is None else masks[stage])
+            store.release(stage)
+            self._capture(store, streams, requests, stage)
+            self._mlp(store, li, None if masks is None else masks[stage + 1])
+            store.release(stage + 1)
+            self._capture(store, streams, requests, stage + 1)
+        if found is None:
+            self.peak_columns = store.peak  # the most directions alive at once (this run)
+        cols = keep.cols if keep is not None else torch.arange(d)
+        return store.read(cols).permute(1, 2, 0).contiguous()
+
+    def _last_reads(self, requests: dict, keep, final: int) -> dict[int, int]:
+        """Direction -> the last stage before which it is read (by a sublayer, a stream
+        request or the final read-out); a direction that is never read is not kept."""
+        last = dict(self._reads())
+        for s, req in requests.items():
+            dirs = req.cols.tolist() if isinstance(req, Columns) else range(self.cfg.d_model)
+            for c in dirs:
+                last[c] = max(last.get(c, -1), int(s))
+        dirs = keep.cols.tolist() if keep is not None else range(self.cfg.d_model)
+        for c in dirs:
+            last[c] = final + 1
+        return last
+
+    def _reads(self) -> dict[int, int]:
+        got = getattr(self, "_reads_cache", None)
+        if got is None:
+            got = {}
+            for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
+                for h in hm.active:  # read by layer li's attention, after stage 2 li
+                    for c in hm.reads_qk[h] | hm.reads_v[h]:
+                        got[c] = 2 * li
+                for um in ums:
+                    for c in um.reads:
+                        got[c] = 2 * li + 1
+            self._reads_cache = got
+        return got
+
+    def _capture(self, store, streams, requests, stage: int) -> None:
+        if stage not in requests:
+            return
+        req = requests[stage]
+        cols = req.cols if isinstance(req, Columns) else torch.arange(self.cfg.d_model)
+        streams[stage] = store.read(cols).permute(1, 2, 0).contiguous()
+
+    def _embed(self, store, ids, vals, n: int, mask) -> None:
+        e, dtype = self.embed, self.dtype
+        b = ids.shape[0]
+        cols: dict[int, torch.Tensor] = {}
+
+        def add(c: int, v: torch.Tensor) -> None:
+            cols[c] = cols[c] + v if c in cols else v
+
+        for (row, c), w in zip(e["E"].tolist(), e["E_w"].to(dtype)):
+            add(c, (ids == row).to(dtype) * w)
+        pos = e["pos"][:n].to(dtype).T  # [dirs, pos]
+        if mask is None:
+            if vals is not None and self.cfg.numerical_tokens:
+                v = vals.to(dtype)
+                for c, w in zip(e["num"].tolist(), e["num_w"].to(dtype)):
+                    add(c, v * w)
+            if self.cfg.token_width:
+                v = vals.to(dtype)
+                for (k, c), w in zip(e["vec"].tolist(), e["vec_w"].to(dtype)):
+                    add(c, v[..., k] * w)
+        else:
+            cols = {c: v for c, v in cols.items() if bool(mask[c])}
+        # the position rows (static S-ops) in one write, then the rest, each added once
+        pos_dirs = e["pos_dirs"]
+        if len(pos_dirs):
+            store.write(pos_dirs, pos[:, None, :].expand(len(pos_dirs), b, n))
+        if cols:
+            keys = sorted(cols)
+            store.write(long_tensor(keys), torch.stack([cols[c] for c in keys]))
+
+    def _find_plans(self, store, li: int) -> dict:
+        """The static pass: layer li's static heads' plans and its candidate heads'."""
+        a = self._analysis()
+        hm, cfg = self._heads[li], self.cfg
+        x, slot = store.data, store.slot
+        found: dict = {}
+        for h in a["heads"][li]:  # [width, 1, pos] -> [pos, width]
+            found[h] = head_plan(cfg, hm.Q[h](x, slot)[:, 0].T, hm.K[h](x, slot)[:, 0].T)
+        mask = a["masks"][2 * li]
+        for h in a["partial"][li]:
+            q_s, _, k_s, _ = split_qk(hm, h, x, slot, mask)
+            p = candidate_plan(cfg, q_s[:, 0].T, k_s[:, 0].T)
+            if p is not None:
+                found[h] = p
+        return found
+
+    def _attention(self, store, li: int, n: int, plans, mask) -> None:
+        """Layer li's attention, head by head, added to the stream (``mask``: the static
+        pass, where only heads whose pattern and values are static run)."""
+        hm, cfg = self._heads[li], self.cfg
+        if not hm.active:
+            return
+        x, slot = store.data, store.slot
+        out = torch.zeros(len(hm.written), x.shape[1], n, dtype=x.dtype)
+        static_mask = self._analysis()["masks"][2 * li]
+        for h in hm.active:
+            p = None if plans is None else plans.get(h)
+            if mask is not None and (
+                p is None
+                or p.gap is not None
+                or not all(bool(static_mask[r]) for r in hm.reads_v[h])
+            ):
+                continue  # the static pass runs the static heads with static values only
+            v = hm.V[h](x, slot)  # [width, batch, pos]
+            if p is not None and p.gap is None:
+                z = run_plan(cfg, p, v, n)
+            else:
+                z = None
+                if p is not None and self._misses.get((li, h), 0) < 2:  # certify first
+                    parts = split_qk(hm, h, x, slot, static_mask)
+                    z = run_candidates(cfg, p, *(rows_last(t) for t in parts), rows_last(v))
+                    if z is None:
+                        self._misses[(li, h)] = self._misses.get((li, h), 0) + 1
+                if z is None:
+                    z = dense_head(
+                        cfg, rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot)), rows_last(v)
+                    )
+                z = z.permute(2, 0, 1)
+            out[hm.O_at[h]] += hm.O[h](z, torch.arange(z.shape[0]))
+        if mask is not None:
+            keepc = mask[hm.written]
+            store.write(hm.written[keepc], out[keepc])
+        else:
+            store.write(hm.written, out)
+
+    def _mlp(self, store, li: int, mask) -> None:
+        x, slot = store.data, store.slot
+        ok_all = self._analysis()["units"][li]
+        for um, ok in zip(self._units[li], ok_all):
+            if not um.n:
+                continue
+            act = um.activation(x, slot)
+            if mask is not None:  # the static pass: units that read dynamic directions add 0
+                act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))
+            out = um.O(act, torch.arange(um.n))
+            if mask is not None:
+                keepc = mask[um.written]
+                store.write(um.written[keepc], out[keepc])
+            else:
+                store.write(um.written, out)
+
+    # -- plans ---------------------------------------------------------------------------
+    def plans(self, n: int) -> list | None:
+        """Per layer, head -> plan, for inputs of ``n`` positions (BOS included); found
+        once per length by one static pass."""
+        if n not in self._plans:
+            ids = torch.zeros(1, n, dtype=torch.long)
+            ids[0, 1:] = 1
+            found: list = []
+            with torch.no_grad():
+                self._run(ids, None, None, Columns(long_tensor([])), None, found)
+            self._plans[n] = found
+        return self._plans[n]
+
+    # -- the dense form ------------------------------------------------------------------
+    def to_dense(self):
+        """The dense :class:`Transformer` with these weights (assembly's factorisation)."""
+        from attnsim.model.transformer import Transformer
+
+        model = Transformer(self.cfg)
+        e = self.embed
+        dt = model.dtype
+        with torch.no_grad():
+            E = e["E"]
+            model.W_E[E[:, 0], E[:, 1]] = e["E_w"].to(dt)
+            model.W_E_num[e["num"]] = e["num_w"].to(dt)
+            if self.cfg.token_width:
+                model.W_E_vec[e["vec"][:, 0], e["vec"][:, 1]] = e["vec_w"].to(dt)
+            model.W_pos[:, e["pos_dirs"]] = e["pos"].to(dt)
+            for li, (hm, block) in enumerate(zip(self._heads, model.blocks)):
+                a = block.attn
+                for h in hm.active:
+                    for lin, W in ((hm.Q[h], a.W_Q), (hm.K[h], a.W_K), (hm.V[h], a.W_V)):
+                        W[h].index_put_((lin.dirs, lin.cols), lin.weight.to(dt), accumulate=True)
+                    o = hm.O[h]
+                    dst = hm.written[hm.O_at[h][o.cols]]
+                    a.W_O[h].index_put_((o.dirs, dst), o.weight.to(dt), accumulate=True)
+                m = block.mlp
+                for um in self._units[li]:
+                    if um.kind == "relu":
+                        names = ("W_in", None, "W_out")
+                    elif um.kind == "bilinear":
+                        names = ("W_bil_a", "W_bil_b", "W_bil_out")
+                    else:
+                        names = tuple(f"W_{um.kind}_{p}" for p in ("in", "gate", "out"))
+                    parts = [(names[0], um.A.dirs, um.A.cols, um.A.weight)]
+                    if names[1] is not None:
+                        parts.append((names[1], um.B.dirs, um.B.cols, um.B.weight))
+                    parts.append((names[2], um.O.dirs, um.written[um.O.cols], um.O.weight))
+                    for name, r, c, w in parts:
+                        getattr(m, name).index_put_((r, c), w.to(dt), accumulate=True)
+        return model

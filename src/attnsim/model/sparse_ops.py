@@ -1,0 +1,360 @@
+"""The pieces of sparse storage's forward pass (:mod:`attnsim.model.sparse`): sparse maps
+between residual directions and columns, the store of live columns, and the execution plans
+of heads computed from their queries and keys.
+
+Streams are column-major here: ``[slots, batch, pos]``, one contiguous row per direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from attnsim.model import plan_core
+from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.transformer import NATIVE_FUNCTIONS
+
+if TYPE_CHECKING:  # the storage classes, for annotations only
+    from attnsim.model.sparse import SparseHeads, SparseUnits
+
+__all__ = [
+    "HeadMaps",
+    "Linear",
+    "Plan",
+    "Store",
+    "UnitMaps",
+    "candidate_plan",
+    "dense_head",
+    "head_plan",
+    "run_candidates",
+    "run_plan",
+    "split_qk",
+]
+
+_TERMS_PER_CHUNK = 1 << 23  # positions x terms per slice of a sparse product
+
+
+def long_tensor(xs: Sequence[int]) -> torch.Tensor:
+    return torch.as_tensor(list(xs), dtype=torch.long)
+
+
+class Linear:
+    """A sparse map from residual directions to ``width`` output columns: output column
+    ``col[t]`` sums ``weight[t] * x[dir[t]]`` over its terms t (in the order given).
+
+    Streams are column-major here: ``x [slots, batch, pos]``, one contiguous row per
+    direction, so that reading a direction and adding into a column are whole-row moves.
+
+    >>> lin = Linear(torch.tensor([0, 2, 2]), torch.tensor([0, 0, 1]),
+    ...              torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), 2)
+    >>> x = torch.tensor([[[1.0]], [[0.0]], [[10.0]]], dtype=torch.float64)  # [dirs, 1, 1]
+    >>> lin(x, torch.arange(3)).flatten().tolist()
+    [21.0, 30.0]
+    """
+
+    def __init__(self, dirs: torch.Tensor, cols: torch.Tensor, weight: torch.Tensor, width: int):
+        self.dirs, self.cols, self.weight, self.width = dirs, cols, weight, int(width)
+        # a copy: every column has one term of weight 1 (an identity factor, a gather's values)
+        self.copy = None
+        if len(cols) == self.width and bool((weight == 1).all()):
+            order = torch.argsort(cols)
+            if bool((cols[order] == torch.arange(self.width)).all()):
+                self.copy = dirs[order]
+
+    def __call__(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """``x [slots, batch, pos]`` (direction d at slot ``slot[d]``) -> ``[width, batch,
+        pos]``."""
+        if self.copy is not None:
+            return x[slot[self.copy]]
+        _, b, n = x.shape
+        out = torch.zeros(self.width, b, n, dtype=x.dtype)
+        if not len(self.dirs):
+            return out
+        src = slot[self.dirs]
+        w = self.weight.to(x.dtype)
+        step = max(1, _TERMS_PER_CHUNK // max(1, b * n))
+        for s in range(0, len(src), step):
+            terms = x[src[s : s + step]] * w[s : s + step, None, None]  # [terms, batch, pos]
+            out.index_add_(0, self.cols[s : s + step], terms)
+        return out
+
+
+def _factor(head_terms: list[tuple[int, int, float]]) -> tuple[bool, list[int]]:
+    """As assembly's factorisation: one column per distinct direction of the side with
+    fewer of them (the left on ties); returns (by_left, those directions in first-seen
+    order)."""
+    left: dict[int, None] = {}
+    right: dict[int, None] = {}
+    for a, b, _ in head_terms:
+        left.setdefault(a, None)
+        right.setdefault(b, None)
+    by_left = len(left) <= len(right)
+    return by_left, list(left if by_left else right)
+
+
+class HeadMaps:
+    """A layer's heads as :class:`Linear` maps, head by head: the query and key factors
+    (stream -> ``qk_width`` columns), the value factor (stream -> ``ov_width`` columns) and
+    the output map (those columns -> the layer's written directions)."""
+
+    def __init__(self, heads: SparseHeads) -> None:
+        self.n = heads.n_heads
+        qk = _group(heads.qk, heads.qk_w, self.n)
+        ov = _group(heads.ov, heads.ov_w, self.n)
+        self.active = [h for h in range(self.n) if ov[h]]
+        dt = heads.qk_w.dtype
+        self.written = torch.unique(heads.ov[:, 2]) if len(heads.ov) else long_tensor([])
+        where = {d: i for i, d in enumerate(self.written.tolist())}
+        self.Q, self.K, self.V, self.O, self.O_at = {}, {}, {}, {}, {}
+        self.qk_width, self.ov_width = {}, {}
+        self.reads_qk: dict[int, set[int]] = {}
+        self.reads_v: dict[int, set[int]] = {}
+        self.writes: dict[int, set[int]] = {}
+        for h in self.active:
+            (a_d, a_c, a_w), (b_d, b_c, b_w), w = _factor_maps(qk[h])
+            self.Q[h] = Linear(
+                long_tensor(a_d), long_tensor(a_c), torch.tensor(a_w, dtype=dt), max(1, w)
+            )
+            self.K[h] = Linear(
+                long_tensor(b_d), long_tensor(b_c), torch.tensor(b_w, dtype=dt), max(1, w)
+            )
+            self.qk_width[h] = w
+            (v_d, v_c, v_w), (o_d, o_c, o_w), w = _factor_maps(ov[h])
+            # the output factor maps destinations (its "directions") to value columns:
+            # turned around, it reads value column c and writes destination d
+            self.V[h] = Linear(
+                long_tensor(v_d), long_tensor(v_c), torch.tensor(v_w, dtype=dt), max(1, w)
+            )
+            mine = sorted(set(o_d))  # the head's destinations, and their places in written
+            local = {d: i for i, d in enumerate(mine)}
+            self.O[h] = Linear(
+                long_tensor(o_c),
+                long_tensor([local[d] for d in o_d]),
+                torch.tensor(o_w, dtype=dt),
+                len(mine),
+            )
+            self.O_at[h] = long_tensor([where[d] for d in mine])
+            self.ov_width[h] = w
+            self.reads_qk[h] = set(a_d) | set(b_d)
+            self.reads_v[h] = set(v_d)
+            self.writes[h] = set(o_d)
+
+
+def _factor_maps(terms: list[tuple[int, int, float]]):
+    """A bilinear map ``sum_t w_t e_left e_right^T`` as two factors, as assembly factors it:
+    one column per distinct direction of the side with fewer (the left on ties), in
+    first-seen order, identity there and the weights on the other side. Returns ``((left
+    dirs, cols, weights), (right dirs, cols, weights), width)``."""
+    by_left, ident = _factor(terms)
+    j = {d: i for i, d in enumerate(ident)}
+    idf = ([d for d in ident], [j[d] for d in ident], [1.0] * len(ident))
+    wd, wc, ww = [], [], []
+    for a, b, w in terms:
+        key, other = (a, b) if by_left else (b, a)
+        wd.append(other)
+        wc.append(j[key])
+        ww.append(w)
+    wf = (wd, wc, ww)
+    return (idf, wf, len(ident)) if by_left else (wf, idf, len(ident))
+
+
+def _group(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[list[tuple[int, int, float]]]:
+    out: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
+    for (h, a, b), wt in zip(idx.tolist(), w.tolist()):
+        out[h].append((a, b, wt))
+    return out
+
+
+class UnitMaps:
+    """A kind of MLP unit as :class:`Linear` maps: inputs (and the second form), outputs."""
+
+    def __init__(self, u: SparseUnits) -> None:
+        self.kind, self.n = u.kind, u.n_units
+        self.A = Linear(u.inputs[:, 1], u.inputs[:, 0], u.inputs_w, u.n_units)
+        self.B = Linear(u.second[:, 1], u.second[:, 0], u.second_w, u.n_units)
+        written = torch.unique(u.outputs[:, 1])
+        self.written = written
+        where = torch.full((int(written.max()) + 1 if len(written) else 1,), -1, dtype=torch.long)
+        where[written] = torch.arange(len(written))
+        # outputs read the units' activations (columns 0..n-1)
+        self.O = Linear(u.outputs[:, 0], where[u.outputs[:, 1]], u.outputs_w, len(written))
+        self.reads = set(u.inputs[:, 1].tolist()) | set(u.second[:, 1].tolist())
+        self.unit_reads: list[set[int]] = [set() for _ in range(u.n_units)]
+        for k, d in torch.cat([u.inputs, u.second]).tolist():
+            self.unit_reads[k].add(d)
+
+    def activation(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        a = self.A(x, slot)
+        if self.kind == "relu":
+            return torch.relu(a)
+        b = self.B(x, slot)
+        if self.kind == "bilinear":
+            return a * b
+        f = torch.where(b != 0, NATIVE_FUNCTIONS[self.kind](a), torch.zeros_like(a))
+        return f * b
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`."""
+
+    offsets: torch.Tensor
+    keys: torch.Tensor
+    weights: torch.Tensor | None
+    gather: bool
+    gap: torch.Tensor | None = None  # candidate heads: see plans.HeadPlan
+    key_bound: torch.Tensor | None = None
+
+    @property
+    def nnz(self) -> int:
+        return int(self.keys.numel())
+
+
+def distinct_nonzero(lin: Linear) -> int:
+    """Distinct (direction, column) cells with a non-zero summed weight."""
+    if not len(lin.dirs):
+        return 0
+    cell = lin.dirs * (lin.width + 1) + lin.cols
+    uniq, inv = torch.unique(cell, return_inverse=True)
+    sums = torch.zeros(len(uniq), dtype=lin.weight.dtype).index_add_(0, inv, lin.weight)
+    return int((sums != 0).sum())
+
+
+def unit_writes(um: UnitMaps, units: list[int]) -> set[int]:
+    sel = torch.isin(um.O.dirs, long_tensor(units))
+    return set(um.written[um.O.cols[sel]].tolist())
+
+
+class Store:
+    """The live columns of the stream, column-major: ``data [slots, batch, pos]``,
+    direction d in row ``slot[d]``; row 0 always holds 0 (directions that hold nothing read
+    it). A direction gets a row when first written and gives it back once the stage
+    ``last[d]`` has run."""
+
+    def __init__(self, b: int, n: int, d: int, dtype, last: dict[int, int]) -> None:
+        self.b, self.n, self.dtype = b, n, dtype
+        self.last = last
+        self.slot = torch.zeros(d, dtype=torch.long)
+        self.data = torch.zeros(64, b, n, dtype=dtype)
+        self.free: list[int] = list(range(63, 0, -1))
+        self.by_stage: dict[int, list[int]] = {}
+        self.peak = 1
+
+    def write(self, dirs: torch.Tensor, values: torch.Tensor) -> None:
+        """Adds ``values [len(dirs), batch, pos]`` to the directions ``dirs`` (distinct);
+        a direction nothing reads later is dropped."""
+        keep = [i for i, c in enumerate(dirs.tolist()) if c in self.last]
+        if not keep:
+            return
+        if len(keep) < len(dirs):
+            dirs, values = dirs[keep], values[keep]
+        new = [c for c in dirs.tolist() if int(self.slot[c]) == 0]
+        if new:
+            self._grow(len(new))
+            slots = [self.free.pop() for _ in new]
+            self.slot[new] = long_tensor(slots)
+            self.data[slots] = 0.0
+            for c in new:
+                self.by_stage.setdefault(self.last[c], []).append(c)
+            self.peak = max(self.peak, self.data.shape[0] - len(self.free))
+        rows = self.slot[dirs]
+        self.data.index_put_((rows,), values, accumulate=True)
+
+    def _grow(self, k: int) -> None:
+        if len(self.free) >= k:
+            return
+        old = self.data.shape[0]
+        size = max(old * 2, old + k - len(self.free) + 64)
+        data = torch.empty(size, self.b, self.n, dtype=self.dtype)
+        data[:old] = self.data
+        data[old:] = 0.0
+        self.data = data
+        self.free = list(range(size - 1, old - 1, -1)) + self.free
+
+    def release(self, stage: int) -> None:
+        """Frees the rows of the directions whose last reader ran before this stage."""
+        for s in [s for s in self.by_stage if s < stage]:
+            dirs = self.by_stage.pop(s)
+            self.free.extend(self.slot[dirs].tolist())
+            self.slot[dirs] = 0
+
+    def read(self, cols: torch.Tensor) -> torch.Tensor:
+        """``[len(cols), batch, pos]`` (0 for a direction that holds nothing)."""
+        return self.data[self.slot[cols]]
+
+
+def rows_last(t: torch.Tensor) -> torch.Tensor:
+    """``[width, batch, pos]`` -> ``[batch, pos, width]``."""
+    return t.permute(1, 2, 0)
+
+
+def split_qk(hm: HeadMaps, h: int, x, slot, mask):
+    """Head h's queries and keys, each as (the terms that read static directions, the
+    others): ``q_s, q_d, k_s, k_d [batch, pos, width]``."""
+    parts = []
+    for lin in (hm.Q[h], hm.K[h]):
+        st = mask[lin.dirs]
+        for m in (st, ~st):
+            parts.append(Linear(lin.dirs[m], lin.cols[m], lin.weight[m], lin.width)(x, slot))
+    return tuple(parts)
+
+
+def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
+    """The plan of a head from its queries and keys ``[pos, width]`` (one input)."""
+    return Plan(*plan_core.select_keys(cfg, q, k))
+
+
+def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
+    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None."""
+    got = plan_core.candidate_keys(cfg, q, k)
+    if got is None:
+        return None
+    offsets, keys, gap, key_bound = got
+    return Plan(offsets, keys, None, False, gap, key_bound)
+
+
+def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor:
+    """A planned head's mixed values ``[w, batch, pos]`` from its values ``v`` (the same)."""
+    if p.gather:
+        return v[:, :, p.keys]
+    counts = p.offsets[1:] - p.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)
+    terms = v[:, :, p.keys]
+    if p.weights is not None:
+        terms = terms * p.weights.to(v.dtype)
+    z = torch.zeros_like(v).index_add_(2, rows, terms)
+    if cfg.attention is AttentionMode.HARD:
+        z = z / counts.to(v.dtype)
+    return z
+
+
+def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
+    """A candidate head on its candidate keys, or None when the certificate fails
+    (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``."""
+    return plan_core.candidate_mean(
+        cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
+    )
+
+
+def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One head over ``[query, key]`` in row chunks: ``q, k [batch, pos, w]``, ``v [batch,
+    pos, wv]`` -> ``[batch, pos, wv]``."""
+    b, n, _ = q.shape
+    z = torch.zeros_like(v)
+    step = max(1, plan_core.ROWS_PER_CHUNK // max(1, b * n))
+    for start in range(0, n, step):
+        scores = q[:, start : start + step] @ k.transpose(1, 2)  # [batch, rows, key]
+        if cfg.causal:
+            r = torch.arange(start, start + scores.shape[1])[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
+        if cfg.attention is AttentionMode.HARD:
+            chosen = (scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance).to(v.dtype)
+            ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype)
+            zc = chosen @ torch.cat([v, ones], dim=-1)
+            z[:, start : start + step] = zc[..., :-1] / zc[..., -1:]
+        else:
+            z[:, start : start + step] = torch.softmax(cfg.beta * scores, dim=-1) @ v
+    return z

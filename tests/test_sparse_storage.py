@@ -1,0 +1,197 @@
+"""Sparse storage (attnsim.model.sparse): the same model as the dense weights, run column by
+column. Oracles: the dense Transformer assembly builds (weights compared entry by entry),
+its forward pass, the RASP interpreter, and torch's own modules for U."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attnsim import compile_program, rasp
+from attnsim.model.checkpoint import DamagedCheckpointError
+from attnsim.model.compiled import CompiledModel
+from attnsim.model.sparse import Linear, SparseTransformer
+from attnsim.rasp import library
+from attnsim.simulator import sampling, universal
+from attnsim.simulator.reference import reference
+from attnsim.simulator.to_torch import to_torch
+
+PROGRAMS = {
+    "reverse": (lambda: library.make_reverse(rasp.tokens), "abc"),
+    "hist": (library.make_hist, "abc"),
+    "sort_unique": (lambda: library.make_sort_unique(rasp.tokens, rasp.tokens), [1, 2, 3, 4]),
+    "frac_prevs": (lambda: library.make_frac_prevs(rasp.tokens == "a"), "ab"),
+    "length": (lambda: library.make_length(), "ab"),
+    "shuffle_dyck": (lambda: library.make_shuffle_dyck(["()"]), ["(", ")", "x"]),
+}
+
+
+def _inputs(vocab, n, count=12, seed=0):
+    rng = np.random.default_rng(seed)
+    vocab = list(vocab)
+    return [
+        [vocab[i] for i in rng.integers(0, len(vocab), size=int(rng.integers(1, n + 1)))]
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_library_programs_match_the_dense_model(name):
+    make, vocab = PROGRAMS[name]
+    program = make()
+    dense = compile_program(program, vocab=vocab, max_seq_len=6, storage="dense")
+    sparse = compile_program(program, vocab=vocab, max_seq_len=6, storage="sparse")
+    assert dense.storage == "dense" and sparse.storage == "sparse"
+    # the weights: the sparse form's dense weights are the assembly's, entry by entry
+    rebuilt = sparse.model.to_dense().state_dict()
+    for key, want in dense.model.state_dict().items():
+        assert torch.equal(rebuilt[key], want), key
+    xs = _inputs(vocab, 6)
+    for executor in ("plan", "dense"):
+        sparse.executor = executor
+        got = [sparse.run(x) for x in xs]
+        assert got == [dense.run(x) for x in xs]
+        assert got == [rasp.evaluate(program, x) for x in xs]  # the interpreter
+    ids, vals = dense.encode([xs[0]])
+    a, b = dense.model(ids, vals), sparse.model(ids, vals)
+    assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert sparse.report().parameters == dense.report().parameters
+    assert sparse.report().nonzero_parameters == dense.report().nonzero_parameters
+
+
+@pytest.mark.parametrize(
+    "layout,layer", [("vector", "encoder"), ("vector", "attention"), ("scalar", "encoder")]
+)
+def test_universal_simulator_in_sparse_storage(layout, layer):
+    kw = {"layer": layer, "layout": layout}
+    if layer == "encoder":
+        kw["max_ff"] = 8
+    dense = universal.build(4, 4, 2, storage="dense", **kw)
+    sparse = universal.build(4, 4, 2, storage="sparse", **kw)
+    assert sparse.model.storage == "sparse"
+    for seed in range(3):
+        if layer == "encoder":
+            target = sampling.random_encoder_layer(2, 4, 8, seed=seed, activation="gelu")
+            X = torch.tensor(np.random.default_rng(seed).standard_normal((3, 4)))
+            with torch.no_grad():
+                want = to_torch(target)(X[None])[0]
+        else:
+            target = sampling.random_attention(2, 4, seed=seed)
+            X = torch.tensor(np.random.default_rng(seed).standard_normal((3, 4)))
+            want = reference(target, X)
+        got = sparse.simulate(target, X)
+        assert torch.allclose(got, dense.simulate(target, X), rtol=1e-12, atol=1e-12)
+        assert float((got - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
+
+
+def test_stream_keeps_only_live_columns():
+    U = universal.build(4, 4, 2, layer="encoder", max_ff=8, storage="sparse")
+    target = sampling.random_encoder_layer(2, 4, 8, seed=0)
+    U.simulate(target, torch.zeros(2, 4, dtype=torch.float64))
+    model = U.model.model
+    # each direction holds a row from its write to its last read only
+    assert 0 < model.peak_columns < model.cfg.d_model / 2
+
+
+def test_save_and_load_give_the_same_outputs(tmp_path):
+    U = universal.build(2, 2, 1, layer="encoder", storage="sparse")
+    target = sampling.random_encoder_layer(1, 2, 4, seed=1, activation="relu")
+    X = torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=torch.float64)
+    V = universal.UniversalSimulator.load(U.save(tmp_path / "u"))
+    assert V.model.storage == "sparse"
+    assert torch.equal(V.simulate(target, X), U.simulate(target, X))
+    meta = json.loads((tmp_path / "u" / "model.json").read_text())
+    assert meta["storage"]["storage"] == "sparse"
+
+
+def _saved(tmp_path):
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
+    return m.save(tmp_path / "m")
+
+
+def test_damaged_sparse_checkpoints_are_refused(tmp_path):
+    path = _saved(tmp_path)
+    weights = path / "model.safetensors"
+    state = load_file(str(weights))
+    good = dict(state)
+    # a coordinate past d_model
+    bad = dict(good)
+    bad["blocks.0.attn.qk"] = bad["blocks.0.attn.qk"].clone()
+    bad["blocks.0.attn.qk"][0, 1] = 10**6
+    save_file(bad, str(weights))
+    with pytest.raises(DamagedCheckpointError, match="coordinate outside"):
+        CompiledModel.load(path)
+    # a missing tensor
+    bad = {k: v for k, v in good.items() if k != "embed.pos"}
+    save_file(bad, str(weights))
+    with pytest.raises(DamagedCheckpointError, match="lacks 'embed.pos'"):
+        CompiledModel.load(path)
+    # a NaN weight
+    bad = dict(good)
+    bad["blocks.0.attn.qk_w"] = bad["blocks.0.attn.qk_w"].clone()
+    bad["blocks.0.attn.qk_w"][0] = float("nan")
+    save_file(bad, str(weights))
+    with pytest.raises(DamagedCheckpointError, match="NaN"):
+        CompiledModel.load(path)
+    # a damaged layer list
+    save_file(good, str(weights))
+    meta = json.loads((path / "model.json").read_text())
+    meta["storage"]["layers"][0]["units"] = [["tanh", 3]]
+    (path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DamagedCheckpointError, match="unit entry"):
+        CompiledModel.load(path)
+
+
+def test_bad_inputs_get_clear_errors():
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
+    with pytest.raises(ValueError, match="sparse storage"):
+        m.run_with_cache(["a", "b"])
+    with pytest.raises(ValueError, match="sparse storage"):
+        m.component_output(["a", "b"], m.components().heads()[0])
+    with pytest.raises(ValueError, match="storage must be one of"):
+        compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="compressed")
+    with pytest.raises(ValueError, match="executor must be one of"):
+        m.executor = "fast"
+    m.model.executor = "fast"  # set behind the model's back: refused when it runs
+    with pytest.raises(ValueError, match="executor must be one of"):
+        m.run(["a"])
+    m.executor = "plan"
+    ids, vals = m.encode([["a", "b"]])
+    with pytest.raises(ValueError, match="positions"):
+        m.model(torch.zeros(1, 9, dtype=torch.long), None)
+    assert m.to_dense().run(["a", "b", "a"]) == m.run(["a", "b", "a"]) == [2, 1, 2]
+
+
+def test_vector_tokens_of_the_wrong_width_are_refused():
+    U = universal.build(2, 2, 1, storage="sparse")
+    model = U.model.model
+    ids = torch.ones(1, model.cfg.n_ctx, dtype=torch.long)
+    with pytest.raises(ValueError, match="vector tokens of width"):
+        model(ids, torch.zeros(1, model.cfg.n_ctx, model.cfg.token_width + 1))
+
+
+def test_linear_sums_its_terms():
+    dirs = torch.tensor([3, 0, 3, 1])
+    cols = torch.tensor([1, 0, 0, 1])
+    w = torch.tensor([2.0, -1.0, 0.5, 4.0], dtype=torch.float64)
+    x = torch.randn(4, 2, 5, dtype=torch.float64)  # [dirs, batch, pos]
+    got = Linear(dirs, cols, w, 2)(x, torch.arange(4))
+    want = torch.stack([-x[0] + 0.5 * x[3], 2.0 * x[3] + 4.0 * x[1]])
+    assert torch.allclose(got, want, rtol=0, atol=1e-15)
+    # an identity factor is a copy
+    ident = Linear(
+        torch.tensor([2, 0]), torch.tensor([1, 0]), torch.ones(2, dtype=torch.float64), 2
+    )
+    assert ident.copy is not None
+    assert torch.equal(ident(x, torch.arange(4)), torch.stack([x[0], x[2]]))
+
+
+def test_auto_storage_keeps_small_models_dense():
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    assert m.storage == "dense" and isinstance(m.to_dense().model, type(m.model))
+    s = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
+    assert isinstance(s.model, SparseTransformer)
