@@ -266,6 +266,7 @@ def simulator_layouts(data: dict) -> str:
                 "x torch",
                 "memory MB",
                 "error vs torch",
+                "storage",
             ],
             [
                 [
@@ -280,6 +281,7 @@ def simulator_layouts(data: dict) -> str:
                     r["wall_ratio"],
                     r["peak_extra_mb"],
                     r["error_vs_torch"],
+                    r.get("storage", "dense"),
                 ]
                 for r in rows
             ],
@@ -301,17 +303,44 @@ def simulator_layouts(data: dict) -> str:
     m = data.get("minilm")
     if m:
         out.append("")
+        shape = "(n = 12, d = 384, 12 heads, feed-forward 1,536)"
         if m.get("built"):
             out.append(
-                f"**The all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads, feed-forward "
-                f"1,536), vector layout: built** in {fmt(m['build_seconds'])} s, simulated in "
-                f"{fmt(m['simulate_seconds'])} s, error {fmt(m['error_vs_torch'])}."
+                f"**The all-MiniLM-L6-v2 layer shape {shape}, vector layout: built** "
+                f"({m.get('storage', 'dense')} storage) in {fmt(m['build_seconds'])} s and "
+                f"simulated in {fmt(m['simulate_first_seconds'])} s (warm: "
+                f"{fmt(m['simulate_seconds'])} s, {fmt(m['wall_ratio'])}x "
+                "`torch.nn.TransformerEncoderLayer`), error "
+                f"{fmt(m['error_vs_torch'])} against torch on a random layer whose largest "
+                f"|score| is {fmt(m.get('max_abs_score', float('nan')))}; peak resident memory "
+                f"{fmt(m['peak_rss_mb'] / 1024)} GiB for the whole run; {m['sequence_length']:,} "
+                f"positions of {m['token_width']:,} channels, d_model {m['d_model']:,} of "
+                f"which at most {m.get('peak_live_columns') or m['d_model']:,} alive at once, "
+                f"{m['nonzero_parameters']:,} non-zero weights (the dense form: "
+                f"{m['parameters']:,})."
             )
         else:
             out.append(
-                "**The all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads, feed-forward "
-                f"1,536), vector layout: not built.** After {fmt(m['seconds'])} s (lowering "
-                f"the program) the build refused: {m['refusal']}"
+                f"**The all-MiniLM-L6-v2 layer shape {shape}, vector layout: not built.** "
+                f"After {fmt(m['seconds'])} s the build refused: {m['refusal']}"
+            )
+    st = data.get("minilm_stack")
+    if st:
+        out.append("")
+        if st.get("built"):
+            out.append(
+                f"**A stack of {st['layers']} MiniLM-shaped layers in one pass of one U: "
+                f"built** in {fmt(st['build_seconds'])} s and simulated in "
+                f"{fmt(st['simulate_seconds'])} s, error {fmt(st['error_vs_torch'])} against "
+                f"torch's layers applied one after the other (largest |score| "
+                f"{fmt(st['max_abs_score'])}); peak resident memory "
+                f"{fmt(st['peak_rss_mb'] / 1024)} GiB; {st['sequence_length']:,} positions, "
+                f"d_model {st['d_model']:,}, depth {st['depth']}."
+            )
+        else:
+            out.append(
+                f"**A stack of MiniLM-shaped layers: not built.** After {fmt(st['seconds'])} s "
+                f"the build refused: {st['refusal']}"
             )
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)

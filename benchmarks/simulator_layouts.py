@@ -11,9 +11,11 @@ against ``torch.nn.TransformerEncoderLayer`` holding the same weights, and the r
 simulate time to that module's forward pass in the same process (one CPU thread). Builds
 stop where the next one would exceed the run's budget (the sizes are listed with the reason).
 
-It also tries the all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads, feed-forward
-1,536) in the vector layout and records what happens (the build, or the refusal with its
-estimate; about 90 s; ``--no-minilm`` leaves it out).
+It also builds U for the all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads,
+feed-forward 1,536; sparse storage, as ``storage="auto"`` chooses at that size) and simulates
+one random layer of that shape with scores up to |30| (build, simulate, peak memory, error;
+a few minutes; ``--no-minilm`` leaves it out), and with ``--stack L`` (``--full``: 6) a stack
+of L such layers in one pass of one U, against torch's layers one after the other.
 
 Growth exponents in n = d (least squares on log-log) are fitted per layout over the sizes
 built. Run: ``python benchmarks/simulator_layouts.py`` (``--full`` builds larger sizes;
@@ -33,8 +35,9 @@ from _common import Run, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
 from attnsim.model.memory import ModelTooLargeError
-from attnsim.simulator import sampling, universal
+from attnsim.simulator import reference, sampling, universal
 from attnsim.simulator.layout import Layout
+from attnsim.simulator.stack import EncoderStackSpec
 from attnsim.simulator.to_torch import to_torch
 from attnsim.simulator.vector_layout import VectorLayout
 from attnsim.simulator.verify import relative_error
@@ -42,7 +45,7 @@ from attnsim.simulator.verify import relative_error
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 # the largest n = d built per layout (default run / --full)
-BUILT = {"scalar": (8, 16), "vector": (32, 64)}
+BUILT = {"scalar": (8, 16), "vector": (64, 128)}
 MINILM = (12, 384, 12, 1536)
 
 
@@ -61,13 +64,18 @@ def laws(d: int) -> dict:
     }
 
 
-def measure(layout: str, n: int, d: int, h: int, f: int, seed: int = 0) -> dict:
-    """Builds U for (n, d, h, f) in ``layout`` and simulates one random layer of that size."""
+def measure(
+    layout: str, n: int, d: int, h: int, f: int, seed: int = 0, logit_scale: float | None = None
+) -> dict:
+    """Builds U for (n, d, h, f) in ``layout`` and simulates one random layer of that size
+    (``logit_scale``: its largest |score| on X, as the issue's MiniLM check asks)."""
     w0 = time.perf_counter()
     U = universal.build(n, d, h, layer="encoder", max_ff=f, layout=layout)
     build = time.perf_counter() - w0
-    target = sampling.random_encoder_layer(h, d, f, seed=seed, activation="gelu")
     X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    target = sampling.random_encoder_layer(
+        h, d, f, seed=seed, activation="gelu", logit_scale=logit_scale, X=X
+    )
     module = to_torch(target)
     with torch.no_grad():
         want = module(X[None])[0]
@@ -101,7 +109,16 @@ def measure(layout: str, n: int, d: int, h: int, f: int, seed: int = 0) -> dict:
         "wall_ratio": warm / direct,
         "error_vs_torch": relative_error(got, want),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "storage": U.model.storage,
+        # sparse storage: the most residual directions alive at once (of d_model)
+        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "max_abs_score": max_abs_score(target, X),
     }
+
+
+def max_abs_score(target, X: torch.Tensor) -> float:
+    """The largest |score| of the target's attention on X (its input rows, pre-norm or not)."""
+    return float(reference.scores(target.attention, X).abs().max())
 
 
 def minilm() -> dict:
@@ -109,10 +126,57 @@ def minilm() -> dict:
     n, d, h, f = MINILM
     w0 = time.perf_counter()
     try:
-        row = measure("vector", n, d, h, f)
+        row = measure("vector", n, d, h, f, logit_scale=30.0)
     except (ModelTooLargeError, MemoryError) as exc:
         return {"built": False, "seconds": time.perf_counter() - w0, "refusal": str(exc)}
     return {"built": True, **row}
+
+
+def minilm_stack(layers: int, seed: int = 0) -> dict:
+    """A stack of ``layers`` encoder layers of the MiniLM shape (each with scores up to
+    |30| on its own input) simulated by one U in one pass, against torch's layers applied
+    one after the other."""
+    n, d, h, f = MINILM
+    w0 = time.perf_counter()
+    try:
+        U = universal.build(n, d, h, layer="encoder", max_ff=f, n_layers=layers)
+    except (ModelTooLargeError, MemoryError) as exc:
+        return {"built": False, "seconds": time.perf_counter() - w0, "refusal": str(exc)}
+    build = time.perf_counter() - w0
+    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    specs, inner, scores = [], X, []
+    for ell in range(layers):
+        layer = sampling.random_encoder_layer(
+            h, d, f, seed=seed + ell, activation="gelu", logit_scale=30.0, X=inner
+        )
+        scores.append(max_abs_score(layer, inner))
+        specs.append(layer)
+        with torch.no_grad():
+            inner = to_torch(layer)(inner[None])[0]
+    stack = EncoderStackSpec(tuple(specs))
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        got = U.simulate(stack, X)
+        first = time.perf_counter() - t0
+    r = U.report()
+    return {
+        "built": True,
+        "layers": layers,
+        "sequence_length": r.sequence_length,
+        "token_width": U.model.config.token_width,
+        "d_model": r.d_model,
+        "depth": r.layers,
+        "parameters": r.parameters,
+        "nonzero_parameters": r.nonzero_parameters,
+        "storage": U.model.storage,
+        "build_seconds": build,
+        "simulate_seconds": first,
+        "peak_extra_mb": mem.extra_mb,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "max_abs_score": max(scores),
+        "error_vs_torch": relative_error(got, inner),
+    }
 
 
 def exponents(rows: list[dict]) -> dict:
@@ -141,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="build the larger sizes too")
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM layer shape")
+    parser.add_argument(
+        "--stack",
+        type=int,
+        default=None,
+        help="also simulate a stack of this many MiniLM-shaped layers (default: 6 with "
+        "--full, none otherwise; tens of minutes)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -179,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_minilm:
         out["minilm"] = minilm()
         print(f"MiniLM layer shape {MINILM}: {out['minilm']}", flush=True)
+    stack = args.stack if args.stack is not None else (6 if args.full else 0)
+    if stack:
+        out["minilm_stack"] = minilm_stack(stack)
+        print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)
     out["machine"] = run.machine()
     write_json(args.out, out)
     return 0

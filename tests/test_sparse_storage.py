@@ -195,3 +195,22 @@ def test_auto_storage_keeps_small_models_dense():
     assert m.storage == "dense" and isinstance(m.to_dense().model, type(m.model))
     s = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
     assert isinstance(s.model, SparseTransformer)
+
+
+def test_static_counts_equal_the_selection_matrix():
+    # value inference counts an equality selector's keys by value (no [query, key] matrix)
+    from attnsim.compiler import options, tracing, value_inference
+    from attnsim.rasp import expr as E
+
+    config = universal._config(3, 4, 2, None, {"layer": "encoder", "max_ff": 8})
+    graph = tracing.trace(universal._program(config))
+    vi = value_inference.infer(
+        graph, None, config.layout.length, options.resolve(None, {"fixed_length": True})
+    )
+    checked = 0
+    for node in graph.nodes.values():
+        e = getattr(node, "expr", node)
+        if isinstance(e, E.Selector) and vi.is_static(e):
+            assert np.array_equal(vi.static_counts(e), vi.static_matrix(e).sum(axis=-1))
+            checked += 1
+    assert checked > 20

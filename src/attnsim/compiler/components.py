@@ -111,10 +111,13 @@ def build(graph: tracing.Graph, low: LoweredProgram, layers: Sequence[Layer]) ->
                 f"blocks.{b.layer}.attn.hook_z",
             )
         )
+    hows: dict[str, str] = {}  # label -> how its first realisation was made
+    for r in low.realisations:
+        hows.setdefault(r.label, r.how)
     for group in _unit_groups([b for b in blocks if b.site == "mlp"], owners):
         first = group[0]
         labels = owners.of_all(first.raw)
-        ops = tuple(_unit_op(lb, first.raw, by_label, low) for lb in labels)
+        ops = tuple(_unit_op(lb, first.raw, by_label, hows) for lb in labels)
         reads: dict[str, None] = {}
         writes: dict[str, None] = {}
         for b in group:
@@ -370,9 +373,9 @@ def _head_ops(raw: Sequence[str], labels: Sequence[str], by_label: dict, names: 
     return tuple(sels) + tuple(ops)
 
 
-def _unit_op(label: str, raw: Sequence[str], by_label: dict, low: LoweredProgram) -> str:
+def _unit_op(label: str, raw: Sequence[str], by_label: dict, hows: dict[str, str]) -> str:
     node = by_label.get(label)
-    how = [r.how for r in low.realisations if r.label == label]
+    how = [hows[label]] if label in hows else []
     text = f"{_kind(node)} '{label}'"
     if raw and raw[0] != label:
         # the compiler's own expression (its label carries a fresh uid): named by its role

@@ -185,7 +185,7 @@ def _mean_of_one_key(e: E.SOp, vi: ValueInference) -> bool:
         return False
     if not vi.is_static(e.selector) or vi.values(e.sop) is None:
         return False
-    return bool(np.all(vi.static_matrix(e.selector).sum(axis=-1) <= 1))
+    return bool(np.all(vi.static_counts(e.selector) <= 1))
 
 
 def _first_non_integer(vals: Iterable) -> object | None:

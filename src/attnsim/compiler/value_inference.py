@@ -177,8 +177,31 @@ class ValueInference:
         assert self.is_static(e), e
         val = self._evaluator.eval(e)
         if isinstance(val, np.ndarray):
-            return [float(x) for x in val[0]]
+            return np.asarray(val[0], dtype=np.float64).tolist()
         return list(val.to_objects()[0])
+
+    def static_counts(self, sel: E.Selector) -> np.ndarray:
+        """How many keys each query of a static selector selects at full length ``[pos]``
+        (an equality of two static number S-ops, causal or not, is counted by value, without
+        the ``[query, key]`` matrix)."""
+        assert self.is_static(sel), sel
+        if (
+            isinstance(sel, E.Select)
+            and sel.predicate is E.Comparison.EQ
+            and not self.causal
+            and E.is_numerical(sel.keys) == E.is_numerical(sel.queries)
+        ):
+            keys, queries = self.static_values(sel.keys), self.static_values(sel.queries)
+            if _one_orderable_kind(keys + queries) and all(
+                isinstance(v, (int, float)) for v in keys[:1] + queries[:1]
+            ):
+                kv = np.asarray(keys, dtype=np.float64)
+                qv = np.asarray(queries, dtype=np.float64)
+                uniq, counts = np.unique(kv, return_counts=True)
+                at = np.clip(np.searchsorted(uniq, qv), 0, max(len(uniq) - 1, 0))
+                hit = (uniq[at] == qv) if len(uniq) else np.zeros(len(qv), dtype=bool)
+                return np.where(hit, counts[at] if len(uniq) else 0, 0).astype(np.int64)
+        return self.static_matrix(sel).sum(axis=-1)
 
     def static_matrix(self, sel: E.Selector) -> np.ndarray:
         """The selection matrix ``[query, key]`` of a static selector at full length."""
@@ -454,8 +477,11 @@ def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
 
 
 def _one_orderable_kind(values: list) -> bool:
-    nums = all(isinstance(v, (int, float, np.integer, np.floating)) and v == v for v in values)
-    return nums or all(isinstance(v, str) for v in values)
+    """All numbers (none NaN) or all strings."""
+    kinds = set(map(type, values))
+    if all(issubclass(k, (int, float, np.integer, np.floating)) for k in kinds):
+        return not bool(np.isnan(np.asarray(values, dtype=np.float64)).any())
+    return all(issubclass(k, str) for k in kinds)
 
 
 def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str]:
@@ -468,6 +494,11 @@ def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str
     if int(np.prod([len(p) for p in parts])) > MAX_TABLE:
         return []
     op = e._op
+    if op is not None and op.kind == "position_table":  # a table of numbers: check it whole
+        with np.errstate(all="ignore"):
+            got = op.numpy_fn(np.asarray(parts[0], dtype=np.int64))
+        if bool(np.all(np.isfinite(got))):
+            return []
     # the interpreter runs a named numerical op vectorised (numpy: 1/0 is inf, log 0 is -inf)
     vectorised = (
         op is not None and op.numpy_fn is not None and all(E.is_numerical(s) for s in inputs)

@@ -17,6 +17,35 @@ __all__ = ["select_keys", "candidate_keys", "candidate_mean"]
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
 
 
+def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, inverse)``: the distinct rows of ``q [pos, width]`` and each row's index
+    among them (``rows[inverse] == q``). Rows are grouped by a hash of their bits, checked
+    bit by bit afterwards; a collision (never seen) falls back to ``torch.unique(dim=0)``.
+
+    >>> q = torch.tensor([[1.0, 2.0], [0.5, 2.0], [1.0, 2.0]], dtype=torch.float64)
+    >>> rows, inverse = distinct_rows(q)
+    >>> bool((rows[inverse] == q).all()), len(rows)
+    (True, 2)
+    """
+    n, w = q.shape
+    if n == 0 or w == 0:
+        return torch.unique(q, dim=0, return_inverse=True)
+    bits = (
+        q.contiguous().view(torch.int64)
+        if q.dtype == torch.float64
+        else q.double().view(torch.int64)
+    )
+    gen = torch.Generator().manual_seed(w)
+    mult = torch.randint(1, 1 << 62, (w,), generator=gen, dtype=torch.int64) * 2 + 1
+    key = (bits * mult).sum(dim=1)  # wraps around: a hash of the row's bits
+    _, inverse = torch.unique(key, return_inverse=True)
+    first = torch.zeros(int(inverse.max()) + 1, dtype=torch.long)
+    first.scatter_(0, inverse, torch.arange(n))  # a row of each group
+    if not torch.equal(bits[first][inverse], bits):  # two rows shared a hash
+        return torch.unique(q, dim=0, return_inverse=True)
+    return q[first], inverse
+
+
 def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
     """``(offsets, keys, weights, gather)``: the keys each query selects (hard: within the
     tolerance of its best score; softmax: a non-zero weight, kept in ``weights``), computed
@@ -27,7 +56,7 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
     if cfg.causal:
         rows_q, inverse = q, None
     else:
-        rows_q, inverse = torch.unique(q, dim=0, return_inverse=True)
+        rows_q, inverse = distinct_rows(q)
     step = max(1, ROWS_PER_CHUNK // max(1, n))
     counts, keys, weights = [], [], []
     for start in range(0, rows_q.shape[0], step):

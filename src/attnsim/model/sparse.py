@@ -311,7 +311,7 @@ class SparseTransformer:
         requests = {} if streams is None else dict(streams)
         final = 2 * len(self.layers)
         last = self._last_reads(requests, keep, final)
-        store = Store(b, n, d, dtype, last)
+        store = Store(b, n, d, dtype, last, self._rows_needed(last) + 1)
         masks = self._analysis()["masks"] if found is not None else None
         self._embed(store, ids, vals, n, None if masks is None else masks[0])
         self._capture(store, streams, requests, 0)
@@ -345,6 +345,32 @@ class SparseTransformer:
         for c in dirs:
             last[c] = final + 1
         return last
+
+    def _rows_needed(self, last: dict[int, int]) -> int:
+        """The most directions alive at once in a run whose directions live until ``last``
+        (written by the embedding or a sublayer, freed after their last reader): the store
+        is allocated once at that size."""
+        e = self.embed
+        born = {c: 0 for c in e["pos_dirs"].tolist() + e["E"][:, 1].tolist() if c in last}
+        born.update((c, 0) for c in e["num"].tolist() + e["vec"][:, 1].tolist() if c in last)
+        for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
+            for c in hm.written.tolist():
+                born.setdefault(c, 2 * li + 1)
+            for um in ums:
+                for c in um.written.tolist():
+                    born.setdefault(c, 2 * li + 2)
+        # a direction occupies a row from the stage that writes it through the stage after
+        # its last reader (Store.release frees it at the end of that stage)
+        delta = [0] * (2 * len(self.layers) + 5)
+        for c, s in born.items():
+            if c in last:
+                delta[s] += 1
+                delta[min(max(last[c], s - 1) + 2, len(delta) - 1)] -= 1
+        peak = live = 0
+        for x in delta:
+            live += x
+            peak = max(peak, live)
+        return peak
 
     def _reads(self) -> dict[int, int]:
         got = getattr(self, "_reads_cache", None)
@@ -422,6 +448,7 @@ class SparseTransformer:
         x, slot = store.data, store.slot
         out = torch.zeros(len(hm.written), x.shape[1], n, dtype=x.dtype)
         static_mask = self._analysis()["masks"][2 * li]
+        values: dict[int, torch.Tensor] = {}
         for h in hm.active:
             p = None if plans is None else plans.get(h)
             if mask is not None and (
@@ -430,7 +457,12 @@ class SparseTransformer:
                 or not all(bool(static_mask[r]) for r in hm.reads_v[h])
             ):
                 continue  # the static pass runs the static heads with static values only
-            v = hm.V[h](x, slot)  # [width, batch, pos]
+            lin = hm.V[h]  # a value map that serves several heads is computed once
+            v = values.get(id(lin))
+            if v is None:
+                v = lin(x, slot)
+                if id(lin) in hm.shared_values:
+                    values[id(lin)] = v
             if p is not None and p.gap is None:
                 z = run_plan(cfg, p, v, n)
             else:

@@ -59,16 +59,38 @@ class Linear:
         self.dirs, self.cols, self.weight, self.width = dirs, cols, weight, int(width)
         # a copy: every column has one term of weight 1 (an identity factor, a gather's values)
         self.copy = None
+        self.repeat: tuple[Linear, torch.Tensor] | None = None
         if len(cols) == self.width and bool((weight == 1).all()):
             order = torch.argsort(cols)
             if bool((cols[order] == torch.arange(self.width)).all()):
                 self.copy = dirs[order]
+                return
+        if len(cols) > 2 * self.width > 2:
+            # columns with the same terms (one scale factor multiplying every channel, say)
+            # are computed once and repeated
+            terms: list[list] = [[] for _ in range(self.width)]
+            for d, c, w in zip(dirs.tolist(), cols.tolist(), weight.tolist()):
+                terms[c].append((d, w))
+            first: dict[tuple, int] = {}
+            which = [first.setdefault(tuple(t), len(first)) for t in terms]
+            if len(first) < self.width:
+                rows = [(d, j, w) for t, j in first.items() for d, w in t]
+                inner = Linear(
+                    torch.tensor([r[0] for r in rows], dtype=torch.long),
+                    torch.tensor([r[1] for r in rows], dtype=torch.long),
+                    torch.tensor([r[2] for r in rows], dtype=weight.dtype),
+                    len(first),
+                )
+                self.repeat = (inner, torch.tensor(which, dtype=torch.long))
 
     def __call__(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """``x [slots, batch, pos]`` (direction d at slot ``slot[d]``) -> ``[width, batch,
         pos]``."""
         if self.copy is not None:
             return x[slot[self.copy]]
+        if self.repeat is not None:
+            inner, which = self.repeat
+            return inner(x, slot)[which]
         _, b, n = x.shape
         out = torch.zeros(self.width, b, n, dtype=x.dtype)
         if not len(self.dirs):
@@ -109,6 +131,8 @@ class HeadMaps:
         self.written = torch.unique(heads.ov[:, 2]) if len(heads.ov) else long_tensor([])
         where = {d: i for i, d in enumerate(self.written.tolist())}
         self.Q, self.K, self.V, self.O, self.O_at = {}, {}, {}, {}, {}
+        shared: dict[tuple, Linear] = {}
+        uses: dict[int, int] = {}
         self.qk_width, self.ov_width = {}, {}
         self.reads_qk: dict[int, set[int]] = {}
         self.reads_v: dict[int, set[int]] = {}
@@ -128,6 +152,9 @@ class HeadMaps:
             self.V[h] = Linear(
                 long_tensor(v_d), long_tensor(v_c), torch.tensor(v_w, dtype=dt), max(1, w)
             )
+            # heads that read the same values (one per column of a transpose, say) share them
+            self.V[h] = shared.setdefault((tuple(v_d), tuple(v_c), tuple(v_w)), self.V[h])
+            uses[id(self.V[h])] = uses.get(id(self.V[h]), 0) + 1
             mine = sorted(set(o_d))  # the head's destinations, and their places in written
             local = {d: i for i, d in enumerate(mine)}
             self.O[h] = Linear(
@@ -141,6 +168,7 @@ class HeadMaps:
             self.reads_qk[h] = set(a_d) | set(b_d)
             self.reads_v[h] = set(v_d)
             self.writes[h] = set(o_d)
+        self.shared_values = {k for k, c in uses.items() if c > 1}  # value maps kept per run
 
 
 def _factor_maps(terms: list[tuple[int, int, float]]):
@@ -234,12 +262,13 @@ class Store:
     it). A direction gets a row when first written and gives it back once the stage
     ``last[d]`` has run."""
 
-    def __init__(self, b: int, n: int, d: int, dtype, last: dict[int, int]) -> None:
+    def __init__(self, b: int, n: int, d: int, dtype, last: dict[int, int], size: int = 64) -> None:
         self.b, self.n, self.dtype = b, n, dtype
         self.last = last
         self.slot = torch.zeros(d, dtype=torch.long)
-        self.data = torch.zeros(64, b, n, dtype=dtype)
-        self.free: list[int] = list(range(63, 0, -1))
+        size = max(2, size)  # rows from the start (a run of the same shape knows its peak)
+        self.data = torch.zeros(size, b, n, dtype=dtype)
+        self.free: list[int] = list(range(size - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
 

@@ -536,7 +536,9 @@ def build(
     # so that every simulate runs them without [query, key] scores
     model.model.plans(config.layout.length + 1)
     seconds = time.perf_counter() - start
-    return UniversalSimulator(config, model, build_seconds=seconds, program=program)
+    # a large U does not keep its program (its position tables): `program` makes it again
+    keep = program if model.storage == "dense" else None
+    return UniversalSimulator(config, model, build_seconds=seconds, program=keep)
 
 
 def _program(config: SimulatorConfig) -> E.SOp:

@@ -107,8 +107,7 @@ def _sum_from_mean(ctx: Context, e: E.Aggregate, label: str, mean: Rep) -> Rep:
     sel = e.selector
     ctx.needs(label, "sums as a mean (a fraction) times a count", 0.0, uid=e.uid)
     if ctx.vi.is_static(sel) and (ctx.vi.fixed_length or ctx.vi.causal):
-        m = ctx.vi.static_matrix(sel)
-        counts = m.sum(axis=1).astype(np.float64)
+        counts = ctx.vi.static_counts(sel).astype(np.float64)
         nonzero = counts[counts > 0]
         # a query that selects nothing has mean 0 (the default), so any one scale fits it
         if len(nonzero) == 0 or np.all(nonzero == nonzero[0]):

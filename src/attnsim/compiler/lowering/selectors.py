@@ -275,9 +275,10 @@ def contains_select_max(sel: E.Selector) -> bool:
 
 def _integer_valued(vals: Sequence[Any]) -> bool:
     try:
-        return all(v is not None and float(v).is_integer() for v in vals)
+        arr = np.asarray(vals, dtype=np.float64)  # None or a string: not integer-valued
     except (TypeError, ValueError):
         return False
+    return bool(np.all(np.isfinite(arr) & (arr == np.floor(arr))))
 
 
 def _min_gap(vals: Sequence[Any]) -> float:
