@@ -362,9 +362,7 @@ class UniversalSimulator:
         wanted: dict[int, list[str]] = {}
         for g in guards:
             wanted.setdefault(g.stage, []).extend(d for d, _ in g.form)
-        keep = {
-            s: sorted(set(ds), key=self._residual_index.__getitem__) for s, ds in wanted.items()
-        }
+        keep = {s: sorted(set(ds), key=self._residual_index.get) for s, ds in wanted.items()}
         streams: dict = {s: self._columns(ds) for s, ds in keep.items()}
         out_dirs = [d for d, _ in model.output.form]
         with torch.no_grad():  # guarded stages and the output: their columns only
@@ -536,8 +534,7 @@ def build(
     # so that every simulate runs them without [query, key] scores
     model.model.plans(config.layout.length + 1)
     seconds = time.perf_counter() - start
-    # a large U does not keep its program (its position tables): `program` makes it again
-    keep = program if model.storage == "dense" else None
+    keep = program if model.storage == "dense" else None  # a large U makes it again on use
     return UniversalSimulator(config, model, build_seconds=seconds, program=keep)
 
 
