@@ -237,12 +237,22 @@ def assemble_sparse(
     embed["vec"], embed["vec_w"] = coo(
         [(k, ix(d), 1.0) for k, d in sorted(lowered.token_channel_dirs.items())], 2
     )
+    # position columns (static S-ops): each one's most common value, and the other entries
     dirs = list(lowered.static_embed)
     embed["pos_dirs"] = torch.tensor([ix(d) for d in dirs], dtype=torch.long)
-    pos = torch.zeros(cfg.n_ctx, len(dirs), dtype=f64)
+    defaults, at, at_w = [], [], []
     for j, d in enumerate(dirs):
-        pos[1:, j] = torch.as_tensor(np.asarray(lowered.static_embed[d], dtype=np.float64))
-    embed["pos"] = pos
+        col = np.asarray(lowered.static_embed[d], dtype=np.float64)  # positions 1..
+        sample = col[:: max(1, len(col) // 64)]  # the default: the mode of a sample
+        vals, counts = np.unique(sample, return_counts=True)
+        default = float(vals[np.argmax(counts)]) if len(vals) else 0.0
+        other = np.flatnonzero(col != default)
+        defaults.append(default)
+        at.append(np.stack([other + 1, np.full(len(other), j)], axis=1))
+        at_w.append(col[other])
+    embed["pos_default"] = torch.tensor(defaults, dtype=f64)
+    embed["pos_at"] = torch.from_numpy(np.concatenate(at + [np.zeros((0, 2), np.int64)]))
+    embed["pos_at_w"] = torch.from_numpy(np.concatenate(at_w + [np.zeros(0)]))
     out = []
     for layer in layers:
         qk = [(h, ix(q), ix(k), w) for h, head in enumerate(layer.heads) for q, k, w in head.qk]
@@ -273,19 +283,28 @@ def _second_form(u) -> tuple:
     return getattr(u, "gate", ())
 
 
+def storage_for(
+    layers: Sequence[Layer],
+    lowered: LoweredProgram,
+    options: CompileOptions,
+    dtype: torch.dtype | None = None,
+) -> str:
+    """ "dense" or "sparse": what ``options.storage`` asks for ("auto": dense when the dense
+    weights of ``layers`` fit in ``SPARSE_ABOVE`` bytes, sparse beyond)."""
+    if options.storage != "auto":
+        return options.storage
+    cfg = model_config(layers, lowered, options, dtype)
+    return "dense" if memory.weight_bytes(cfg) <= SPARSE_ABOVE else "sparse"
+
+
 def build(
     layers: Sequence[Layer],
     lowered: LoweredProgram,
     options: CompileOptions,
     dtype: torch.dtype | None = None,
 ) -> Transformer | SparseTransformer:
-    """The model in the storage ``options.storage`` asks for ("auto": dense when its weights
-    fit in ``SPARSE_ABOVE`` bytes, sparse beyond)."""
-    storage = options.storage
-    if storage == "auto":
-        cfg = model_config(layers, lowered, options, dtype)
-        storage = "dense" if memory.weight_bytes(cfg) <= SPARSE_ABOVE else "sparse"
-    if storage == "sparse":
+    """The model in the storage :func:`storage_for` chooses."""
+    if storage_for(layers, lowered, options, dtype) == "sparse":
         return assemble_sparse(layers, lowered, options, dtype)
     return assemble(layers, lowered, options, dtype)
 

@@ -78,7 +78,18 @@ def compile_program(
     vi = value_inference.infer(graph, vocab, max_seq_len, options)  # 3. infer values
     lowered = lowering.lower(graph, vi, options)  # 4. lower
     dtype = precision.choose(graph, vi, lowered, options)  # 5. choose the dtype
-    sched = scheduling.schedule(lowered)  # 6. schedule
-    model = assembly.build(sched.layers, lowered, options, dtype.dtype)  # 7. assemble
-    checks = guards.runtime_guards(graph, vi, lowered, sched)  # 8. run-time checks, report
+    checks = guards.runtime_guards(graph, vi, lowered, scheduling.schedule(lowered))  # 6.
+    sched = _schedule(lowered, checks, options, dtype.dtype)  # 7. schedule
+    model = assembly.build(sched.layers, lowered, options, dtype.dtype)  # 8. assemble, report
     return assembly.package(program, graph, lowered, sched, model, checks, options, start, dtype)
+
+
+def _schedule(lowered, checks, options: CompileOptions, dtype) -> scheduling.Schedule:
+    """The blocks in layers, each as early as it can be; in sparse storage, which keeps a
+    value from its write to its last read, as late as the same depth allows (what a run-time
+    check reads stays where the check reads it)."""
+    sched = scheduling.schedule(lowered)
+    if assembly.storage_for(sched.layers, lowered, options, dtype) != "sparse":
+        return sched
+    pinned = frozenset(d for g in checks for d in [*(d for d, _ in g.form), *g.dims])
+    return scheduling.schedule(lowered, late=True, pinned=pinned)

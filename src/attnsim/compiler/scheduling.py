@@ -53,11 +53,17 @@ class Schedule:
         return max((self.slot_stages[s] for s in after), default=0)
 
 
-def schedule(lowered: LoweredProgram) -> Schedule:
-    """Places the blocks of a lowered program in layers."""
+def schedule(lowered: LoweredProgram, late: bool = False, pinned: frozenset = frozenset()):
+    """Places the blocks of a lowered program in layers. ``late``: each block as late as the
+    same depth allows (:func:`place_late`), except the writers of the directions in
+    ``pinned`` (those the run-time checks read at their stages); the slots keep their
+    earliest stages either way."""
     stages = place(lowered.slots)
-    heads = [(stages[p.slot], p.block) for p in lowered.blocks if isinstance(p.block, Head)]
-    units = [(stages[p.slot], p.block) for p in lowered.blocks if not isinstance(p.block, Head)]
+    at = [stages[p.slot] for p in lowered.blocks]
+    if late:
+        at = place_late([p.block for p in lowered.blocks], at, pinned)
+    heads = [(s, p.block) for s, p in zip(at, lowered.blocks) if isinstance(p.block, Head)]
+    units = [(s, p.block) for s, p in zip(at, lowered.blocks) if not isinstance(p.block, Head)]
     return Schedule(tuple(group(heads, units)), stages)
 
 
@@ -68,6 +74,55 @@ def place(slots: Sequence[Slot]) -> tuple[int, ...]:
         ready = max((stages[s] for s in slot.after), default=0)
         stages.append(attn_stage(ready) if slot.kind == "attn" else mlp_stage(ready))
     return tuple(stages)
+
+
+def place_late(blocks: Sequence, early: Sequence[int], pinned: frozenset = frozenset()):
+    """The latest stage of each block that keeps the depth of ``early`` (the earliest
+    stages): the last sublayer of its kind before the first block that reads what it
+    writes. A block that nothing reads later, or that writes a ``pinned`` direction, stays
+    where it is (outputs and checked values are read there).
+
+    Sparse storage keeps a direction from its write to its last read, so computing a value
+    just before it is needed (a parameter row of the last layer of a stack, say) keeps it
+    out of memory for the layers before.
+
+    >>> a = ReluUnit("a", (("x", 1.0),), (("y", 1.0),))
+    >>> b = ReluUnit("b", (("x", 1.0),), (("z", 1.0),))
+    >>> c = ReluUnit("c", (("z", 1.0),), (("w", 1.0),))
+    >>> d = ReluUnit("d", (("w", 1.0), ("y", 1.0)), (("out", 1.0),))
+    >>> place_late([a, b, c, d], [2, 2, 4, 6])  # a moves next to its reader d
+    (4, 2, 4, 6)
+    """
+    writes = [_writes(b) for b in blocks]
+    readers: dict[str, list[int]] = {}
+    for i, b in enumerate(blocks):
+        for d in _reads(b):
+            readers.setdefault(d, []).append(i)
+    late = list(early)
+    for i in sorted(range(len(blocks)), key=lambda i: -early[i]):  # readers first
+        if writes[i] & pinned:
+            continue
+        after = [j for d in writes[i] for j in readers.get(d, ()) if early[j] > early[i]]
+        if not after:
+            continue
+        stage = min(late[j] for j in after) - 1  # complete before the first reader
+        if (stage % 2 == 1) != isinstance(blocks[i], Head):
+            stage -= 1
+        late[i] = max(early[i], stage)
+    return tuple(late)
+
+
+def _reads(b) -> set[str]:
+    if isinstance(b, Head):
+        return {d for q, k, _ in b.qk for d in (q, k)} | {s for s, _, _ in b.ov}
+    forms = (b.a, b.b) if isinstance(b, BilinearUnit) else (b.inputs, getattr(b, "gate", ()))
+    return {d for f in forms for d, _ in f}
+
+
+def _writes(b) -> set[str]:
+    if isinstance(b, Head):
+        return {d for _, d, _ in b.ov}
+    return {d for d, _ in b.outputs}
 
 
 def group(heads: list[tuple[int, Head]], units: list[tuple[int, object]]) -> list[Layer]:

@@ -323,6 +323,7 @@ def read_sparse(path: Path, cfg: ModelConfig, storage: dict) -> dict[str, torch.
         "embed.num": (d,),
         "embed.vec": (max(cfg.token_width, 1), d),
         "embed.pos_dirs": (d,),
+        "embed.pos_at": (cfg.n_ctx, 1 << 62),  # (position, column), columns checked below
     }
     for li, layer in enumerate(storage["layers"]):
         h = layer["n_heads"]
@@ -331,7 +332,7 @@ def read_sparse(path: Path, cfg: ModelConfig, storage: dict) -> dict[str, torch.
         for kind, n in layer["units"]:
             for part in ("inputs", "second", "outputs"):
                 spec[f"blocks.{li}.mlp.{kind}.{part}"] = (n, d)
-    names = set(spec) | {f"{k}_w" for k in spec if k != "embed.pos_dirs"} | {"embed.pos"}
+    names = set(spec) | {f"{k}_w" for k in spec if k != "embed.pos_dirs"} | {"embed.pos_default"}
     try:
         state = load_file(str(weights))
     except Exception as exc:
@@ -350,8 +351,10 @@ def read_sparse(path: Path, cfg: ModelConfig, storage: dict) -> dict[str, torch.
                 raise damaged(weights, f"holds {name!r} with a coordinate outside 0..{bound - 1}")
         if name + "_w" in state and state[name + "_w"].shape != (len(cols),):
             raise damaged(weights, f"holds {name + '_w'!r} of the wrong length")
-    if state["embed.pos"].shape != (cfg.n_ctx, len(state["embed.pos_dirs"])):
-        raise damaged(weights, "holds 'embed.pos' of the wrong shape")
+    n_pos = len(state["embed.pos_dirs"])
+    at = state["embed.pos_at"]
+    if state["embed.pos_default"].shape != (n_pos,) or (len(at) and int(at[:, 1].max()) >= n_pos):
+        raise damaged(weights, "holds position columns that do not match 'embed.pos_dirs'")
     for name in names - set(spec):
         t = state[name]
         if t.dtype != torch.float64:

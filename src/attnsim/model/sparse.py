@@ -49,6 +49,7 @@ from attnsim.model.sparse_ops import (
     UnitMaps,
     candidate_plan,
     dense_head,
+    dense_of,
     distinct_nonzero,
     head_plan,
     long_tensor,
@@ -116,7 +117,9 @@ class SparseTransformer:
         self.cfg = cfg
         self.layers = layers
         # embed: "E" [T, 2] (token row, direction) + "E_w"; "num" [T] directions + "num_w";
-        # "vec" [T, 2] (channel, direction) + "vec_w"; "pos_dirs" [P], "pos" [n_ctx, P]
+        # "vec" [T, 2] (channel, direction) + "vec_w"; "pos_dirs" [P] with
+        # "pos_default" [P] (each column's value at most positions) and the other entries,
+        # "pos_at" [T, 2] (position, column) + "pos_at_w" (see position_rows)
         self.embed = embed
         self.executor = "plan"
         self.peak_columns = 0  # set by each forward pass
@@ -201,7 +204,12 @@ class SparseTransformer:
         """The non-zero entries of the dense form's weights (counted on the factors)."""
         e = self.embed
         total = int((e["E_w"] != 0).sum() + (e["num_w"] != 0).sum() + (e["vec_w"] != 0).sum())
-        total += int((e["pos"] != 0).sum())
+        # position columns: the default (where non-zero) at every listed-free position but
+        # BOS, and the listed entries that are non-zero
+        cols = e["pos_at"][:, 1]
+        listed = torch.bincount(cols, minlength=len(e["pos_dirs"]))
+        free = (self.cfg.n_ctx - 1 - listed) * (e["pos_default"] != 0)
+        total += int(free.sum()) + int((e["pos_at_w"] != 0).sum())
         for hm, ums in zip(self._heads, self._units):
             for h in hm.active:
                 for lin in (hm.Q[h], hm.K[h], hm.V[h], hm.O[h]):
@@ -311,12 +319,17 @@ class SparseTransformer:
         requests = {} if streams is None else dict(streams)
         final = 2 * len(self.layers)
         last = self._last_reads(requests, keep, final)
-        store = Store(b, n, d, dtype, last, self._rows_needed(last) + 1)
+        # the position rows (static S-ops) enter the stream at their first reader's stage
+        first = self._first_reads(requests, keep, final)
+        store = Store(b, n, d, dtype, last, self._rows_needed(last, first) + 1)
         masks = self._analysis()["masks"] if found is not None else None
         self._embed(store, ids, vals, n, None if masks is None else masks[0])
+        self._positions(store, first, 0, b, n)
         self._capture(store, streams, requests, 0)
         for li in range(len(self.layers)):
             stage = 2 * li + 1
+            if li:
+                self._positions(store, first, 2 * li, b, n)
             if found is not None:
                 plans_l = self._find_plans(store, li)
                 found.append(plans_l)
@@ -324,14 +337,61 @@ class SparseTransformer:
                 plans_l = None if plans is None else plans[li]
             self._attention(store, li, n, plans_l, None if masks is None else masks[stage])
             store.release(stage)
+            self._positions(store, first, stage, b, n)
             self._capture(store, streams, requests, stage)
             self._mlp(store, li, None if masks is None else masks[stage + 1])
             store.release(stage + 1)
             self._capture(store, streams, requests, stage + 1)
+        self._positions(store, first, final, b, n)
+        self._positions(store, first, final + 1, b, n)
         if found is None:
             self.peak_columns = store.peak  # the most directions alive at once (this run)
         cols = keep.cols if keep is not None else torch.arange(d)
         return store.read(cols).permute(1, 2, 0).contiguous()
+
+    def _first_reads(self, requests: dict, keep, final: int) -> dict[int, list[int]]:
+        """Stage -> the position rows (indices into ``embed["pos_dirs"]``) first read there
+        (by the sublayer after that stage, a stream request or the read-out)."""
+        first: dict[int, int] = {}
+        for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
+            for h in hm.active:
+                for c in hm.reads_qk[h] | hm.reads_v[h]:
+                    first.setdefault(c, 2 * li)
+            for um in ums:
+                for c in um.reads:
+                    first.setdefault(c, 2 * li + 1)
+        for s, req in requests.items():
+            dirs = req.cols.tolist() if isinstance(req, Columns) else range(self.cfg.d_model)
+            for c in dirs:
+                first[c] = min(first.get(c, final + 1), int(s))
+        dirs = keep.cols.tolist() if keep is not None else range(self.cfg.d_model)
+        for c in dirs:
+            first.setdefault(c, final + 1)
+        out: dict[int, list[int]] = {}
+        for j, c in enumerate(self.embed["pos_dirs"].tolist()):
+            if c in first:
+                out.setdefault(first[c], []).append(j)
+        return out
+
+    def _positions(self, store, first: dict, stage: int, b: int, n: int) -> None:
+        """Writes the position rows first read at ``stage``."""
+        js = first.get(stage)
+        if js:
+            rows = self.position_rows(long_tensor(js), n).to(self.dtype)  # [len, pos]
+            store.write(self.embed["pos_dirs"][js], rows[:, None, :].expand(len(js), b, n))
+
+    def position_rows(self, js: torch.Tensor, n: int) -> torch.Tensor:
+        """Columns ``js`` of the position embedding on the first ``n`` positions, ``[len(js),
+        n]`` float64: each column's default, its listed entries, 0 at BOS (position 0)."""
+        e = self.embed
+        out = e["pos_default"][js][:, None].expand(len(js), n).clone()
+        out[:, 0] = 0.0
+        where = torch.full((len(e["pos_dirs"]),), -1, dtype=torch.long)
+        where[js] = torch.arange(len(js))
+        at, w = e["pos_at"], e["pos_at_w"]
+        sel = (where[at[:, 1]] >= 0) & (at[:, 0] < n)
+        out[where[at[sel, 1]], at[sel, 0]] = w[sel]
+        return out
 
     def _last_reads(self, requests: dict, keep, final: int) -> dict[int, int]:
         """Direction -> the last stage before which it is read (by a sublayer, a stream
@@ -346,13 +406,17 @@ class SparseTransformer:
             last[c] = final + 1
         return last
 
-    def _rows_needed(self, last: dict[int, int]) -> int:
+    def _rows_needed(self, last: dict[int, int], first: dict[int, list[int]]) -> int:
         """The most directions alive at once in a run whose directions live until ``last``
         (written by the embedding or a sublayer, freed after their last reader): the store
         is allocated once at that size."""
         e = self.embed
-        born = {c: 0 for c in e["pos_dirs"].tolist() + e["E"][:, 1].tolist() if c in last}
-        born.update((c, 0) for c in e["num"].tolist() + e["vec"][:, 1].tolist() if c in last)
+        born = {c: 0 for c in e["E"][:, 1].tolist() + e["num"].tolist() if c in last}
+        born.update((c, 0) for c in e["vec"][:, 1].tolist() if c in last)
+        dirs = e["pos_dirs"].tolist()
+        for s, js in first.items():
+            for j in js:
+                born.setdefault(dirs[j], s)
         for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
             for c in hm.written.tolist():
                 born.setdefault(c, 2 * li + 1)
@@ -395,7 +459,6 @@ class SparseTransformer:
 
     def _embed(self, store, ids, vals, n: int, mask) -> None:
         e, dtype = self.embed, self.dtype
-        b = ids.shape[0]
         cols: dict[int, torch.Tensor] = {}
 
         def add(c: int, v: torch.Tensor) -> None:
@@ -403,7 +466,6 @@ class SparseTransformer:
 
         for (row, c), w in zip(e["E"].tolist(), e["E_w"].to(dtype)):
             add(c, (ids == row).to(dtype) * w)
-        pos = e["pos"][:n].to(dtype).T  # [dirs, pos]
         if mask is None:
             if vals is not None and self.cfg.numerical_tokens:
                 v = vals.to(dtype)
@@ -415,10 +477,6 @@ class SparseTransformer:
                     add(c, v[..., k] * w)
         else:
             cols = {c: v for c, v in cols.items() if bool(mask[c])}
-        # the position rows (static S-ops) in one write, then the rest, each added once
-        pos_dirs = e["pos_dirs"]
-        if len(pos_dirs):
-            store.write(pos_dirs, pos[:, None, :].expand(len(pos_dirs), b, n))
         if cols:
             keys = sorted(cols)
             store.write(long_tensor(keys), torch.stack([cols[c] for c in keys]))
@@ -516,38 +574,4 @@ class SparseTransformer:
     # -- the dense form ------------------------------------------------------------------
     def to_dense(self):
         """The dense :class:`Transformer` with these weights (assembly's factorisation)."""
-        from attnsim.model.transformer import Transformer
-
-        model = Transformer(self.cfg)
-        e = self.embed
-        dt = model.dtype
-        with torch.no_grad():
-            E = e["E"]
-            model.W_E[E[:, 0], E[:, 1]] = e["E_w"].to(dt)
-            model.W_E_num[e["num"]] = e["num_w"].to(dt)
-            if self.cfg.token_width:
-                model.W_E_vec[e["vec"][:, 0], e["vec"][:, 1]] = e["vec_w"].to(dt)
-            model.W_pos[:, e["pos_dirs"]] = e["pos"].to(dt)
-            for li, (hm, block) in enumerate(zip(self._heads, model.blocks)):
-                a = block.attn
-                for h in hm.active:
-                    for lin, W in ((hm.Q[h], a.W_Q), (hm.K[h], a.W_K), (hm.V[h], a.W_V)):
-                        W[h].index_put_((lin.dirs, lin.cols), lin.weight.to(dt), accumulate=True)
-                    o = hm.O[h]
-                    dst = hm.written[hm.O_at[h][o.cols]]
-                    a.W_O[h].index_put_((o.dirs, dst), o.weight.to(dt), accumulate=True)
-                m = block.mlp
-                for um in self._units[li]:
-                    if um.kind == "relu":
-                        names = ("W_in", None, "W_out")
-                    elif um.kind == "bilinear":
-                        names = ("W_bil_a", "W_bil_b", "W_bil_out")
-                    else:
-                        names = tuple(f"W_{um.kind}_{p}" for p in ("in", "gate", "out"))
-                    parts = [(names[0], um.A.dirs, um.A.cols, um.A.weight)]
-                    if names[1] is not None:
-                        parts.append((names[1], um.B.dirs, um.B.cols, um.B.weight))
-                    parts.append((names[2], um.O.dirs, um.written[um.O.cols], um.O.weight))
-                    for name, r, c, w in parts:
-                        getattr(m, name).index_put_((r, c), w.to(dt), accumulate=True)
-        return model
+        return dense_of(self)

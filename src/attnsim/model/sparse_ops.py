@@ -15,7 +15,7 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.transformer import NATIVE_FUNCTIONS
+from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
 
 if TYPE_CHECKING:  # the storage classes, for annotations only
     from attnsim.model.sparse import SparseHeads, SparseUnits
@@ -27,6 +27,7 @@ __all__ = [
     "Store",
     "UnitMaps",
     "candidate_plan",
+    "dense_of",
     "dense_head",
     "head_plan",
     "run_candidates",
@@ -227,14 +228,21 @@ class UnitMaps:
 
 @dataclass(frozen=True)
 class Plan:
-    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`."""
+    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`.
 
-    offsets: torch.Tensor
+    A gather (one key per query) keeps only the queries whose key is not ``fill`` (most
+    queries of a gather that serves one role read BOS): ``queries`` and their ``keys``, no
+    offsets.
+    """
+
+    offsets: torch.Tensor | None
     keys: torch.Tensor
     weights: torch.Tensor | None
     gather: bool
     gap: torch.Tensor | None = None  # candidate heads: see plans.HeadPlan
     key_bound: torch.Tensor | None = None
+    queries: torch.Tensor | None = None  # gathers: the queries listed in keys
+    fill: int = 0  # gathers: the key of every other query
 
     @property
     def nnz(self) -> int:
@@ -333,7 +341,12 @@ def split_qk(hm: HeadMaps, h: int, x, slot, mask):
 
 def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
     """The plan of a head from its queries and keys ``[pos, width]`` (one input)."""
-    return Plan(*plan_core.select_keys(cfg, q, k))
+    offsets, keys, weights, gather = plan_core.select_keys(cfg, q, k)
+    if not gather:
+        return Plan(offsets, keys, weights, False)
+    fill = int(torch.bincount(keys).argmax())
+    queries = torch.nonzero(keys != fill).flatten()
+    return Plan(None, keys[queries], None, True, queries=queries, fill=fill)
 
 
 def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
@@ -348,7 +361,9 @@ def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan |
 def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor:
     """A planned head's mixed values ``[w, batch, pos]`` from its values ``v`` (the same)."""
     if p.gather:
-        return v[:, :, p.keys]
+        z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
+        z[:, :, p.queries] = v[:, :, p.keys]
+        return z
     counts = p.offsets[1:] - p.offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
     terms = v[:, :, p.keys]
@@ -387,3 +402,42 @@ def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         else:
             z[:, start : start + step] = torch.softmax(cfg.beta * scores, dim=-1) @ v
     return z
+
+
+def dense_of(sp):
+    """The dense :class:`Transformer` holding a sparse model's weights (assembly's
+    factorisation)."""
+    model = Transformer(sp.cfg)
+    e = sp.embed
+    dt = model.dtype
+    with torch.no_grad():
+        E = e["E"]
+        model.W_E[E[:, 0], E[:, 1]] = e["E_w"].to(dt)
+        model.W_E_num[e["num"]] = e["num_w"].to(dt)
+        if sp.cfg.token_width:
+            model.W_E_vec[e["vec"][:, 0], e["vec"][:, 1]] = e["vec_w"].to(dt)
+        cols = sp.position_rows(torch.arange(len(e["pos_dirs"])), sp.cfg.n_ctx)
+        model.W_pos[:, e["pos_dirs"]] = cols.T.to(dt)
+        for li, (hm, block) in enumerate(zip(sp._heads, model.blocks)):
+            a = block.attn
+            for h in hm.active:
+                for lin, W in ((hm.Q[h], a.W_Q), (hm.K[h], a.W_K), (hm.V[h], a.W_V)):
+                    W[h].index_put_((lin.dirs, lin.cols), lin.weight.to(dt), accumulate=True)
+                o = hm.O[h]
+                dst = hm.written[hm.O_at[h][o.cols]]
+                a.W_O[h].index_put_((o.dirs, dst), o.weight.to(dt), accumulate=True)
+            m = block.mlp
+            for um in sp._units[li]:
+                if um.kind == "relu":
+                    names = ("W_in", None, "W_out")
+                elif um.kind == "bilinear":
+                    names = ("W_bil_a", "W_bil_b", "W_bil_out")
+                else:
+                    names = tuple(f"W_{um.kind}_{p}" for p in ("in", "gate", "out"))
+                parts = [(names[0], um.A.dirs, um.A.cols, um.A.weight)]
+                if names[1] is not None:
+                    parts.append((names[1], um.B.dirs, um.B.cols, um.B.weight))
+                parts.append((names[2], um.O.dirs, um.written[um.O.cols], um.O.weight))
+                for name, r, c, w in parts:
+                    getattr(m, name).index_put_((r, c), w.to(dt), accumulate=True)
+    return model
