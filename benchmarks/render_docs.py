@@ -315,7 +315,8 @@ def simulator_layouts(data: dict) -> str:
                 f"|score| is {fmt(m.get('max_abs_score', float('nan')))}; peak resident memory "
                 f"{fmt(m['peak_rss_mb'] / 1024)} GiB for the whole run; {m['sequence_length']:,} "
                 f"positions of {m['token_width']:,} channels, d_model {m['d_model']:,} of "
-                f"which at most {m.get('peak_live_columns') or m['d_model']:,} alive at once, "
+                f"which at most {m.get('peak_live_columns') or m['d_model']:,} alive at once "
+                f"({fmt(m.get('stream_mb', float('nan')))} MB of stream), "
                 f"{m['nonzero_parameters']:,} non-zero weights (the dense form: "
                 f"{m['parameters']:,})."
             )
@@ -335,7 +336,8 @@ def simulator_layouts(data: dict) -> str:
                 f"torch's layers applied one after the other (largest |score| "
                 f"{fmt(st['max_abs_score'])}); peak resident memory "
                 f"{fmt(st['peak_rss_mb'] / 1024)} GiB; {st['sequence_length']:,} positions, "
-                f"d_model {st['d_model']:,}, depth {st['depth']}."
+                f"d_model {st['d_model']:,} of which at most {st['peak_live_columns']:,} alive "
+                f"at once ({fmt(st['stream_mb'])} MB of stream), depth {st['depth']}."
             )
         else:
             out.append(

@@ -189,7 +189,7 @@ def measure(
     """Builds U(n, d, heads) in ``layout``, simulates a full-size target with each executor,
     and times the direct path."""
     w0, c0 = time.perf_counter(), time.process_time()
-    U = universal.build(n, d, heads, layout=layout)
+    U = universal.build(n, d, heads, layout=layout, storage="dense")  # both executors
     build_wall, build_cpu = time.perf_counter() - w0, time.process_time() - c0
     r = U.report()
     positions = r.sequence_length + 1
@@ -276,7 +276,7 @@ def profile_internals(n: int = 16, top: int = 10) -> list[dict]:
     import cProfile
     import pstats
 
-    U = universal.build(n, n, 1)
+    U = universal.build(n, n, 1, storage="dense")
     X = torch.tensor(np.random.default_rng(0).standard_normal((n, n)), dtype=torch.float64)
     target = spec.random_attention(1, n, seed=0, bias=True)
     profiler = cProfile.Profile()

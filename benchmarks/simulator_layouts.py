@@ -14,8 +14,8 @@ stop where the next one would exceed the run's budget (the sizes are listed with
 It also builds U for the all-MiniLM-L6-v2 layer shape (n = 12, d = 384, 12 heads,
 feed-forward 1,536; sparse storage, as ``storage="auto"`` chooses at that size) and simulates
 one random layer of that shape with scores up to |30| (build, simulate, peak memory, error;
-a few minutes; ``--no-minilm`` leaves it out), and with ``--stack L`` (``--full``: 6) a stack
-of L such layers in one pass of one U, against torch's layers one after the other.
+a few minutes; ``--no-minilm`` leaves it out), and a stack of 6 such layers (``--stack L``:
+L layers, 0 for none) in one pass of one U, against torch's layers one after the other.
 
 Growth exponents in n = d (least squares on log-log) are fitted per layout over the sizes
 built. Run: ``python benchmarks/simulator_layouts.py`` (``--full`` builds larger sizes;
@@ -110,10 +110,18 @@ def measure(
         "error_vs_torch": relative_error(got, want),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "storage": U.model.storage,
-        # sparse storage: the most residual directions alive at once (of d_model)
+        # sparse storage: the most residual directions alive at once (of d_model), and the
+        # stream they take (float64, every position)
         "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "stream_mb": _stream_mb(U),
         "max_abs_score": max_abs_score(target, X),
     }
+
+
+def _stream_mb(U) -> float:
+    """MB of U's residual stream for one input: the live columns (sparse) or d_model."""
+    cols = getattr(U.model.model, "peak_columns", None) or U.model.config.d_model
+    return cols * (U.layout.length + 1) * 8 / 2**20
 
 
 def max_abs_score(target, X: torch.Tensor) -> float:
@@ -174,6 +182,7 @@ def minilm_stack(layers: int, seed: int = 0) -> dict:
         "peak_extra_mb": mem.extra_mb,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "stream_mb": _stream_mb(U),
         "max_abs_score": max(scores),
         "error_vs_torch": relative_error(got, inner),
     }
@@ -209,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "--stack",
         type=int,
         default=None,
-        help="also simulate a stack of this many MiniLM-shaped layers (default: 6 with "
-        "--full, none otherwise; tens of minutes)",
+        help="also simulate a stack of this many MiniLM-shaped layers (default 6; 0: none; "
+        "about 5 minutes)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_minilm:
         out["minilm"] = minilm()
         print(f"MiniLM layer shape {MINILM}: {out['minilm']}", flush=True)
-    stack = args.stack if args.stack is not None else (6 if args.full else 0)
+    stack = 6 if args.stack is None else args.stack
     if stack:
         out["minilm_stack"] = minilm_stack(stack)
         print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 STORAGES = ("auto", "dense", "sparse")
-SPARSE_ABOVE = 2 << 30  # storage="auto": sparse when the dense weights exceed this (bytes)
+SPARSE_ABOVE = 256 << 20  # storage="auto": sparse when the dense weights exceed this (bytes)
 AUTO = "auto"  # dtype: float32 where every value is exact there, else float64
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 DTYPE_CHOICES = "torch.float64 or torch.float32, or one of the strings 'auto', 'float64', 'float32'"

@@ -568,6 +568,8 @@ class SparseTransformer:
             found: list = []
             with torch.no_grad():
                 self._run(ids, None, None, Columns(long_tensor([])), None, found)
+            if len(self._plans) >= 32:  # as the dense model: the oldest length goes
+                del self._plans[next(iter(self._plans))]
             self._plans[n] = found
         return self._plans[n]
 

@@ -480,7 +480,7 @@ def build(
         max_heads: the most attention heads.
         config: the whole build configuration (then give no sizes or options).
         storage: "dense", "sparse" (:mod:`attnsim.model.sparse`) or "auto" (dense while the
-            dense weights fit in 2 GiB); not part of the config: both hold the same U.
+            dense weights fit in 256 MiB); not part of the config: both hold the same U.
         **options: the other fields of ``SimulatorConfig``, each explained there (strings
             allowed for its enums): ``layer`` ("attention" or "encoder": a whole
             TransformerEncoderLayer), ``max_ff``, ``attention`` (U's own: "hard" or
