@@ -13,11 +13,13 @@ source, destination, weight)``, and each MLP unit's input and output forms; the 
 as its non-zero rows. Its forward pass computes the same function:
 
 - **one primitive**, :class:`Linear`: a sparse map from stream directions to columns
-  (query, key and value factors of all heads, the units' inputs, their outputs), evaluated
-  in slices of positions by one gather and one indexed sum over its terms;
-- **a stream of live columns**: a direction takes a slot when it is first written and gives
-  it back after the last sublayer that reads it (or the last stage a caller asked for), so
-  the memory follows the directions alive at once, not d_model;
+  (query, key and value factors of each head, the units' inputs, their outputs): a gather
+  of the rows it reads and one indexed sum over its terms;
+- **a stream of live columns**: a direction takes a row when it is first written (a
+  position row of the embedding: at the stage that first reads it) and gives it back after
+  the last sublayer that reads it (or the last stage a caller asked for), so the memory
+  follows the directions alive at once, not d_model (the compiler places a sparse model's
+  blocks as late as its depth allows to keep those stretches short);
 - **execution plans**: heads whose pattern only the length decides run as gathers and
   sparse sums (found once per length on the static part of the stream, with the dense
   forward's arithmetic); hard heads whose scores are partly static run on the candidate
