@@ -248,3 +248,36 @@ def test_sparse_u_passes_the_accuracy_sweep(layer):
     result = verify(U, targets=60, seed=3, progress=False)
     assert result.count == 60 and not result.failures
     assert result.max_error <= 1e-9
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"attention": "softmax"},
+        {"maps": "relu"},
+        {"layer": "encoder", "max_ff": 8, "attention": "softmax"},
+    ],
+    ids=["softmax", "relu-maps", "encoder-softmax"],
+)
+def test_sparse_u_in_other_modes(options):
+    dense = universal.build(3, 4, 2, storage="dense", **options)
+    sparse = universal.build(3, 4, 2, storage="sparse", **options)
+    for seed in range(2):
+        if "layer" in options:
+            target = sampling.random_encoder_layer(2, 4, 8, seed=seed)
+        else:
+            target = sampling.random_attention(2, 4, seed=seed, causal=bool(seed))
+        X = torch.tensor(np.random.default_rng(seed).standard_normal((3, 4)))
+        got = sparse.simulate(target, X)
+        assert torch.allclose(got, dense.simulate(target, X), rtol=1e-12, atol=1e-12)
+        bound = 1e-4 if options.get("maps") == "relu" else 1e-12
+        assert float((got - reference(target, X)).abs().max()) <= bound
+
+
+def test_causal_programs_in_sparse_storage():
+    program = library.make_frac_prevs(rasp.tokens == "a")
+    kw = {"vocab": "ab", "max_seq_len": 6, "causal": True}
+    dense = compile_program(program, storage="dense", **kw)
+    sparse = compile_program(program, storage="sparse", **kw)
+    for x in ["abba", "aab", "b", "ababab"]:
+        assert sparse.run(x) == dense.run(x)
