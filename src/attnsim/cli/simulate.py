@@ -182,10 +182,13 @@ def _config(args: argparse.Namespace):
 
 
 def _check_memory(config) -> None:
-    """Refuses builds whose score matrices alone would not fit in memory (before building)."""
+    """Refuses builds whose input and stream alone would not fit in memory (before
+    building; ``universal.memory_needed``)."""
+    from attnsim.simulator import universal
+
     length = config.layout.length
     item = 4 if config.dtype_name == "float32" else 8
-    need = float(item) * length * length  # one attention score matrix [pos, pos]
+    need = universal.memory_needed(config)
     sizes = f"--max-n {config.max_n} --max-d {config.max_d} --max-heads {config.max_heads}"
     fits_in_memory(
         need,

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from attnsim.model.memory import attention_bytes
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.vector_layout import VectorLayout
 
@@ -323,3 +324,16 @@ def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
     u = torch.finfo(dtype).eps / 2
     gain = 2.0 ** math.floor(math.log2(0.25 / (u * (4 * r * r + 6))))
     return min(SCORE_LIMIT[dtype], gain / 4.0 - 1.0)
+
+
+def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
+    """A lower bound on the bytes building and running U need. Dense weights: one head's
+    scores ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse at the sizes where
+    this matters): U's input and its channels in the stream (``2 pos width``), and the
+    position tables its compiler holds while building (at least 100 tables, three copies
+    each: ``300 pos``)."""
+    item = 8 if config.dtype == torch.float64 else 4
+    layout = config.layout
+    if storage == "dense":
+        return attention_bytes(layout.length + 1, 1, item)
+    return (2 * getattr(layout, "width", 1) + 300) * (layout.length + 1) * item

@@ -60,6 +60,7 @@ from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by 
     SCORE_LIMIT,
     SimulatorConfig,
     max_score_bound,
+    memory_needed,
 )
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.programs import (  # noqa: F401 - the labels, read here by older code
@@ -504,14 +505,11 @@ def build(
     """
     config = _config(max_n, max_d, max_heads, config, options)
     layout = config.layout
-    # refuse a size that cannot fit before building U's program: its position tables and
-    # every attention layer grow with the sequence length (the latter with its square)
-    memory.check_fits(
-        memory.attention_bytes(layout.length + 1, 1, 8 if config.dtype == torch.float64 else 4),
-        f"building U for max_n={config.max_n}, max_d={config.max_d}, max_heads="
-        f"{config.max_heads} (a sequence of {layout.length:,} positions)",
-        "lower max_n, max_d or max_heads: attention over the sequence grows with its square",
-    )
+    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
+    what = f"building U for {sizes} (a sequence of {layout.length:,} positions)"
+    # refuse a size that cannot fit before building U's program (see memory_needed)
+    need = memory_needed(config, storage)
+    memory.check_fits(need, what, "lower max_n, max_d or max_heads")
     start = time.perf_counter()
     program = _program(config)
     model = compile_program(
@@ -530,6 +528,9 @@ def build(
         value_scale=math.exp(700.0 if config.dtype == torch.float64 else 88.0),
         storage=storage,
     )
+    if model.storage == "dense":  # "auto" chose dense weights: their attention must fit
+        need = memory_needed(config, "dense")
+        memory.check_fits(need, what, "build with storage='sparse'")
     # the execution plan for U's one input length: its gathers and sums, found once here
     # so that every simulate runs them without [query, key] scores
     model.model.plans(config.layout.length + 1)
