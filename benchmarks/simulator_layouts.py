@@ -45,7 +45,7 @@ from attnsim.simulator.verify import relative_error
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 # the largest n = d built per layout (default run / --full)
-BUILT = {"scalar": (8, 16), "vector": (64, 128)}
+BUILT = {"scalar": (8, 16), "vector": (128, 256)}
 MINILM = (12, 384, 12, 1536)
 
 

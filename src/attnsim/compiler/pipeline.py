@@ -74,7 +74,7 @@ def compile_program(
     options = opts.resolve(options, kwargs)
     vocab = value_inference.check_vocab(vocab)
     graph = tracing.trace(program)  # 2. trace
-    tracing.check_size(graph, max_seq_len, options.itemsize)
+    tracing.check_size(graph, max_seq_len, options.itemsize, options.storage)
     vi = value_inference.infer(graph, vocab, max_seq_len, options)  # 3. infer values
     lowered = lowering.lower(graph, vi, options)  # 4. lower
     dtype = precision.choose(graph, vi, lowered, options)  # 5. choose the dtype

@@ -78,7 +78,7 @@ def needs_full_length(graph: Graph) -> bool:
     )
 
 
-def check_size(graph: Graph, max_seq_len: int, itemsize: int) -> None:
+def check_size(graph: Graph, max_seq_len: int, itemsize: int, storage: str = "auto") -> None:
     """Refuses a max_seq_len whose [pos, pos] arrays cannot fit, before making any.
 
     Attention holds scores for every (query, key) pair; value inference evaluates static
@@ -88,6 +88,8 @@ def check_size(graph: Graph, max_seq_len: int, itemsize: int) -> None:
         graph: the traced program.
         max_seq_len: the longest input.
         itemsize: bytes per number of the model's dtype (8 for float64, 4 for float32).
+        storage: "sparse" runs attention from plans and in row chunks: only a static
+            selector at full length (``[pos, pos]`` bools) is counted then.
 
     Raises:
         ModelTooLargeError: the arrays would not fit in this machine's memory.
@@ -97,7 +99,7 @@ def check_size(graph: Graph, max_seq_len: int, itemsize: int) -> None:
         isinstance(n, (E.Aggregate, E.SelectorWidth, E.LengthType)) for n in graph.nodes.values()
     )
     needed = 2 * max_seq_len * max_seq_len  # the evaluator's masks and a selector, as bool
-    if attends:
+    if attends and storage != "sparse":
         needed = max(needed, memory.attention_bytes(n_ctx, 1, itemsize))
     memory.check_fits(
         needed,

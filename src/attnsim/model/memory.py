@@ -103,6 +103,11 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def fits(needed: int) -> bool:
+    """Whether ``needed`` bytes pass :func:`check_fits`."""
+    return needed <= memory_limit()
+
+
 def check_fits(needed: int, what: str, advice: str) -> None:
     """Raises ModelTooLargeError when ``needed`` bytes exceed this machine's memory.
 

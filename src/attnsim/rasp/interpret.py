@@ -58,7 +58,6 @@ class _Evaluator:
             self.token_array = self.token_cat = None
             self.memo: dict[int, Any] = {}
             self._int_tokens = False
-            self._causal_mask = np.tril(np.ones((self.n, self.n), dtype=bool))
             return
         if isinstance(toks, np.ndarray) and toks.dtype != object:
             self.batch, self.n = toks.shape
@@ -76,7 +75,6 @@ class _Evaluator:
             self.token_cat = Cat(codes.reshape(self.batch, self.n), table)
         self.memo: dict[int, Any] = {}
         self._int_tokens = isinstance(toks, np.ndarray) and toks.dtype.kind in "iub"
-        self._causal_mask = np.tril(np.ones((self.n, self.n), dtype=bool))
 
     # -- dispatch ------------------------------------------------------------------------
     def eval(self, e: E.RASPExpr) -> Any:
@@ -186,6 +184,8 @@ class _Evaluator:
 
     def _causal(self, sel: np.ndarray) -> np.ndarray:
         if self.causal:
+            if getattr(self, "_causal_mask", None) is None:  # made on first use: [n, n]
+                self._causal_mask = np.tril(np.ones((self.n, self.n), dtype=bool))
             sel &= self._causal_mask
         return sel
 

@@ -507,8 +507,9 @@ def build(
     layout = config.layout
     sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
     what = f"building U for {sizes} (a sequence of {layout.length:,} positions)"
-    # refuse a size that cannot fit before building U's program (see memory_needed)
-    need = memory_needed(config, storage)
+    if storage == "auto" and not memory.fits(memory_needed(config, "dense")):
+        storage = "sparse"  # dense weights could not run it: no need to find that out
+    need = memory_needed(config, storage)  # refuse what cannot fit before building
     memory.check_fits(need, what, "lower max_n, max_d or max_heads")
     start = time.perf_counter()
     program = _program(config)
