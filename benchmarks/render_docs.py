@@ -289,11 +289,14 @@ def simulator_layouts(data: dict) -> str:
     )
     skipped = data.get("not_built", [])
     if skipped:
+        reasons: dict[str, list[str]] = {}  # reason -> the sizes it covers
+        for s in skipped:
+            reasons.setdefault(s["reason"], []).append(f"{s['layout']} n = d = {s['d']}")
         out += [
             "",
             "Not built in this run: "
-            + "; ".join(f"{s['layout']} n = d = {s['d']}" for s in skipped)
-            + f" ({skipped[0]['reason'].split('(')[0].strip()} of this run).",
+            + "; ".join(f"{', '.join(sizes)} ({reason})" for reason, sizes in reasons.items())
+            + ".",
         ]
     exps = data.get("exponents", {})
     if exps:
