@@ -158,9 +158,24 @@ def test_damaged_sparse_checkpoints_are_refused(tmp_path):
     save_file(bad, str(weights))
     with pytest.raises(DamagedCheckpointError, match="NaN"):
         CompiledModel.load(path)
+    # coordinates stored as floats, a weight list of the wrong length
+    bad = dict(good)
+    bad["blocks.0.attn.ov"] = bad["blocks.0.attn.ov"].double()
+    save_file(bad, str(weights))
+    with pytest.raises(DamagedCheckpointError, match="not int64 coordinates"):
+        CompiledModel.load(path)
+    bad = dict(good)
+    bad["blocks.0.attn.ov_w"] = torch.cat([bad["blocks.0.attn.ov_w"], bad["blocks.0.attn.ov_w"]])
+    save_file(bad, str(weights))
+    with pytest.raises(DamagedCheckpointError, match="of the wrong length"):
+        CompiledModel.load(path)
     # a damaged layer list
     save_file(good, str(weights))
     meta = json.loads((path / "model.json").read_text())
+    for storage in (5, {"storage": "sparse", "layers": "all"}, {"storage": "dense", "layers": []}):
+        (path / "model.json").write_text(json.dumps({**meta, "storage": storage}))
+        with pytest.raises(DamagedCheckpointError, match="'storage"):
+            CompiledModel.load(path)
     meta["storage"]["layers"][0]["units"] = [["tanh", 3]]
     (path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DamagedCheckpointError, match="unit entry"):
@@ -175,6 +190,8 @@ def test_bad_inputs_get_clear_errors():
         m.component_output(["a", "b"], m.components().heads()[0])
     with pytest.raises(ValueError, match="storage must be one of"):
         compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="compressed")
+    with pytest.raises(ValueError, match="storage must be one of"):
+        universal.build(2, 2, 1, storage="compressed")
     with pytest.raises(ValueError, match="executor must be one of"):
         m.executor = "fast"
     m.model.executor = "fast"  # set behind the model's back: refused when it runs

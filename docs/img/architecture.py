@@ -15,7 +15,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _figure.py beside this script
 
+import _figure  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
@@ -199,15 +201,10 @@ def draw(path: Path) -> Path:
         style="italic",
     )
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return _figure.save(fig, path, DPI)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import _figure  # docs/img/_figure.py: this folder is on the path when the script runs
-
     return _figure.main(draw, __file__, argv)
 
 

@@ -24,7 +24,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _figure.py beside this script
 
+import _figure  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
@@ -191,15 +193,10 @@ def draw(path: Path, build: tuple[int, int, int, int] = BUILD) -> Path:
         fontsize=11,
         bbox_to_anchor=(0.5, 0.0),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, metadata={"Software": None, "Description": describe(build)})
-    plt.close(fig)
-    return path
+    return _figure.save(fig, path, DPI, describe(build))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import _figure  # docs/img/_figure.py: this folder is on the path when the script runs
-
     return _figure.main(draw, __file__, argv)
 
 

@@ -29,6 +29,7 @@ from attnsim.model import memory
 from attnsim.model.compiled import CompiledModel, GuardSpec, OutputSpec, Report
 from attnsim.model.config import ModelConfig
 from attnsim.model.sparse import SparseHeads, SparseLayer, SparseTransformer, SparseUnits
+from attnsim.model.sparse_ops import factor_side
 from attnsim.model.transformer import Transformer
 from attnsim.rasp import expr as E
 from attnsim.values import value_key
@@ -50,7 +51,8 @@ def model_config(
     options: CompileOptions,
     dtype: torch.dtype | None = None,
 ) -> ModelConfig:
-    """The :class:`ModelConfig` of the model holding ``layers`` (either storage)."""
+    """The :class:`ModelConfig` of the model holding ``layers`` (either storage); example
+    with :func:`assemble_sparse`."""
     token_vocab = [] if lowered.vocab is None else list(lowered.vocab)
     max_seq_len = lowered.max_seq_len
     numerical_token_dir = lowered.numerical_token_dir
@@ -212,7 +214,26 @@ def assemble_sparse(
 ) -> SparseTransformer:
     """The same model as :func:`assemble`, held as its non-zero weights
     (:class:`~attnsim.model.sparse.SparseTransformer`): the layers' terms as coordinate
-    lists over the residual basis, the embedding as its non-zero rows."""
+    lists over the residual basis, the embedding as its non-zero rows.
+
+    >>> from attnsim import library
+    >>> from attnsim.compiler import lowering, scheduling, tracing, value_inference
+    >>> from attnsim.compiler.options import resolve
+    >>> opts = resolve(None, {"dtype": "float64"})
+    >>> graph = tracing.trace(library.make_hist())
+    >>> low = lowering.lower(graph, value_inference.infer(graph, ["a", "b"], 4, opts), opts)
+    >>> layers = scheduling.schedule(low).layers
+    >>> cfg = model_config(layers, low, opts)
+    >>> (cfg.n_layers, cfg.n_ctx) == (len(layers), 5)
+    True
+    >>> sparse_opts = resolve(None, {"storage": "sparse"})
+    >>> storage_for(layers, low, opts), storage_for(layers, low, sparse_opts)
+    ('dense', 'sparse')
+    >>> sparse = assemble_sparse(layers, low, opts)
+    >>> dense = assemble(layers, low, opts)
+    >>> all(torch.equal(a, b) for a, b in zip(sparse.to_dense().parameters(), dense.parameters()))
+    True
+    """
     basis = Basis(lowered.residual)
     ix = basis.index
     dtype = options.dtype if dtype is None else dtype
@@ -290,7 +311,8 @@ def storage_for(
     dtype: torch.dtype | None = None,
 ) -> str:
     """ "dense" or "sparse": what ``options.storage`` asks for ("auto": dense when the dense
-    weights of ``layers`` fit in ``SPARSE_ABOVE`` bytes, sparse beyond)."""
+    weights of ``layers`` fit in ``SPARSE_ABOVE`` bytes, sparse beyond); example with
+    :func:`assemble_sparse`."""
     if options.storage != "auto":
         return options.storage
     cfg = model_config(layers, lowered, options, dtype)
@@ -303,7 +325,8 @@ def build(
     options: CompileOptions,
     dtype: torch.dtype | None = None,
 ) -> Transformer | SparseTransformer:
-    """The model in the storage :func:`storage_for` chooses."""
+    """The model in the storage :func:`storage_for` chooses: :func:`assemble` or
+    :func:`assemble_sparse` (examples there)."""
     if storage_for(layers, lowered, options, dtype) == "sparse":
         return assemble_sparse(layers, lowered, options, dtype)
     return assemble(layers, lowered, options, dtype)
@@ -324,14 +347,10 @@ def count_parameters(model: Transformer | SparseTransformer) -> tuple[int, int]:
 
 
 def _factor(terms: tuple) -> tuple[int, bool]:
-    """``(width, by_left)``: a bilinear map from (left dir, right dir, weight) triples.
-
-    ``by_left``: one column per distinct left direction (identity on the left factor, the
-    weights on the right one); otherwise one column per distinct right direction.
-    """
-    left = len({t[0] for t in terms})
-    right = len({t[1] for t in terms})
-    return (left, True) if left <= right else (right, False)
+    """``(width, by_left)`` of a head's factors (``model.sparse_ops.factor_side``: the same
+    rule for both storages)."""
+    by_left, ident = factor_side(terms)
+    return len(ident), by_left
 
 
 def _fill(A: np.ndarray, B: np.ndarray, terms: tuple, plan: tuple[int, bool], ix) -> None:

@@ -181,9 +181,16 @@ class ValueInference:
         return list(val.to_objects()[0])
 
     def static_counts(self, sel: E.Selector) -> np.ndarray:
-        """How many keys each query of a static selector selects at full length ``[pos]``
-        (an equality of two static number S-ops, causal or not, is counted by value, without
-        the ``[query, key]`` matrix)."""
+        """Keys selected per query of a static selector at full length, ``[pos]``; an
+        equality of two static numbers is counted by value, without ``[query, key]``.
+
+        >>> from attnsim import rasp
+        >>> from attnsim.compiler import options, tracing
+        >>> sel = rasp.Select(rasp.indices, rasp.indices // 2, rasp.Comparison.EQ)
+        >>> opts = options.resolve(None, {"fixed_length": True})
+        >>> infer(tracing.trace(rasp.SelectorWidth(sel)), ["a"], 4, opts).static_counts(sel)
+        array([1, 1, 1, 1])
+        """
         assert self.is_static(sel), sel
         if (
             isinstance(sel, E.Select)
@@ -192,15 +199,11 @@ class ValueInference:
             and E.is_numerical(sel.keys) == E.is_numerical(sel.queries)
         ):
             keys, queries = self.static_values(sel.keys), self.static_values(sel.queries)
-            if _one_orderable_kind(keys + queries) and all(
-                isinstance(v, (int, float)) for v in keys[:1] + queries[:1]
-            ):
-                kv = np.asarray(keys, dtype=np.float64)
+            if _one_orderable_kind(keys + queries) and isinstance(keys[0], (int, float)):
+                uniq, counts = np.unique(np.asarray(keys, dtype=np.float64), return_counts=True)
                 qv = np.asarray(queries, dtype=np.float64)
-                uniq, counts = np.unique(kv, return_counts=True)
-                at = np.clip(np.searchsorted(uniq, qv), 0, max(len(uniq) - 1, 0))
-                hit = (uniq[at] == qv) if len(uniq) else np.zeros(len(qv), dtype=bool)
-                return np.where(hit, counts[at] if len(uniq) else 0, 0).astype(np.int64)
+                at = np.clip(np.searchsorted(uniq, qv), 0, len(uniq) - 1)
+                return np.where(uniq[at] == qv, counts[at], 0).astype(np.int64)
         return self.static_matrix(sel).sum(axis=-1)
 
     def static_matrix(self, sel: E.Selector) -> np.ndarray:

@@ -130,11 +130,25 @@ class CompiledModel:
     @property
     def storage(self) -> str:
         """ "dense" (a :class:`Transformer`) or "sparse" (a :class:`SparseTransformer`: the
-        non-zero weights only; see :mod:`attnsim.model.sparse`)."""
+        non-zero weights only; see :mod:`attnsim.model.sparse`).
+
+        >>> from attnsim import compile_program, library
+        >>> compile_program(library.make_hist(), vocab="ab", max_seq_len=3).storage
+        'dense'
+        """
         return getattr(self.model, "storage", "dense")
 
     def dense_only(self, what: str) -> None:
-        """Raises ValueError naming ``what`` when the model is in sparse storage."""
+        """Raises ValueError naming ``what`` when the model is in sparse storage.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+        >>> try:
+        ...     m.dense_only("the ONNX export")
+        ... except ValueError as exc:
+        ...     print(str(exc)[:60])
+        the ONNX export needs the dense weights, and this model is i
+        """
         if self.storage == "sparse":
             raise ValueError(
                 f"{what} needs the dense weights, and this model is in sparse storage (its "
@@ -148,6 +162,12 @@ class CompiledModel:
 
         Raises:
             ModelTooLargeError: the dense weights do not fit in memory.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+        >>> d = m.to_dense()
+        >>> d.storage, d.run("aba") == m.run("aba") == [2, 1, 2]
+        ('dense', True)
         """
         if self.storage == "dense":
             return self

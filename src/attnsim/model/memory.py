@@ -104,7 +104,11 @@ def gib(n: float) -> str:
 
 
 def fits(needed: int) -> bool:
-    """Whether ``needed`` bytes pass :func:`check_fits`."""
+    """Whether ``needed`` bytes pass :func:`check_fits`.
+
+    >>> fits(1024), fits(10**18)
+    (True, False)
+    """
     return needed <= memory_limit()
 
 

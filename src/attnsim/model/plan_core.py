@@ -12,9 +12,36 @@ import torch
 
 from attnsim.model.config import AttentionMode, ModelConfig
 
-__all__ = ["select_keys", "candidate_keys", "candidate_mean"]
+__all__ = ["select_keys", "candidate_keys", "candidate_mean", "mix"]
 
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
+
+
+def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):
+    """``(pattern, z)``: attention weights from ``scores [..., query, key]`` and the mixed
+    values ``z = pattern @ v`` (``v [..., key, width]``), as every dense head computes them.
+    Hard attention: the mean over the keys within the tolerance of the row's best score, as
+    one product that sums their values and (a column of ones) counts them, then one
+    division; without ``need_pattern`` the scores become the 0/1 selection in place and the
+    pattern is None. Softmax: ``softmax(beta * scores)``.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> scores = torch.tensor([[1.0, 1.1, 0.0]], dtype=torch.float64)  # keys 0, 1 within 0.25
+    >>> v = torch.tensor([[2.0], [4.0], [8.0]], dtype=torch.float64)
+    >>> mix(cfg, scores, v)[1].tolist()
+    [[3.0]]
+    """
+    if cfg.attention is AttentionMode.HARD:
+        threshold = scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+        chosen = (scores >= threshold).to(v.dtype) if need_pattern else scores.ge_(threshold)
+        ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+        zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
+        count = zc[..., -1:]
+        return (chosen / count if need_pattern else None), zc[..., :-1] / count
+    pattern = torch.softmax(cfg.beta * scores, dim=-1)
+    return pattern, torch.matmul(pattern, v)
 
 
 def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,6 +78,14 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
     tolerance of its best score; softmax: a non-zero weight, kept in ``weights``), computed
     in row chunks once per distinct query vector (each query's selection depends on its
     query vector alone, unless the model is causal).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> q = torch.ones(3, 1, dtype=torch.float64)
+    >>> offsets, keys, _, gather = select_keys(cfg, q, torch.tensor([[1.0], [1.1], [0.0]]).double())
+    >>> offsets.tolist(), keys.tolist(), gather  # keys 0 and 1 are within the tolerance
+    ([0, 2, 4, 6], [0, 1, 0, 1, 0, 1], False)
     """
     n = q.shape[0]
     if cfg.causal:
@@ -95,7 +130,8 @@ def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple 
     """``(offsets, keys, gap, key_bound)`` on the static part ``q, k`` of a hard head's
     scores: the candidates per query, how far below its best static score its best other
     key lies, and the largest |static key coordinate|; None when that would not save work
-    (more than a quarter of all pairs) or some query has no gap above the tolerance."""
+    (more than a quarter of all pairs) or some query has no gap above the tolerance.
+    Example: :func:`attnsim.model.sparse_ops.candidate_plan`."""
     n = q.shape[0]
     offsets, keys, _, _ = select_keys(cfg, q, k)
     if len(keys) * 4 > n * n:
@@ -132,7 +168,8 @@ def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
     tolerance`` no outside key reaches the threshold ``max - tolerance``. ``B`` is bounded
     coordinate by coordinate: ``|q_s . k_d + q_d . k| <= sum_c |q_s,c| K_d,c + |q_d,c|
     (K_s,c + K_d,c)`` with ``K`` the largest |key coordinate| over all keys. Inputs are
-    ``[batch, pos, width]`` (``v``: ``[batch, pos, wv]``).
+    ``[batch, pos, width]`` (``v``: ``[batch, pos, wv]``). Example:
+    :func:`attnsim.model.sparse_ops.run_candidates`.
     """
     n = q_s.shape[1]
     k_bound = k_d.abs().amax(dim=1, keepdim=True)

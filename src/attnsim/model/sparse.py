@@ -106,6 +106,18 @@ class SparseTransformer:
         layers: per block, a :class:`SparseLayer`.
         executor: "plan" (static heads as gathers, the default) or "dense" (every head over
             ``[query, key]``, in row chunks).
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+    >>> net = m.model
+    >>> again = SparseTransformer.from_state(net.cfg, net.layout(), net.state_dict())
+    >>> ids, vals = m.encode(["aba"])
+    >>> bool(torch.equal(again(ids, vals), net(ids, vals)))
+    True
+    >>> net.plan_summary(), net.nonzero_weights() == m.report().nonzero_parameters
+    ({'static_heads': [[]], 'partial_heads': [[0]]}, True)
+    >>> net.position_rows(torch.arange(len(net.embed["pos_dirs"])), 4).shape[1]  # [cols, pos]
+    4
     """
 
     storage = "sparse"
@@ -320,9 +332,9 @@ class SparseTransformer:
         b, n = ids.shape
         requests = {} if streams is None else dict(streams)
         final = 2 * len(self.layers)
-        last = self._last_reads(requests, keep, final)
+        first_read, last = self._read_stages(requests, keep, final)
         # the position rows (static S-ops) enter the stream at their first reader's stage
-        first = self._first_reads(requests, keep, final)
+        first = self._position_groups(first_read)
         store = Store(b, n, d, dtype, last, self._rows_needed(last, first) + 1)
         masks = self._analysis()["masks"] if found is not None else None
         self._embed(store, ids, vals, n, None if masks is None else masks[0])
@@ -351,24 +363,34 @@ class SparseTransformer:
         cols = keep.cols if keep is not None else torch.arange(d)
         return store.read(cols).permute(1, 2, 0).contiguous()
 
-    def _first_reads(self, requests: dict, keep, final: int) -> dict[int, list[int]]:
-        """Stage -> the position rows (indices into ``embed["pos_dirs"]``) first read there
-        (by the sublayer after that stage, a stream request or the read-out)."""
-        first: dict[int, int] = {}
-        for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
-            for h in hm.active:
-                for c in hm.reads_qk[h] | hm.reads_v[h]:
-                    first.setdefault(c, 2 * li)
-            for um in ums:
-                for c in um.reads:
-                    first.setdefault(c, 2 * li + 1)
-        for s, req in requests.items():
-            dirs = req.cols.tolist() if isinstance(req, Columns) else range(self.cfg.d_model)
-            for c in dirs:
-                first[c] = min(first.get(c, final + 1), int(s))
-        dirs = keep.cols.tolist() if keep is not None else range(self.cfg.d_model)
-        for c in dirs:
-            first.setdefault(c, final + 1)
+    def _read_stages(self, requests: dict, keep, final: int) -> tuple[dict, dict]:
+        """``(first, last)``: direction -> the first and the last stage before which it is
+        read, by a sublayer (after stage 2l for layer l's attention, 2l + 1 for its MLP), a
+        stream request or the final read-out (``final + 1``). A direction nobody reads is in
+        neither."""
+        got = getattr(self, "_sublayer_reads", None)
+        if got is None:  # the sublayers' part, once per model
+            first: dict[int, int] = {}
+            last: dict[int, int] = {}
+            for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
+                for stage, reads in [
+                    *((2 * li, hm.reads_qk[h] | hm.reads_v[h]) for h in hm.active),
+                    *((2 * li + 1, um.reads) for um in ums),
+                ]:
+                    for c in reads:
+                        first.setdefault(c, stage)
+                        last[c] = stage
+            got = self._sublayer_reads = (first, last)
+        first, last = dict(got[0]), dict(got[1])
+        everything = range(self.cfg.d_model)
+        for stage, req in [*requests.items(), (final + 1, keep)]:
+            for c in req.cols.tolist() if isinstance(req, Columns) else everything:
+                first[c] = min(first.get(c, stage), stage)
+                last[c] = max(last.get(c, stage), stage)
+        return first, last
+
+    def _position_groups(self, first: dict[int, int]) -> dict[int, list[int]]:
+        """Stage -> the position rows (indices into ``embed["pos_dirs"]``) first read there."""
         out: dict[int, list[int]] = {}
         for j, c in enumerate(self.embed["pos_dirs"].tolist()):
             if c in first:
@@ -394,19 +416,6 @@ class SparseTransformer:
         sel = (where[at[:, 1]] >= 0) & (at[:, 0] < n)
         out[where[at[sel, 1]], at[sel, 0]] = w[sel]
         return out
-
-    def _last_reads(self, requests: dict, keep, final: int) -> dict[int, int]:
-        """Direction -> the last stage before which it is read (by a sublayer, a stream
-        request or the final read-out); a direction that is never read is not kept."""
-        last = dict(self._reads())
-        for s, req in requests.items():
-            dirs = req.cols.tolist() if isinstance(req, Columns) else range(self.cfg.d_model)
-            for c in dirs:
-                last[c] = max(last.get(c, -1), int(s))
-        dirs = keep.cols.tolist() if keep is not None else range(self.cfg.d_model)
-        for c in dirs:
-            last[c] = final + 1
-        return last
 
     def _rows_needed(self, last: dict[int, int], first: dict[int, list[int]]) -> int:
         """The most directions alive at once in a run whose directions live until ``last``
@@ -437,20 +446,6 @@ class SparseTransformer:
             live += x
             peak = max(peak, live)
         return peak
-
-    def _reads(self) -> dict[int, int]:
-        got = getattr(self, "_reads_cache", None)
-        if got is None:
-            got = {}
-            for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
-                for h in hm.active:  # read by layer li's attention, after stage 2 li
-                    for c in hm.reads_qk[h] | hm.reads_v[h]:
-                        got[c] = 2 * li
-                for um in ums:
-                    for c in um.reads:
-                        got[c] = 2 * li + 1
-            self._reads_cache = got
-        return got
 
     def _capture(self, store, streams, requests, stage: int) -> None:
         if stage not in requests:

@@ -28,6 +28,7 @@ __all__ = [
     "UnitMaps",
     "candidate_plan",
     "dense_of",
+    "factor_side",
     "dense_head",
     "head_plan",
     "run_candidates",
@@ -39,6 +40,11 @@ _TERMS_PER_CHUNK = 1 << 23  # positions x terms per slice of a sparse product
 
 
 def long_tensor(xs: Sequence[int]) -> torch.Tensor:
+    """An int64 tensor of ``xs`` (empty when ``xs`` is).
+
+    >>> long_tensor([3, 1]).tolist(), long_tensor([]).dtype
+    ([3, 1], torch.int64)
+    """
     return torch.as_tensor(list(xs), dtype=torch.long)
 
 
@@ -105,13 +111,20 @@ class Linear:
         return out
 
 
-def _factor(head_terms: list[tuple[int, int, float]]) -> tuple[bool, list[int]]:
-    """As assembly's factorisation: one column per distinct direction of the side with
-    fewer of them (the left on ties); returns (by_left, those directions in first-seen
-    order)."""
-    left: dict[int, None] = {}
-    right: dict[int, None] = {}
-    for a, b, _ in head_terms:
+def factor_side(terms) -> tuple[bool, list]:
+    """How a head's bilinear map ``sum_t w_t e_left e_right^T`` (``(left, right, w)``
+    triples) is factored, in both storages: one column per distinct direction of the side
+    with fewer of them (the left on ties), identity there, the weights on the other side.
+    Returns ``(by_left, those directions in first-seen order)``.
+
+    >>> factor_side([("q", "k1", 2.0), ("q", "k2", -1.0)])  # one query direction
+    (True, ['q'])
+    >>> factor_side([("a", "x", 1.0), ("b", "x", 1.0)])
+    (False, ['x'])
+    """
+    left: dict = {}
+    right: dict = {}
+    for a, b, _ in terms:
         left.setdefault(a, None)
         right.setdefault(b, None)
     by_left = len(left) <= len(right)
@@ -121,7 +134,15 @@ def _factor(head_terms: list[tuple[int, int, float]]) -> tuple[bool, list[int]]:
 class HeadMaps:
     """A layer's heads as :class:`Linear` maps, head by head: the query and key factors
     (stream -> ``qk_width`` columns), the value factor (stream -> ``ov_width`` columns) and
-    the output map (those columns -> the layer's written directions)."""
+    the output map (those columns -> the layer's written directions).
+
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> w = torch.ones(1, dtype=torch.float64)
+    >>> heads = SparseHeads(1, torch.tensor([[0, 1, 2]]), w, torch.tensor([[0, 3, 4]]), w)
+    >>> hm = HeadMaps(heads)  # head 0: query dir 1, key dir 2; moves dir 3 into dir 4
+    >>> hm.active, hm.reads_qk[0], hm.reads_v[0], hm.writes[0]
+    ([0], {1, 2}, {3}, {4})
+    """
 
     def __init__(self, heads: SparseHeads) -> None:
         self.n = heads.n_heads
@@ -177,7 +198,7 @@ def _factor_maps(terms: list[tuple[int, int, float]]):
     one column per distinct direction of the side with fewer (the left on ties), in
     first-seen order, identity there and the weights on the other side. Returns ``((left
     dirs, cols, weights), (right dirs, cols, weights), width)``."""
-    by_left, ident = _factor(terms)
+    by_left, ident = factor_side(terms)
     j = {d: i for i, d in enumerate(ident)}
     idf = ([d for d in ident], [j[d] for d in ident], [1.0] * len(ident))
     wd, wc, ww = [], [], []
@@ -198,7 +219,15 @@ def _group(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[list[tuple[int, i
 
 
 class UnitMaps:
-    """A kind of MLP unit as :class:`Linear` maps: inputs (and the second form), outputs."""
+    """A kind of MLP unit as :class:`Linear` maps: inputs (and the second form), outputs.
+
+    >>> from attnsim.model.sparse import SparseUnits
+    >>> idx, w = torch.tensor([[0, 0]]), torch.tensor([2.0], dtype=torch.float64)
+    >>> relu = UnitMaps(SparseUnits("relu", 1, idx, w, idx[:0], w[:0], torch.tensor([[0, 1]]), w))
+    >>> x = torch.tensor([[[-1.0, 3.0]], [[0.0, 0.0]]], dtype=torch.float64)  # [dirs, 1, pos]
+    >>> relu.activation(x, torch.arange(2)).flatten().tolist()  # relu(2 * x[0]) at each pos
+    [0.0, 6.0]
+    """
 
     def __init__(self, u: SparseUnits) -> None:
         self.kind, self.n = u.kind, u.n_units
@@ -250,7 +279,13 @@ class Plan:
 
 
 def distinct_nonzero(lin: Linear) -> int:
-    """Distinct (direction, column) cells with a non-zero summed weight."""
+    """Distinct (direction, column) cells with a non-zero summed weight.
+
+    >>> lin = Linear(torch.tensor([0, 0, 1]), torch.tensor([0, 0, 1]),
+    ...              torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64), 2)
+    >>> distinct_nonzero(lin)  # the two terms of cell (0, 0) cancel
+    1
+    """
     if not len(lin.dirs):
         return 0
     cell = lin.dirs * (lin.width + 1) + lin.cols
@@ -260,6 +295,15 @@ def distinct_nonzero(lin: Linear) -> int:
 
 
 def unit_writes(um: UnitMaps, units: list[int]) -> set[int]:
+    """The directions the given units (indices in ``um``) write.
+
+    >>> from attnsim.model.sparse import SparseUnits
+    >>> idx, w = torch.tensor([[0, 0], [1, 0]]), torch.ones(2, dtype=torch.float64)
+    >>> out = torch.tensor([[0, 5], [1, 6]])
+    >>> um = UnitMaps(SparseUnits("relu", 2, idx, w, idx[:0], w[:0], out, w))
+    >>> unit_writes(um, [1])
+    {6}
+    """
     sel = torch.isin(um.O.dirs, long_tensor(units))
     return set(um.written[um.O.cols[sel]].tolist())
 
@@ -268,7 +312,15 @@ class Store:
     """The live columns of the stream, column-major: ``data [slots, batch, pos]``,
     direction d in row ``slot[d]``; row 0 always holds 0 (directions that hold nothing read
     it). A direction gets a row when first written and gives it back once the stage
-    ``last[d]`` has run."""
+    ``last[d]`` has run.
+
+    >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 3})
+    >>> st.write(torch.tensor([0, 1, 2]), torch.ones(3, 1, 2, dtype=torch.float64))
+    >>> st.read(torch.tensor([0, 1, 2]))[:, 0, 0].tolist()  # nobody reads direction 1
+    [1.0, 0.0, 1.0]
+    >>> st.release(2); st.read(torch.tensor([0, 2]))[:, 0, 0].tolist()  # 0 was last read at 1
+    [0.0, 1.0]
+    """
 
     def __init__(self, b: int, n: int, d: int, dtype, last: dict[int, int], size: int = 64) -> None:
         self.b, self.n, self.dtype = b, n, dtype
@@ -324,13 +376,29 @@ class Store:
 
 
 def rows_last(t: torch.Tensor) -> torch.Tensor:
-    """``[width, batch, pos]`` -> ``[batch, pos, width]``."""
+    """``[width, batch, pos]`` -> ``[batch, pos, width]`` (a view).
+
+    >>> rows_last(torch.zeros(3, 1, 2)).shape
+    torch.Size([1, 2, 3])
+    """
     return t.permute(1, 2, 0)
 
 
 def split_qk(hm: HeadMaps, h: int, x, slot, mask):
     """Head h's queries and keys, each as (the terms that read static directions, the
-    others): ``q_s, q_d, k_s, k_d [batch, pos, width]``."""
+    others): ``q_s, q_d, k_s, k_d [batch, pos, width]``, column-major like the stream
+    (``[width, batch, pos]``); ``q_s + q_d`` are the head's queries.
+
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> w = torch.ones(2, dtype=torch.float64)
+    >>> hm = HeadMaps(SparseHeads(1, torch.tensor([[0, 0, 1], [0, 2, 1]]), w,
+    ...                           torch.tensor([[0, 1, 3]]), w[:1]))
+    >>> x = torch.tensor([5.0, 7.0, 11.0, 0.0], dtype=torch.float64)[:, None, None]
+    >>> static = torch.tensor([True, True, False, False])  # directions 0 and 1
+    >>> q_s, q_d, k_s, k_d = split_qk(hm, 0, x, torch.arange(4), static)
+    >>> q_s.flatten().tolist(), q_d.flatten().tolist(), k_s.flatten().tolist()
+    ([5.0], [11.0], [7.0])
+    """
     parts = []
     for lin in (hm.Q[h], hm.K[h]):
         st = mask[lin.dirs]
@@ -340,7 +408,18 @@ def split_qk(hm: HeadMaps, h: int, x, slot, mask):
 
 
 def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
-    """The plan of a head from its queries and keys ``[pos, width]`` (one input)."""
+    """The plan of a head from its queries and keys ``[pos, width]`` (one input); with
+    :func:`run_plan` it mixes values as the dense head does.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> pos = torch.arange(3, dtype=torch.float64)[:, None]
+    >>> q, k = torch.cat([2 * (2 - pos), -torch.ones(3, 1)], 1), torch.cat([pos, pos**2], 1)
+    >>> p = head_plan(cfg, q, k)  # query i reads key 2 - i: a gather
+    >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3).flatten().tolist()
+    (True, [3.0, 2.0, 1.0])
+    """
     offsets, keys, weights, gather = plan_core.select_keys(cfg, q, k)
     if not gather:
         return Plan(offsets, keys, weights, False)
@@ -350,7 +429,18 @@ def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
 
 
 def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
-    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None."""
+    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None
+    (:func:`attnsim.model.plan_core.candidate_keys`).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q = torch.ones(4, 1, dtype=torch.float64)
+    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
+    >>> p = candidate_plan(cfg, q, k)  # every query's candidate: key 1, 9 above the rest
+    >>> p.keys.tolist(), p.gap.tolist()
+    ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
+    """
     got = plan_core.candidate_keys(cfg, q, k)
     if got is None:
         return None
@@ -359,7 +449,9 @@ def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan |
 
 
 def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor:
-    """A planned head's mixed values ``[w, batch, pos]`` from its values ``v`` (the same)."""
+    """A planned head's mixed values ``[w, batch, pos]`` from its values ``v`` (the same
+    shape): a gather, or the mean (hard) or weighted sum (softmax) over each query's keys.
+    See :func:`head_plan` for an example."""
     if p.gather:
         z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
         z[:, :, p.queries] = v[:, :, p.keys]
@@ -377,7 +469,20 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor
 
 def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
     """A candidate head on its candidate keys, or None when the certificate fails
-    (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``."""
+    (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q, k = torch.ones(4, 1, dtype=torch.float64), torch.tensor([[0.0], [9.0], [0.0], [0.0]])
+    >>> p = candidate_plan(cfg, q, k.double())
+    >>> v, none = torch.arange(4.0, dtype=torch.float64)[None, :, None], torch.zeros(1, 4, 1)
+    >>> run_candidates(cfg, p, q[None], none.double(), k.double()[None], none.double(), v)
+    tensor([[[1.],
+             [1.],
+             [1.],
+             [1.]]], dtype=torch.float64)
+    """
     return plan_core.candidate_mean(
         cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
     )
@@ -385,7 +490,15 @@ def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
 
 def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One head over ``[query, key]`` in row chunks: ``q, k [batch, pos, w]``, ``v [batch,
-    pos, wv]`` -> ``[batch, pos, wv]``."""
+    pos, wv]`` -> ``[batch, pos, wv]`` (:func:`attnsim.model.plan_core.mix` per chunk).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=2, d_vocab=2)
+    >>> q = k = torch.ones(1, 2, 1, dtype=torch.float64)  # every key ties: the mean
+    >>> dense_head(cfg, q, k, torch.tensor([[[1.0], [3.0]]], dtype=torch.float64)).flatten()
+    tensor([2., 2.], dtype=torch.float64)
+    """
     b, n, _ = q.shape
     z = torch.zeros_like(v)
     step = max(1, plan_core.ROWS_PER_CHUNK // max(1, b * n))
@@ -394,19 +507,20 @@ def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         if cfg.causal:
             r = torch.arange(start, start + scores.shape[1])[:, None]
             scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
-        if cfg.attention is AttentionMode.HARD:
-            chosen = (scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance).to(v.dtype)
-            ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype)
-            zc = chosen @ torch.cat([v, ones], dim=-1)
-            z[:, start : start + step] = zc[..., :-1] / zc[..., -1:]
-        else:
-            z[:, start : start + step] = torch.softmax(cfg.beta * scores, dim=-1) @ v
+        z[:, start : start + step] = plan_core.mix(cfg, scores, v)[1]
     return z
 
 
 def dense_of(sp):
     """The dense :class:`Transformer` holding a sparse model's weights (assembly's
-    factorisation)."""
+    factorisation).
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+    >>> ids, vals = m.encode(["aba"])
+    >>> bool(torch.allclose(dense_of(m.model)(ids, vals), m.model(ids, vals)))
+    True
+    """
     model = Transformer(sp.cfg)
     e = sp.embed
     dt = model.dtype

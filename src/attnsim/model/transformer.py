@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnsim.model import plan_steps
+from attnsim.model import plan_core, plan_steps
 from attnsim.model import plans as execution
-from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
 
 NATIVE_FUNCTIONS = {
@@ -170,22 +170,8 @@ class Attention(nn.Module):
         if self.cfg.causal:
             future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        if self.cfg.attention is AttentionMode.HARD:
-            threshold = scores.amax(dim=-1, keepdim=True) - self.cfg.hard_tolerance
-            if need_pattern:
-                chosen = (scores >= threshold).to(x.dtype)
-            else:  # scores are not kept: turn them into the 0/1 selection in place
-                chosen = scores.ge_(threshold)
-            # the mean over the chosen keys: one product sums their values and (a column of
-            # ones) counts them, then one division; no pass over [query, key] normalises
-            ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-            zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
-            count = zc[..., -1:]
-            z = zc[..., :-1] / count
-            pattern = chosen / count if need_pattern else None
-            return scores, pattern, z
-        pattern = torch.softmax(self.cfg.beta * scores, dim=-1)
-        return scores, pattern, torch.matmul(pattern, v)
+        pattern, z = plan_core.mix(self.cfg, scores, v, need_pattern)
+        return scores, pattern, z
 
 
 class MLP(nn.Module):

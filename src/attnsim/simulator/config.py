@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from attnsim.compiler.options import STORAGES
 from attnsim.model.memory import attention_bytes
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.vector_layout import VectorLayout
@@ -331,7 +332,17 @@ def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     scores ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse at the sizes where
     this matters): U's input and its channels in the stream (``2 pos width``), and the
     position tables its compiler holds while building (at least 100 tables, three copies
-    each: ``300 pos``)."""
+    each: ``300 pos``).
+
+    >>> config = SimulatorConfig(2, 2)
+    >>> positions, item = config.layout.length + 1, 8
+    >>> memory_needed(config) == (2 * config.layout.width + 300) * positions * item
+    True
+    >>> memory_needed(config, "dense") >= item * positions**2  # one [pos, pos] score matrix
+    True
+    """
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
     item = 8 if config.dtype == torch.float64 else 4
     layout = config.layout
     if storage == "dense":
