@@ -429,10 +429,11 @@ def test_a_step_plan_off_its_plateaus_matches_the_units():
     from attnsim.model import plan_steps
 
     model = compile_program(
-        library.make_hist(), vocab=list("ab"), max_seq_len=12, dtype=torch.float64
+        library.make_hist(), vocab=list("ab"), max_seq_len=20, dtype=torch.float64
     )
     mlp = model.model.blocks[0].mlp
-    (p,) = [p for layer in model.model.step_plans(13) for p in layer]
+    steps = [p for layer in model.model.step_plans(21) for p in layer]
+    (p,) = [p for p in steps if isinstance(p, plan_steps.StepPlan)]
     t = torch.linspace(-0.2, 1.3, 997, dtype=torch.float64)
     streams = {1: None}  # the stream entering layer 0's MLP, on a real input
     ids, vals = model.encode([list("abba")])
@@ -456,3 +457,50 @@ def test_plans_are_kept_for_a_bounded_number_of_lengths(monkeypatch):
         assert model.run("abc"[: n % 3 + 1]) == list(reversed("abc"[: n % 3 + 1]))
         model.model.plans(n + 1)
     assert len(model.model._plans) == 3 and sorted(model.model._plans) == [4, 5, 6]
+
+
+# -- constant heads and units: the same output on every input of a length ------------------
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_constant_heads_and_units_are_folded_and_match_dense(attention):
+    """``length`` in a fixed-length model: its head (all keys, values from BOS) and its
+    discretiser's units read static directions only, so the plan adds their output as
+    constants; both executors and the interpreter agree on every length."""
+    from attnsim.model import plan_steps
+
+    model = compile_program(
+        library.make_length(), vocab=list("abc"), max_seq_len=30, attention=attention
+    )
+    plans, steps = model.model.plans(31), model.model.step_plans(31)
+    assert isinstance(plans[0][0], P.ConstPlan) and plans[0][0].heads == (0,)
+    assert any(isinstance(p, plan_steps.ConstUnits) for p in steps[0])
+    rng = random.Random(5)
+    for n in (1, 7, 30):
+        xs = [[rng.choice("abc") for _ in range(n)] for _ in range(6)]
+        a, b = run_both(model, xs)
+        assert a == b == rasp.evaluate(library.make_length(), xs)
+        ids, vals = model.encode(xs)
+        assert_close(*streams_both_ways(model, ids, vals))
+
+
+def test_a_head_with_input_dependent_values_is_not_folded():
+    """reverse's gather has a static pattern but reads the tokens: it stays a gather."""
+    model = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=6)
+    plans = model.model.plans(7)
+    assert isinstance(plans[0][0], P.ConstPlan)  # length
+    assert [type(p).__name__ for p in plans[3]] == ["HeadPlan"]
+    assert model.run([list("abb")]) == [["b", "b", "a"]]
+
+
+def test_constant_units_follow_changed_weights():
+    """The constants are recomputed when the weights change (the plans are keyed on them)."""
+    model = compile_program(library.make_length(), vocab="ab", max_seq_len=8, dtype=torch.float64)
+    net = model.model
+    ids, vals = model.encode([list("abab")])
+    before = streams_both_ways(model, ids, vals)[0]
+    with torch.no_grad():
+        net.blocks[0].mlp.W_out.mul_(2.0)
+    planned, dense = streams_both_ways(model, ids, vals)
+    assert_close(planned, dense)
+    assert not torch.equal(planned, before)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from attnsim.model import plan_tables
 from attnsim.model.plan_tables import TablePlan
-from attnsim.model.plans import _reads, _writes
+from attnsim.model.plans import ConstPlan, _reads, _writes
 
 
 def forward_flops(transformer, n: int) -> dict[str, int]:
@@ -19,9 +19,9 @@ def forward_flops(transformer, n: int) -> dict[str, int]:
     >>> from attnsim.model.config import ModelConfig
     >>> from attnsim.model.transformer import Transformer
     >>> t = Transformer(ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=0,
-    ...                             d_bilinear=0, n_ctx=4, d_vocab=2))
-    >>> with torch.no_grad():
-    ...     t.W_pos[0, 0] = 1.0; a = t.blocks[0].attn
+    ...                             d_bilinear=0, n_ctx=4, d_vocab=3))
+    >>> with torch.no_grad():  # the values read a token direction (2)
+    ...     t.W_pos[0, 0] = 1.0; t.W_E[1, 2] = 1.0; t.W_E[2, 2] = 2.0; a = t.blocks[0].attn
     ...     a.W_Q[0, 0, 0] = a.W_K[0, 0, 0] = a.W_V[0, 2, 0] = a.W_O[0, 0, 1] = 1.0
     >>> forward_flops(t, 4)["attention"]  # 2*4 (values) + 13 pairs + 2*4 (outputs)
     29
@@ -35,6 +35,10 @@ def forward_flops(transformer, n: int) -> dict[str, int]:
         heads, qk_width, ov_width = a._plan()
         done = set()
         for p in layer_plans:
+            if isinstance(p, ConstPlan):  # one add per output the heads write
+                total += int(p.values.numel())
+                done.update(p.heads)
+                continue
             h = p.head
             if h in done:
                 continue

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["StepPlan", "for_layer", "run"]
+__all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run"]
 
 MAX_UNITS = 1024  # larger groups (ReLU-realised maps) keep their dense units
-MIN_UNITS = 8  # smaller groups cost less as they are
+MIN_UNITS = 32  # smaller groups cost less as they are (measured: 20 units, 256 x 11)
 FLAT_TERMS = 4  # a plateau writes at most this many outputs to be run as a scatter
 
 
@@ -67,6 +67,68 @@ class StepPlan:
     flat: torch.Tensor | None = None
     flat_col: torch.Tensor | None = None  # [S + 1, FLAT_TERMS]
     flat_value: torch.Tensor | None = None  # [S + 1, FLAT_TERMS] (0 where unused)
+
+
+@dataclass(frozen=True)
+class ConstUnits:
+    """ReLU units of one MLP that read static directions only: for one input length their
+    output is the same on every input, computed once (on the static stream the plans are
+    built from) and added as it is.
+
+    Attributes:
+        units: ``[U]`` the units' indices in the MLP.
+        cols: ``[C]`` the residual directions they write.
+        values: ``[pos, C]`` their summed output at each position.
+    """
+
+    units: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+
+
+def const_units(mlp, x: torch.Tensor, static: torch.Tensor) -> tuple[ConstUnits, ...]:
+    """The MLP's ReLU units that read static directions only and write columns no other unit
+    writes, as one :class:`ConstUnits` (none when there are none), given the static stream
+    ``x [1, pos, d_model]`` entering it (other directions 0) and its static directions
+    ``static``. Their values are the MLP's own output there, so each column is the sum the
+    dense forward computes.
+
+    >>> import torch
+    >>> from attnsim.model.config import ModelConfig
+    >>> from attnsim.model.transformer import MLP
+    >>> m = MLP(ModelConfig(n_layers=1, d_model=2, n_heads=1, d_head=1, d_mlp=2,
+    ...                     d_bilinear=0, n_ctx=3, d_vocab=1), torch.float64)
+    >>> with torch.no_grad():  # unit 0 reads static direction 0, unit 1 dynamic direction 1
+    ...     m.W_in[0, 0], m.W_in[1, 1], m.W_out[0, 1], m.W_out[1, 0] = 2.0, 1.0, 1.0, 1.0
+    >>> x = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [-1.0, 0.0]]], dtype=torch.float64)
+    >>> (c,) = const_units(m, x, torch.tensor([True, False]))
+    >>> c.units.tolist(), c.cols.tolist(), c.values[:, 0].tolist()
+    ([0], [1], [2.0, 6.0, 0.0])
+    """
+    from attnsim.model.plans import _mlp_units
+
+    W_in, W_out = mlp.W_in, mlp.W_out
+    if W_in.shape[1] == 0:
+        return ()
+    writes = W_out != 0  # [units, d_model]
+    used = writes.any(dim=1)
+    ok = used & ~((W_in != 0) & ~static[:, None]).any(dim=0)
+    # columns the other kinds of unit write: a constant there would split their sums
+    others = torch.zeros(W_out.shape[1], dtype=torch.bool)
+    for _, w_out, *_ in _mlp_units(mlp)[1:]:
+        others |= (w_out != 0).any(dim=0)
+    while bool(ok.any()):  # drop units sharing a column with a unit that is not constant
+        others_now = others | writes[used & ~ok].any(dim=0)
+        shared = ok & (writes & others_now[None, :]).any(dim=1)
+        if not bool(shared.any()):
+            break
+        ok &= ~shared
+    if not bool(ok.any()):
+        return ()
+    units = torch.nonzero(ok).flatten()
+    cols = torch.nonzero(writes[units].any(dim=0)).flatten()
+    values = mlp(x, None, "")[0][:, cols]  # the dense forward's sums, on the static stream
+    return (ConstUnits(units=units, cols=cols, values=values),)
 
 
 def for_layer(
@@ -128,8 +190,10 @@ def for_layer(
     return tuple(out)
 
 
-def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
-    """Adds the units' output to ``out [batch, pos, d_model]`` for the stream ``x``.
+def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where=None) -> None:
+    """Adds the units' output to ``out [batch, pos, d_model]`` for the stream ``x`` (or to
+    ``out [batch, pos, k]`` when ``where [d_model]`` maps each residual column to its place
+    there).
 
     >>> import torch
     >>> from attnsim.model.config import ModelConfig
@@ -144,6 +208,14 @@ def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
     >>> out = torch.zeros_like(x); run(m, p, x, out); out[0, :, 1].tolist()
     [0.0, 2.5, nan]
     """
+    cols = p.cols if where is None else where[p.cols]
+    if isinstance(p, ConstUnits):
+        c = cols
+        if len(c) and int(c[-1] - c[0]) == len(c) - 1:  # a block of columns: a view
+            out[..., int(c[0]) : int(c[-1]) + 1] += p.values
+        else:
+            out[..., c] += p.values
+        return
     t = x[:, 1:, p.row]  # [batch, pos - 1]
     k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
     flat = p.flat[k]
@@ -152,27 +224,27 @@ def run(mlp, p: StepPlan, x: torch.Tensor, out: torch.Tensor) -> None:
         bi, pi = torch.nonzero(flat, as_tuple=True)
         kk = k[bi, pi]
         flat_out.index_put_(
-            (bi[:, None], pi[:, None], p.cols[p.flat_col[kk]]), p.flat_value[kk], accumulate=True
+            (bi[:, None], pi[:, None], cols[p.flat_col[kk]]), p.flat_value[kk], accumulate=True
         )
     if not bool(flat.all()):  # the rest: slope times t plus offset, on their intervals
         bi, pi = torch.nonzero(~flat, as_tuple=True)
         kk = k[bi, pi]
         vals = p.slope[kk] * t[bi, pi][:, None] + p.offset[kk]  # [m, C]
-        flat_out.index_put_((bi[:, None], pi[:, None], p.cols[None, :]), vals, accumulate=True)
+        flat_out.index_put_((bi[:, None], pi[:, None], cols[None, :]), vals, accumulate=True)
     bad = ~torch.isfinite(t)
     if bool(bad.any()):  # the units would give NaN there: so does the table
         bi, pi = torch.nonzero(bad, as_tuple=True)
         flat_out.index_put_(
-            (bi[:, None], pi[:, None], p.cols[None, :]),
-            torch.full((len(bi), len(p.cols)), float("nan"), dtype=out.dtype),
+            (bi[:, None], pi[:, None], cols[None, :]),
+            torch.full((len(bi), len(cols)), float("nan"), dtype=out.dtype),
             accumulate=True,
         )
     # BOS: the units as they are (its static directions may differ)
     pre = x[:, :1] @ mlp.W_in[:, p.units]
-    out[:, :1, p.cols] += torch.relu(pre) @ mlp.W_out[p.units][:, p.cols]
+    out[:, :1, cols] += torch.relu(pre) @ mlp.W_out[p.units][:, p.cols]
 
 
-def flops(p: StepPlan, n: int) -> int:
+def flops(p: StepPlan | ConstUnits, n: int) -> int:
     """FLOPs of one step plan on ``n`` positions: a binary search, and a multiply-add per
     output.
 
@@ -180,4 +252,6 @@ def flops(p: StepPlan, n: int) -> int:
     >>> flops(p, 10)  # 10 * (2 * 3 outputs + 2 search steps)
     80
     """
+    if isinstance(p, ConstUnits):
+        return n * p.cols.numel()
     return n * (2 * p.cols.numel() + p.bounds.numel().bit_length())

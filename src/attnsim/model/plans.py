@@ -24,6 +24,11 @@ selects one key per query is a gather and is bit-for-bit the dense result; sums 
 keys add the same terms, possibly in another order (a difference of the order of one
 rounding of the sum).
 
+**Constant heads and units**: a static head whose values also read static directions only
+(:class:`ConstPlan`), and ReLU units that read static directions only
+(:class:`attnsim.model.plan_steps.ConstUnits`), give the same output on every input of the
+length: it is computed once, on the stream the plans are built from, and added as it is.
+
 **Token-table heads** (:mod:`attnsim.model.plan_tables`): a head whose queries and keys
 read only directions the token rows of the embedding write runs over classes of positions.
 
@@ -34,12 +39,12 @@ Shapes: batch, pos (BOS included), d_model; a head's plan holds ``offsets [pos +
 >>> from attnsim.model.config import ModelConfig
 >>> from attnsim.model.transformer import Transformer
 >>> cfg = ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-...                   n_ctx=4, d_vocab=2)
+...                   n_ctx=4, d_vocab=3)
 >>> t = Transformer(cfg)
 >>> a = t.blocks[0].attn
 >>> with torch.no_grad():  # one head: queries and keys read position 0's direction only
 ...     t.W_pos[0, 0] = 1.0; a.W_Q[0, 0, 0] = 1.0; a.W_K[0, 0, 0] = 1.0
-...     a.W_V[0, 2, 0] = 1.0; a.W_O[0, 0, 1] = 1.0; t.W_E[1, 2] = 1.0
+...     a.W_V[0, 2, 0] = 1.0; a.W_O[0, 0, 1] = 1.0; t.W_E[1, 2] = 1.0; t.W_E[2, 2] = 2.0
 >>> static_heads(t)
 ((0,),)
 >>> plan = build_plans(t, 4)
@@ -61,6 +66,7 @@ from attnsim.model.projection import Projection, _project  # noqa: F401 - used h
 
 __all__ = [
     "HeadPlan",
+    "ConstPlan",
     "TablePlan",
     "StaticAnalysis",
     "static_heads",
@@ -117,6 +123,21 @@ class HeadPlan:
         else:
             out[rows, self.keys] = self.weights.to(dtype)
         return out
+
+
+@dataclass(frozen=True)
+class ConstPlan:
+    """Static heads whose values read static directions only: for one input length their
+    summed output is the same on every input, computed once and added as it is.
+
+    Attributes:
+        heads: the heads' indices in their layer.
+        values: ``[pos, written columns]`` their summed output, on the columns the layer's
+            heads write (:meth:`Attention.written_columns`).
+    """
+
+    heads: tuple[int, ...]
+    values: torch.Tensor
 
 
 def _reads(w: torch.Tensor) -> torch.Tensor:
@@ -334,8 +355,11 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
 
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
-    >>> [[(p.head, p.gather, p.nnz) for p in layer] for layer in build_plans(m.model, 5)]
-    [[(0, False, 21)], [], [], [(0, True, 5)]]
+    >>> plans = build_plans(m.model, 5)
+    >>> [[type(p).__name__ for p in layer] for layer in plans]  # length: the same on every input
+    [['ConstPlan'], [], [], ['HeadPlan']]
+    >>> [(p.head, p.gather, p.nnz) for p in plans[3]]  # the reversing gather
+    [(0, True, 5)]
     """
     analysis = StaticAnalysis.of(transformer) if analysis is None else analysis
     masks, heads = analysis.masks, analysis.heads
@@ -356,11 +380,13 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
             cands = tuple(p for p in cands if p is not None)
             found = analysis.tables[layer] if analysis.tables else ()
             found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))
-            out.append(plans + cands + found)
+            out.append(_const_plan(block.attn, x, plans, masks[2 * layer]) + cands + found)
             attn, mlp = analysis.parts[layer]
             x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
             if steps is not None:
-                steps.append(plan_steps.for_layer(block.mlp, x, masks[2 * layer + 1]))
+                static = masks[2 * layer + 1]
+                found = plan_steps.const_units(block.mlp, x, static)
+                steps.append(found + plan_steps.for_layer(block.mlp, x, static))
             x = keep_static(x + mlp(x, None, ""), 2 * layer + 2)
     return out
 
@@ -406,12 +432,17 @@ def planned_attention(
     heads, _, ov_width = attn._plan()
     written, where = attn.written_columns()
     out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
-    b, n, _ = x.shape
+    planned: set[int] = set()
+    for p in plans:
+        if isinstance(p, ConstPlan):  # the same output on every input of this length
+            out += p.values
+            planned.update(p.heads)
+    plans = tuple(p for p in plans if not isinstance(p, ConstPlan))
     token = [p for p in plans if isinstance(p, TablePlan)]
     plans = tuple(p for p in plans if not isinstance(p, TablePlan))
     cands = [p for p in plans if p.gap is not None]
     plans = tuple(p for p in plans if p.gap is None)
-    planned = {p.head for p in plans}
+    planned.update(p.head for p in plans)
 
     def add(h: int, z: torch.Tensor) -> None:
         wv = max(1, int(ov_width[h]))
@@ -437,23 +468,8 @@ def planned_attention(
             else:
                 misses[p.head] = misses.get(p.head, 0) + 1
     if plans:
-        widths = [max(1, int(ov_width[p.head])) for p in plans]
-        hs = [p.head for p in plans]
-        # every planned head's values in one product: [batch, pos, sum of widths]
-        W_V = torch.cat([attn.W_V[h, :, :w] for h, w in zip(hs, widths)], dim=1)
-        W_O = torch.cat([attn.W_O[h, :w] for h, w in zip(hs, widths)], dim=0)
-        # the values read a few directions and the outputs write a few: the sums run over
-        # those only where that cannot change a rounding (at most two terms per sum, whose
-        # order does not matter), so that a gather gives the dense result to the last bit
-        cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-        v_all = _project(x, W_V)
-        z_all = torch.empty_like(v_all)
-        col = 0
-        for p, w in zip(plans, widths):
-            v = v_all[..., col : col + w]  # [batch, pos, w]
-            z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
-            col += w
-        out[..., where[cols]] += z_all @ W_O[:, cols]
+        _sum_planned(attn, x, plans, out, where)
+        planned.update(p.head for p in plans)
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
         out += attn.dense_heads(x, torch.tensor(rest, dtype=torch.long))[..., written]
@@ -462,6 +478,45 @@ def planned_attention(
     full = torch.zeros_like(x)
     full[..., written] = out
     return full
+
+
+def _sum_planned(attn, x: torch.Tensor, plans: tuple, out: torch.Tensor, where) -> None:
+    """Adds the planned heads' output to ``out [batch, pos, written columns]`` (``where``
+    maps a residual column to its place there)."""
+    _, _, ov_width = attn._plan()
+    b, n, _ = x.shape
+    widths = [max(1, int(ov_width[p.head])) for p in plans]
+    hs = [p.head for p in plans]
+    # every planned head's values in one product: [batch, pos, sum of widths]
+    W_V = torch.cat([attn.W_V[h, :, :w] for h, w in zip(hs, widths)], dim=1)
+    W_O = torch.cat([attn.W_O[h, :w] for h, w in zip(hs, widths)], dim=0)
+    # the values read a few directions and the outputs write a few: the sums run over
+    # those only where that cannot change a rounding (at most two terms per sum, whose
+    # order does not matter), so that a gather gives the dense result to the last bit
+    cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+    v_all = _project(x, W_V)
+    z_all = torch.empty_like(v_all)
+    col = 0
+    for p, w in zip(plans, widths):
+        v = v_all[..., col : col + w]  # [batch, pos, w]
+        z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
+        col += w
+    out[..., where[cols]] += z_all @ W_O[:, cols]
+
+
+def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tuple:
+    """The planned heads whose values read static directions only, as one
+    :class:`ConstPlan` computed on the static stream ``x [1, pos, d_model]``, followed by the
+    other plans; ``plans`` as they are when there is no such head."""
+    const = tuple(p for p in plans if not bool((_reads(attn.W_V[p.head]) & ~static).any()))
+    if not const:
+        return plans
+    written, where = attn.written_columns()
+    out = torch.zeros(1, x.shape[1], len(written), dtype=x.dtype)
+    _sum_planned(attn, x, const, out, where)
+    heads = tuple(p.head for p in const)
+    rest = tuple(p for p in plans if p.head not in heads)
+    return (ConstPlan(heads=heads, values=out[0]),) + rest
 
 
 def _run_head(p: HeadPlan, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:

@@ -174,6 +174,16 @@ class Attention(nn.Module):
         return scores, pattern, z
 
 
+def _relu_rows(x: torch.Tensor, rows, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+    """``relu(x[..., rows] @ w_in) @ w_out`` (``[batch, pos, columns]``), over slices of
+    positions so that a wide layer's hidden activations stay small; each position's sums are
+    the same."""
+    xs = x[..., rows].reshape(-1, len(rows))
+    step = max(1, (1 << 21) // max(1, w_in.shape[1]))
+    part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
+    return part.reshape(*x.shape[:-1], w_out.shape[1])
+
+
 class MLP(nn.Module):
     """ReLU units, bilinear (product) units and declared elementwise units, side by side."""
 
@@ -216,51 +226,62 @@ class MLP(nn.Module):
     def _relu_except(self, x: torch.Tensor, steps: tuple) -> torch.Tensor:
         """The ReLU units' output ``[batch, pos, d_model]`` leaving out the step plans' units
         (over the rows they read and the columns they write)."""
-        keep = torch.ones(self.W_in.shape[1], dtype=torch.bool)
-        for p in steps:
-            keep[p.units] = False
         out = torch.zeros_like(x)
-        units = torch.nonzero(keep).flatten()
-        if len(units) == 0:
-            return out
-        w_in, w_out = self.W_in[:, units], self.W_out[units]
-        rows = torch.nonzero((w_in != 0).any(dim=1)).flatten()
-        cols = torch.nonzero((w_out != 0).any(dim=0)).flatten()
-        w_in, w_out = w_in[rows], w_out[:, cols]
-        xs = x[..., rows].reshape(-1, len(rows))
-        step = max(1, (1 << 21) // max(1, len(units)))
-        part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
-        out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
+        rest = self._rest(steps)
+        if rest is not None:
+            rows, cols, w_in, w_out = rest
+            out[..., cols] = _relu_rows(x, rows, w_in, w_out)
         return out
 
     def _relu_used(self) -> bool:
         return bool(self.W_out.numel()) and bool((self.W_out != 0).any())
 
+    def _rest(self, steps: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The ReLU units the step plans leave, as (rows they read, columns they write) with
+        their weights there: ``(rows, cols, w_in, w_out)``; None when none is left."""
+        keep = torch.ones(self.W_in.shape[1], dtype=torch.bool)
+        for p in steps:
+            keep[p.units] = False
+        units = torch.nonzero(keep & (self.W_out != 0).any(dim=1)).flatten()
+        if len(units) == 0:
+            return None
+        w_in, w_out = self.W_in[:, units], self.W_out[units]
+        rows = torch.nonzero((w_in != 0).any(dim=1)).flatten()
+        cols = torch.nonzero((w_out != 0).any(dim=0)).flatten()
+        return rows, cols, w_in[rows], w_out[:, cols]
+
     def _compact(
-        self, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None
+        self, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None, steps: tuple = ()
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward pass's output as ``(cols, values)``: only the columns some unit
-        writes, each summed in the order the full forward sums it."""
+        writes, each summed in the order the full forward sums it (``steps``: the step
+        plans of the plan executor, with the other ReLU units over their rows and columns)."""
         slices = self._unit_slices()
         got = getattr(self, "_written", None)
-        if got is None or got[0] is not slices or got[1] is not plan:  # cached with both
+        # cached with the weights' slices, the plan and the step plans
+        if got is None or got[0] is not slices or got[1] is not plan or got[4] is not steps:
             groups = [slices[k] for k in (["bilinear"] if self.W_bil_a.shape[1] else [])]
             groups += [slices[k] for k in self.native_kinds]
-            parts = [plan[1]] if plan is not None else []
+            rest = self._rest(steps) if steps else None
+            relu = (rest if steps else plan) if rest is not None or not steps else None
+            parts = [relu[1]] if relu is not None else []
+            parts += [p.cols for p in steps]
             none = torch.zeros(0, dtype=torch.long)
             written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
             where = torch.full((x.shape[-1],), -1, dtype=torch.long)
             where[written] = torch.arange(len(written))
-            got = self._written = (slices, plan, written, where)
-        written, where = got[2], got[3]
+            got = self._written = (slices, plan, written, where, steps, rest)
+        written, where, rest = got[2], got[3], got[5]
         out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
-        if plan is not None:  # the ReLU units over the rows they read, in slices of positions
+        if steps:  # the other units first, then the plans (as the full forward adds them)
+            if rest is not None:
+                rows, cols, w_in, w_out = rest
+                out[..., where[cols]] = _relu_rows(x, rows, w_in, w_out)
+            for p in steps:
+                plan_steps.run(self, p, x, out, where)
+        elif plan is not None:  # the ReLU units over the rows they read, in slices of positions
             rows, cols = plan
-            w_in, w_out = self.W_in[rows], self.W_out[:, cols]
-            xs = x[..., rows].reshape(-1, len(rows))
-            step = max(1, (1 << 21) // max(1, w_in.shape[1]))
-            part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
-            out[..., where[cols]] = part.reshape(*x.shape[:-1], len(cols))
+            out[..., where[cols]] = _relu_rows(x, rows, self.W_in[rows], self.W_out[:, cols])
         if self.W_bil_a.shape[1]:
             proj, cols, w_out = slices["bilinear"]
             a, b = proj(x).chunk(2, dim=-1)
@@ -308,8 +329,8 @@ class MLP(nn.Module):
         # steps: the step plans of this MLP (attnsim.model.plan_steps), plan executor only;
         # compact: return (cols, values), the output on the columns the units write only
         plan = self._plan()
-        if compact and not steps and cache is None and (plan is not None or not self._relu_used()):
-            return self._compact(x, plan)
+        if compact and cache is None and (steps or plan is not None or not self._relu_used()):
+            return self._compact(x, plan, steps)
         if steps and cache is None:
             out = self._relu_except(x, steps)
             for p in steps:
@@ -320,18 +341,13 @@ class MLP(nn.Module):
         else:  # the same sums over the non-zero rows and columns only
             rows, cols = plan
             w_in, w_out = self.W_in[rows], self.W_out[:, cols]
-            xs = x[..., rows].reshape(-1, len(rows))
-            if cache is None:
-                # a wide layer (a ReLU-realised map) runs over slices of positions, so that
-                # its hidden activations stay small; each position's sums are the same
-                step = max(1, (1 << 21) // max(1, w_in.shape[1]))
-                part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
-            else:
-                post = torch.relu(xs @ w_in)
-                part = post @ w_out
-                post = post.reshape(*x.shape[:-1], -1)
             out = torch.zeros_like(x)
-            out[..., cols] = part.reshape(*x.shape[:-1], len(cols))
+            if cache is None:  # a wide layer (a ReLU-realised map) runs in slices
+                out[..., cols] = _relu_rows(x, rows, w_in, w_out)
+            else:  # the same 2-D products as the sliced pass, keeping the activations
+                post = torch.relu(x[..., rows].reshape(-1, len(rows)) @ w_in)
+                out[..., cols] = (post @ w_out).reshape(*x.shape[:-1], len(cols))
+                post = post.reshape(*x.shape[:-1], -1)
         if cache is not None:
             cache[f"{prefix}.hook_post"] = post
         # bilinear and declared units read and write a few directions of the stream: their
@@ -397,7 +413,9 @@ def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tenso
     x + value, as the full addition gives it)."""
     if isinstance(update, tuple):
         cols, vals = update
-        if 2 * len(cols) > x.shape[-1]:  # most columns: one full addition is cheaper
+        if len(cols) and int(cols[-1] - cols[0]) == len(cols) - 1:  # a block: a view
+            x[..., int(cols[0]) : int(cols[-1]) + 1] += vals
+        elif 2 * len(cols) > x.shape[-1]:  # most columns: one full addition is cheaper
             x += expand_update(update, x)
         else:
             x[..., cols] += vals
@@ -499,9 +517,9 @@ class Transformer(nn.Module):
         :mod:`attnsim.model.plan_steps`), built with :meth:`plans`.
 
         >>> from attnsim import compile_program, library
-        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-        >>> [len(p.units) for p in m.model.step_plans(5)[0]]  # the width's steps
-        [8]
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=20)
+        >>> [(type(p).__name__, len(p.units)) for p in m.model.step_plans(21)[0]]
+        [('StepPlan', 40)]
         """
         self.plans(n)
         return self._plans[n][1]
@@ -530,9 +548,10 @@ class Transformer(nn.Module):
         n = token_ids.shape[1]
         if n > self.cfg.n_ctx:
             raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
-        x = self.W_E[token_ids] + self.W_pos[:n]
+        x = self.W_E[token_ids]  # a new tensor: the sums below go in place
+        x += self.W_pos[:n]
         if token_values is not None and self.cfg.numerical_tokens:
-            x = x + token_values.to(self.dtype)[..., None] * self.W_E_num
+            x += token_values.to(self.dtype)[..., None] * self.W_E_num
         if self.cfg.token_width:
             if token_values is None or token_values.shape[-1:] != (self.cfg.token_width,):
                 got = None if token_values is None else list(token_values.shape)
