@@ -351,6 +351,57 @@ def simulator_layouts(data: dict) -> str:
     return "\n".join(out)
 
 
+def simulator_decoder(data: dict) -> str:
+    """U for today's layers: the sweeps per kind and the LLaMA-shaped layer."""
+    n, d, h, f = data["sweep_build"]
+    out = [
+        '## U for today\'s layers (`layer="decoder"`)',
+        "",
+        f"Random targets of each kind simulated by one decoder U({n}, {d}, {h}) with "
+        f"feed-forward width up to {f} (scores up to |20|), against `attnsim.simulator."
+        f"reference` in float64 (relative to each output's largest entry; a failure is an "
+        f"error above {fmt(data['tolerance'])}).",
+        "",
+        table(
+            ["kind", "targets", "max error", "median error", "failures", "seconds"],
+            [
+                [
+                    r["kind"],
+                    r["targets"],
+                    fmt(r["max_error"]),
+                    fmt(r["median_error"]),
+                    r["failures"],
+                    fmt(r["seconds"]),
+                ]
+                for r in data["sweeps"]
+            ],
+        ),
+    ]
+    m = data.get("llama")
+    if m:
+        hf = (
+            f"; against `LlamaDecoderLayer` of transformers {m['transformers']} with the same "
+            f"weights and its own rotary tables: {fmt(m['error_vs_transformers'])} (its "
+            "RMSNorm computes in float32 even in a float64 model)"
+            if m.get("transformers")
+            else ""
+        )
+        out += [
+            "",
+            f"**A LLaMA-shaped decoder layer (n = {m['n']}, d = {m['d']}, {m['heads']} heads, "
+            f"SwiGLU feed-forward {m['d_ff']}, pre-RMSNorm, causal rotary attention): built** "
+            f"({m['storage']} storage) in {fmt(m['build_seconds'])} s and simulated in "
+            f"{fmt(m['simulate_seconds'])} s ({fmt(m['wall_ratio'])}x the plain-torch layer), "
+            f"error {fmt(m['error_vs_definition'])} against a plain-torch LLaMA layer written "
+            f"from the definition (largest |score| {fmt(m['max_abs_score'])}){hf}; peak "
+            f"resident memory {fmt(m['peak_rss_mb'] / 1024)} GiB; {m['sequence_length']:,} "
+            f"positions of {m['token_width']:,} channels, d_model {m['d_model']:,} of which "
+            f"at most {m['peak_live_columns']:,} alive at once, depth {m['layers']}.",
+        ]
+    out += ["", machine_line(data.get("machine", {}))]
+    return "\n".join(out)
+
+
 def simulator_accuracy(data: dict) -> str:
     out = ["## Universal simulator U: accuracy and depth", ""]
     out.append(
@@ -1007,6 +1058,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "simulator_cost": simulator_cost,
     "simulator_accuracy": simulator_accuracy,
     "simulator_layouts": simulator_layouts,
+    "simulator_decoder": simulator_decoder,
     "compare_tracr": compare_tracr,
     "compiler_fuzz": compiler_fuzz,
     "interpreter": interpreter,
@@ -1016,6 +1068,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
 ORDER = (
     "simulator_cost",
     "simulator_layouts",
+    "simulator_decoder",
     "simulator_accuracy",
     "simulator_accuracy_full",
     "compare_tracr",

@@ -1,9 +1,10 @@
 """Runs every benchmark in this folder, then regenerates docs/benchmarks.md.
 
 Scripts, in order: startup.py, interpreter.py, rasp_text.py, compare_tracr.py, compiler_fuzz.py,
-simulator_cost.py, simulator_layouts.py, simulator_accuracy.py (a missing one is skipped with a
-message), then render_docs.py. Each script writes its JSON under benchmarks/results/. A failing
-script is reported and the others still run; the exit status is 1 if any failed.
+simulator_cost.py, simulator_layouts.py, simulator_decoder.py, simulator_accuracy.py (a missing
+one is skipped with a message), then render_docs.py. Each script writes its JSON under
+benchmarks/results/. A failing script is reported and the others still run; the exit status is
+1 if any failed.
 
 Run: ``python benchmarks/run_all.py``. The default sizes fit ``make bench`` in 30 minutes on
 two CPU cores; ``--full`` passes ``--full`` to the scripts that accept it (the larger sweeps:
@@ -28,6 +29,7 @@ SCRIPTS = (
     "compiler_fuzz.py",
     "simulator_cost.py",
     "simulator_layouts.py",
+    "simulator_decoder.py",
     "simulator_accuracy.py",
 )
 

@@ -144,7 +144,7 @@ ERRORS = [
     (
         "max-ff-for-attention",
         [*SIM, "--max-ff", "3"],
-        r"--max-ff applies only to encoder layers \(--layer encoder\)",
+        r"--max-ff applies only to whole layers \(--layer encoder or decoder\)",
     ),
     (
         "logit-bound-with-native-maps",
@@ -203,7 +203,7 @@ ERRORS = [
     (
         "verify-max-ff-for-attention",
         ["verify", "--max-ff", "2"],
-        r"--max-ff applies only to encoder layers",
+        r"--max-ff applies only to whole layers",
     ),
     ("unknown-flag", [*SIM, "--bogus"], r"unrecognized arguments: --bogus"),
     ("unknown-command", ["frobnicate"], r"invalid choice: 'frobnicate'"),

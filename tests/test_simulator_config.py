@@ -38,11 +38,15 @@ def test_defaults_are_resolved_and_enums_accept_strings():
 
 
 BAD = [
-    ({"layer": "decoder"}, ValueError, "layer must be 'attention' or 'encoder', got 'decoder'"),
+    (
+        {"layer": "mixer"},
+        ValueError,
+        "layer must be 'attention' or 'encoder' or 'decoder', got 'mixer'",
+    ),
     ({"maps": "tanh"}, ValueError, "maps must be 'native' or 'relu', got 'tanh'"),
     ({"attention": "sparse"}, ValueError, "attention must be 'hard' or 'softmax', got 'sparse'"),
     ({"dtype": torch.float16}, ValueError, "dtype must be torch.float64 or torch.float32, got"),
-    ({"max_ff": 4}, ValueError, "max_ff applies to layer='encoder' only"),
+    ({"max_ff": 4}, ValueError, "max_ff applies to layer='encoder' or 'decoder' only"),
     ({"layer": "encoder", "max_ff": 0}, ValueError, r"max_ff must be a positive int"),
     ({"max_heads": 0}, ValueError, r"max_heads must be a positive int \(the most attention"),
     ({"score_bound": 1e7}, ValueError, r"score_bound must be in \(0, 1e\+06\] for this build"),

@@ -97,8 +97,8 @@ def test_encoder_errors():
     attn_U = universal.build(2, 2, 1)
     with pytest.raises(ValueError, match="build one with layer='encoder'"):
         attn_U.simulate(spec.random_encoder_layer(1, 2, 2, seed=0), torch.zeros(2, 2))
-    with pytest.raises(ValueError, match="layer must be 'attention' or 'encoder'"):
-        universal.build(2, 2, 1, layer="decoder")
+    with pytest.raises(ValueError, match="layer must be 'attention' or 'encoder' or 'decoder'"):
+        universal.build(2, 2, 1, layer="mixer")
 
 
 def test_cli_simulates_saved_modules(tmp_path, capsys):

@@ -202,7 +202,7 @@ def test_layer_norm_validation():
 
 def test_feed_forward_validation():
     with pytest.raises(ValueError, match=r"activation must be one of 'relu', 'gelu', 'gelu_tanh'"):
-        spec.FeedForwardSpec(W1=torch.ones(2, 2), W2=torch.ones(2, 2), activation="silu")
+        spec.FeedForwardSpec(W1=torch.ones(2, 2), W2=torch.ones(2, 2), activation="tanh")
     with pytest.raises(ValueError, match=r"'maxmin' sorts hidden units in pairs, so d_mlp must be"):
         spec.FeedForwardSpec(W1=torch.ones(2, 3), W2=torch.ones(3, 2), activation="maxmin")
     with pytest.raises(ValueError, match=r"FeedForwardSpec.W2 must have shape \[d_mlp, d_model\]"):

@@ -151,7 +151,7 @@ def _simulator() -> dict[str, Callable]:
         )
         for layer in ("attention", "encoder")
     }
-    for layer in ("attention", "encoder"):
+    for layer in ("attention", "encoder", "decoder"):
         out[f"simulator/U(4,4,2)/{layer}/vector"] = lambda layer=layer: (
             simulator.build(4, 4, 2, layer=layer, layout="vector").model
         )

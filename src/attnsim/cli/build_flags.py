@@ -83,10 +83,11 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layer",
-        choices=["attention", "encoder"],
+        choices=["attention", "encoder", "decoder"],
         default=None,
-        help="simulate attention layers or full encoder layers (default attention, or the "
-        "--module's kind)",
+        help="simulate attention layers, full encoder layers, or today's layers too "
+        "(decoder: RMSNorm, gated feed-forwards, rotary embeddings; a LLaMA layer) "
+        "(default attention, or the --module's kind)",
     )
     p.add_argument(
         "--max-ff",

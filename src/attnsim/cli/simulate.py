@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sim.add_argument(
         "--activation",
-        choices=["relu", "gelu", "gelu_tanh", "maxmin"],
+        choices=["relu", "gelu", "gelu_tanh", "maxmin", "silu", "identity"],
         default=None,
         help="encoder target: the feed-forward activation (maxmin: GroupSort-2, hidden pairs "
         "sorted); required for a --module "
@@ -147,10 +147,10 @@ def _check_encoder_only(args: argparse.Namespace) -> None:
             "--value-bound applies only to encoder layers (--layer encoder) with --maps relu; "
             "add --layer encoder or leave --value-bound out"
         )
-    if args.max_ff is not None and args.layer != "encoder":
+    if args.max_ff is not None and args.layer not in ("encoder", "decoder"):
         raise UserError(
-            "--max-ff applies only to encoder layers (--layer encoder); add --layer encoder "
-            "or leave --max-ff out"
+            "--max-ff applies only to whole layers (--layer encoder or decoder); add --layer "
+            "encoder or leave --max-ff out"
         )
 
 
@@ -162,7 +162,7 @@ def _config(args: argparse.Namespace):
     from attnsim.simulator.config import SimulatorConfig
 
     given = ("logit_bound", "map_tolerance", "value_bound", "score_bound")
-    given += ("max_ff",) if args.layer == "encoder" else ()
+    given += ("max_ff",) if args.layer in ("encoder", "decoder") else ()
     options = {name: getattr(args, name) for name in given if getattr(args, name) is not None}
     try:
         return SimulatorConfig(
@@ -213,7 +213,7 @@ def _describe_build(config) -> str:
     """``U(4,4,2) for encoder layers with ReLU maps``: what a build is for (n, d, heads)."""
     text = f"U({config.max_n},{config.max_d},{config.max_heads})"
     if config.is_encoder:
-        text += f" for encoder layers (feed-forward <= {config.max_ff})"
+        text += f" for {config.layer.value} layers (feed-forward <= {config.max_ff})"
     if config.maps == "relu":
         text += " with ReLU maps"
     if not config.is_vector:
@@ -356,7 +356,7 @@ def _random_target(args: argparse.Namespace):
     from attnsim.simulator import sampling, stack
 
     _resolve_sizes(args)
-    if args.layer != "encoder":
+    if args.layer not in ("encoder", "decoder"):
         extra = [
             flag
             for flag, value in (
@@ -388,16 +388,27 @@ def _random_target(args: argparse.Namespace):
         )
     config = _config(args)
     if config.is_encoder:
-        layers = [
-            sampling.random_encoder_layer(
-                heads,
-                args.max_d,
-                config.max_ff,
-                seed=args.seed + k,
-                causal=args.causal,
-                activation=args.activation or "relu",
-                norm_first=bool(args.norm_first),
+        if config.is_decoder:  # LLaMA's shape (rotary where the head width is even)
+            draw, options = (
+                sampling.random_decoder_layer,
+                {
+                    "causal": True,
+                    "activation": args.activation or "silu",
+                    "norm_first": True if args.norm_first is None else bool(args.norm_first),
+                    "rotary": (args.max_d // heads) % 2 == 0,
+                },
             )
+        else:
+            draw, options = (
+                sampling.random_encoder_layer,
+                {
+                    "causal": args.causal,
+                    "activation": args.activation or "relu",
+                    "norm_first": bool(args.norm_first),
+                },
+            )
+        layers = [
+            draw(heads, args.max_d, config.max_ff, seed=args.seed + k, **options)
             for k in range(config.n_layers)
         ]
         target = layers[0] if len(layers) == 1 else stack.EncoderStackSpec(tuple(layers))

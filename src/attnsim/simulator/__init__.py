@@ -5,7 +5,10 @@ The modules, from the data to U:
 - :mod:`~attnsim.simulator.spec`: the simulated layer as validated data
   (:class:`~attnsim.simulator.spec.AttentionSpec`, ``MergedAttention``, ``EncoderLayerSpec``,
   float64, immutable); :mod:`~attnsim.simulator.adapters`: specs from torch modules
-  (``from_torch``) and saved layer files; :mod:`~attnsim.simulator.sampling`: random targets;
+  (``from_torch``) and saved layer files; :mod:`~attnsim.simulator.spec_modern`: RMSNorm,
+  rotary embeddings; :mod:`~attnsim.simulator.llama`: LLaMA-shaped layers
+  (``llama_layer``, ``from_llama``);
+  :mod:`~attnsim.simulator.sampling`: random targets;
 - :mod:`~attnsim.simulator.reference`: ``reference(spec, X)`` computes T(X) in plain torch;
 - :mod:`~attnsim.simulator.config`: :class:`SimulatorConfig`, what a U is built for;
   :mod:`~attnsim.simulator.layout` and :mod:`~attnsim.simulator.codec`: where <T, X> lives
@@ -37,6 +40,10 @@ _LAZY = {
     "AttentionKind": ("attnsim.simulator.config", "AttentionKind"),
     "Maps": ("attnsim.simulator.config", "Maps"),
     "from_torch": ("attnsim.simulator.adapters", "from_torch"),
+    "llama_layer": ("attnsim.simulator.llama", "llama_layer"),
+    "from_llama": ("attnsim.simulator.llama", "from_llama"),
+    "RMSNormSpec": ("attnsim.simulator.spec_modern", "RMSNormSpec"),
+    "RotarySpec": ("attnsim.simulator.spec_modern", "RotarySpec"),
     **{
         name: (f"attnsim.simulator.{name}", None)
         for name in (
@@ -48,6 +55,8 @@ _LAZY = {
             "programs",
             "sampling",
             "saving",
+            "spec_modern",
+            "llama",
             "universal",
             "verify",
         )

@@ -373,7 +373,9 @@ def read_layer(path: str | Path) -> SavedLayer:
 # specs from torch modules
 
 
-def from_torch(module: nn.Module, *, causal: bool = False) -> S.AttentionSpec | S.EncoderLayerSpec:
+def from_torch(
+    module: nn.Module, *, causal: bool = False, rotary: Any = None
+) -> S.AttentionSpec | S.EncoderLayerSpec:
     """Read a torch module's weights into a spec (float64 copies).
 
     Supported: ``nn.MultiheadAttention`` (self-attention, ``kdim == vdim == embed_dim``,
@@ -381,11 +383,14 @@ def from_torch(module: nn.Module, *, causal: bool = False) -> S.AttentionSpec | 
     (``norm_first`` either way, activation ``"relu"``/``"gelu"`` or ``F.relu``/``F.gelu`` or
     ``nn.ReLU()``/``nn.GELU(approximate=...)``). Modules with dropout > 0 must be in eval mode.
     A mask is a call argument in torch, not part of the module: pass ``causal=True`` for a
-    layer that is called with a causal mask.
+    layer that is called with a causal mask. A LLaMA-style decoder layer (transformers'
+    ``LlamaDecoderLayer``) is read by :func:`~attnsim.simulator.llama.from_llama`
+    (read as causal, a decoder's mask; its rotary tables as ``rotary``).
 
     Args:
         module: the torch module.
         causal: whether the layer is used with a causal mask.
+        rotary: a LLaMA layer's rotary tables (a ``RotarySpec``), or None.
 
     Returns:
         an ``AttentionSpec`` for ``nn.MultiheadAttention``, an ``EncoderLayerSpec`` for
@@ -401,6 +406,10 @@ def from_torch(module: nn.Module, *, causal: bool = False) -> S.AttentionSpec | 
     (2, 2)
     """
     S._check_bool(causal, "from_torch causal")
+    if hasattr(module, "self_attn") and hasattr(getattr(module, "mlp", None), "gate_proj"):
+        from attnsim.simulator.llama import from_llama
+
+        return from_llama(module, rotary=rotary, causal=True)
     if isinstance(module, nn.MultiheadAttention):
         return _from_multihead_attention(module, causal)
     if isinstance(module, nn.TransformerEncoderLayer):

@@ -140,11 +140,37 @@ def _check_encoder(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:
             f"target's feed-forward width is {ffn.d_mlp}, but this U was built for at most "
             f"{config.max_ff}{pairs}; build a U with a larger max_ff"
         )
+    if config.is_decoder:
+        return
+    modern = _modern_parts(target)
+    if modern:
+        raise ValueError(
+            f"the target has {', '.join(modern)}, which this U does not read; build U with "
+            "layer='decoder' (vector layout) for today's layers"
+        )
     if target.norm1 is None or target.norm2 is None:
         raise NotImplementedError(
             "the encoder U simulates layers with both LayerNorms (as torch's "
-            "TransformerEncoderLayer has); a layer without them is not built yet"
+            "TransformerEncoderLayer has); for a layer without them build U with "
+            "layer='decoder'"
         )
+
+
+def _modern_parts(target: S.EncoderLayerSpec) -> list[str]:
+    """What a decoder U reads and an encoder U does not: RMSNorm, a gated feed-forward,
+    silu or identity activations, rotary embeddings."""
+    out = []
+    if any(
+        n is not None and not isinstance(n, S.LayerNormSpec) for n in (target.norm1, target.norm2)
+    ):
+        out.append("an RMSNorm")
+    if target.ffn.gated:
+        out.append("a gated feed-forward (W3)")
+    if target.ffn.activation in (S.Activation.SILU, S.Activation.IDENTITY):
+        out.append(f"the {target.ffn.activation.value} activation")
+    if getattr(target.attention, "rotary", None) is not None:
+        out.append("rotary embeddings")
+    return out
 
 
 def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:

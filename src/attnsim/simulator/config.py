@@ -60,6 +60,9 @@ class LayerKind(str, enum.Enum):
 
     ATTENTION = "attention"  # a multi-head self-attention layer
     ENCODER = "encoder"  # a whole TransformerEncoderLayer: attention, LayerNorms, FFN
+    # today's layers too (vector layout): LayerNorm, RMSNorm or none, gated feed-forwards
+    # (GLU, SwiGLU), rotary position embeddings; a LLaMA decoder layer is one
+    DECODER = "decoder"
 
 
 class AttentionKind(str, enum.Enum):
@@ -186,12 +189,23 @@ class SimulatorConfig:
         put("layout_kind", _enum(LayoutKind, self.layout_kind, "layout"))
         _positive_int(self.n_layers, "n_layers", "the layers of a stack")
         if self.n_layers > 1 and (
-            self.layer is not LayerKind.ENCODER or self.layout_kind is not LayoutKind.VECTOR
+            self.layer is LayerKind.ATTENTION or self.layout_kind is not LayoutKind.VECTOR
         ):
             raise ValueError(
                 f"n_layers={self.n_layers} builds U for a stack of encoder layers: it needs "
-                "layer='encoder' and layout='vector'"
+                "layer='encoder' and layout='vector' (or layer='decoder')"
             )
+        if self.layer is LayerKind.DECODER:
+            if self.layout_kind is not LayoutKind.VECTOR:
+                raise ValueError(
+                    "layer='decoder' (RMSNorm, gated feed-forwards, rotary embeddings) is "
+                    "built in the vector layout: use layout='vector'"
+                )
+            if self.maps is Maps.RELU:
+                raise ValueError(
+                    "layer='decoder' runs with maps='native': ReLU maps for its silu and "
+                    "RMSNorm are not built; use maps='native' (or layer='encoder')"
+                )
         dtype = DTYPES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
         if dtype not in SCORE_BOUND:
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")
@@ -200,11 +214,11 @@ class SimulatorConfig:
         _positive_int(self.max_n, "max_n", "the most rows of X")
         _positive_int(self.max_d, "max_d", "the largest model width")
         _positive_int(self.max_heads, "max_heads", "the most attention heads")
-        if self.layer is LayerKind.ENCODER:
+        if self.layer is not LayerKind.ATTENTION:
             ff = 2 * self.max_d if self.max_ff is None else self.max_ff
             put("max_ff", _positive_int(ff, "max_ff", "the largest feed-forward width"))
         elif self.max_ff not in (None, 0):
-            raise ValueError("max_ff applies to layer='encoder' only")
+            raise ValueError("max_ff applies to layer='encoder' or 'decoder' only")
         else:
             put("max_ff", 0)
         limit = self.score_limit
@@ -236,7 +250,14 @@ class SimulatorConfig:
         """Where everything lives in U's input sequence (see :mod:`.layout` and
         :mod:`.vector_layout`)."""
         if self.layout_kind is LayoutKind.VECTOR:
-            return VectorLayout(self.max_n, self.max_d, self.max_heads, self.max_ff, self.n_layers)
+            return VectorLayout(
+                self.max_n,
+                self.max_d,
+                self.max_heads,
+                self.max_ff,
+                self.n_layers,
+                modern=self.layer is LayerKind.DECODER,
+            )
         return Layout(self.max_n, self.max_d, self.max_heads, self.max_ff)
 
     @property
@@ -255,7 +276,13 @@ class SimulatorConfig:
 
     @property
     def is_encoder(self) -> bool:
-        return self.layer is LayerKind.ENCODER
+        """Whether U simulates whole layers (encoder or decoder), not attention alone."""
+        return self.layer is not LayerKind.ATTENTION
+
+    @property
+    def is_decoder(self) -> bool:
+        """Whether U also reads today's layers (RMSNorm, gated FFN, rotary)."""
+        return self.layer is LayerKind.DECODER
 
     @property
     def relu_logit_bound(self) -> float | None:

@@ -137,6 +137,12 @@ def scores(spec: Attention, X: Tensor) -> Tensor:
     if isinstance(spec, specs.AttentionSpec):
         Q = X @ spec.W_Q + spec.b_Q[:, None, :]  # [h, n, d_head]
         K = X @ spec.W_K + spec.b_K[:, None, :]  # [h, n, d_head]
+        if spec.rotary is not None:  # q cos + rotate_half(q) sin, likewise k
+            from attnsim.simulator.spec_modern import rotate_half
+
+            cos, sin = spec.rotary.tables(X.shape[0], spec.d_head)
+            Q = Q * cos + rotate_half(Q) * sin
+            K = K * cos + rotate_half(K) * sin
         return spec.scale * Q @ K.transpose(1, 2)
     query_term = (X @ spec.a_query.T).T[:, :, None]  # [h, n, 1]
     key_term = (X @ spec.a_key.T).T[:, None, :]  # [h, 1, n]
@@ -210,11 +216,12 @@ def attention(spec: Attention, X: Tensor, mask: Any = None) -> Tensor:
     return (pattern(spec, X, mask) @ values(spec, X)).sum(dim=0) + spec.b_O
 
 
-def layer_norm(norm: specs.LayerNormSpec | None, X: Tensor) -> Tensor:
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance).
+def layer_norm(norm: Any, X: Tensor) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance); for an
+    RMSNorm ``x / sqrt(mean(x^2) + eps) * weight``.
 
     Args:
-        norm: the LayerNorm, or ``None`` for the identity.
+        norm: the LayerNorm or RMSNorm, or ``None`` for the identity.
         X: ``[n, d_model]`` float64 input.
 
     Returns:
@@ -228,6 +235,8 @@ def layer_norm(norm: specs.LayerNormSpec | None, X: Tensor) -> Tensor:
     """
     if norm is None:
         return X
+    if not isinstance(norm, specs.LayerNormSpec):  # RMSNorm
+        return X / torch.sqrt((X**2).mean(dim=-1, keepdim=True) + norm.eps) * norm.weight
     centred = X - X.mean(dim=-1, keepdim=True)
     var = (centred**2).mean(dim=-1, keepdim=True)
     return centred / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
@@ -239,7 +248,7 @@ def activation(kind: specs.Activation, H: Tensor) -> Tensor:
     Args:
         kind: relu ``max(0, h)``; gelu ``h Phi(h) = h/2 (1 + erf(h / sqrt 2))``; gelu_tanh
             ``h/2 (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))``; maxmin: each pair of hidden units
-            ``(2k, 2k+1)`` becomes ``(max, min)``.
+            ``(2k, 2k+1)`` becomes ``(max, min)``; silu ``h / (1 + e^-h)``; identity ``h``.
         H: ``[n, d_mlp]`` tensor.
 
     Returns:
@@ -256,12 +265,16 @@ def activation(kind: specs.Activation, H: Tensor) -> Tensor:
         return 0.5 * H * (1 + torch.erf(H / 2**0.5))
     if kind is specs.Activation.GELU_TANH:
         return 0.5 * H * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (H + 0.044715 * H**3)))
+    if kind is specs.Activation.SILU:
+        return H * torch.sigmoid(H)
+    if kind is specs.Activation.IDENTITY:
+        return H
     pairs = H.reshape(*H.shape[:-1], -1, 2)  # [n, d_mlp / 2, 2]
     return torch.stack([pairs.amax(-1), pairs.amin(-1)], dim=-1).reshape(H.shape)
 
 
 def feed_forward(ffn: specs.FeedForwardSpec, X: Tensor) -> Tensor:
-    """``act(X W1 + b1) W2 + b2``.
+    """``act(X W1 + b1) W2 + b2``; gated: ``(act(X W1 + b1) * (X W3 + b3)) W2 + b2``.
 
     Args:
         ffn: the FFN spec.
@@ -276,7 +289,10 @@ def feed_forward(ffn: specs.FeedForwardSpec, X: Tensor) -> Tensor:
     >>> feed_forward(ffn, torch.tensor([[-3.0]], dtype=torch.float64)).tolist()
     [[3.0]]
     """
-    return activation(ffn.activation, X @ ffn.W1 + ffn.b1) @ ffn.W2 + ffn.b2
+    hidden = activation(ffn.activation, X @ ffn.W1 + ffn.b1)
+    if ffn.gated:
+        hidden = hidden * (X @ ffn.W3 + ffn.b3)
+    return hidden @ ffn.W2 + ffn.b2
 
 
 def encoder_layer(layer: specs.EncoderLayerSpec, X: Tensor, mask: Any = None) -> Tensor:

@@ -371,3 +371,136 @@ def random_shifted_target(
     are shifted anywhere within ``bound`` (see ``shift_rows``), its X and its seed."""
     target, X, seed = random_target(rng, max_n, max_d, max_heads, 20.0)
     return shift_rows(rng, target.merged(), X, bound), X, seed
+
+
+DECODER_ACTIVATIONS = (*ENCODER_ACTIVATIONS, S.Activation.SILU, S.Activation.IDENTITY)
+
+
+def random_decoder_layer(
+    n_heads: int,
+    d: int,
+    d_mlp: int,
+    *,
+    seed: int,
+    norm: str = "rms",
+    gated: bool = True,
+    activation: S.Activation | str = S.Activation.SILU,
+    rotary: bool = True,
+    norm_first: bool = True,
+    bias: bool = False,
+    causal: bool = True,
+    logit_scale: float | None = None,
+    X: Any = None,
+) -> S.EncoderLayerSpec:
+    """Draw a random layer of today's kinds (the defaults: LLaMA's shape, pre-RMSNorm, causal
+    rotary attention without biases, SwiGLU).
+
+    Args:
+        n_heads, d, d_mlp: sizes (``d`` divisible by ``n_heads``; rotary needs an even head).
+        seed: seed of the private generator.
+        norm: "layer" (LayerNorm), "rms" (RMSNorm) or "none".
+        gated: a GLU feed-forward (``W3``).
+        activation: the FFN's (gate's) activation.
+        rotary: rotary embeddings (base drawn in [10, 10^4]).
+        norm_first, bias, causal: as in :func:`random_encoder_layer`.
+        logit_scale, X: the largest |score| on ``X`` (see :func:`with_logit_scale`).
+
+    >>> layer = random_decoder_layer(2, 4, 6, seed=0)
+    >>> type(layer.norm1).__name__, layer.ffn.gated, layer.attention.rotary is not None
+    ('RMSNormSpec', True, True)
+    """
+    from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
+
+    if norm not in ("layer", "rms", "none"):
+        raise ValueError(f"norm must be 'layer', 'rms' or 'none', got {norm!r}")
+    base = random_encoder_layer(
+        n_heads,
+        d,
+        d_mlp,
+        seed=seed,
+        activation=activation,
+        norm_first=norm_first,
+        layer_norm=norm == "layer",
+        bias=bias,
+        causal=causal,
+    )
+    g = torch.Generator().manual_seed(seed + 2_000_003)
+    norms = (base.norm1, base.norm2)
+    if norm == "rms":
+        norms = tuple(RMSNormSpec(1.0 + _randn(g, d, std=0.2)) for _ in range(2))
+    ffn = base.ffn
+    if gated:
+        W3 = _randn(g, d, d_mlp, std=1.0 / math.sqrt(d))
+        b3 = _randn(g, d_mlp, std=0.5) if bias else None
+        ffn = dataclasses.replace(ffn, W3=W3, b3=b3)
+    attention = base.attention
+    if rotary:
+        rot = RotarySpec(base=float(10.0 ** (1 + 3 * torch.rand(1, generator=g).item())))
+        attention = dataclasses.replace(attention, rotary=rot)
+    layer = S.EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=norm_first)
+    if logit_scale is not None and X is not None:
+        return with_logit_scale(layer, X, logit_scale)
+    return layer
+
+
+def random_decoder_target(
+    rng: np.random.Generator,
+    max_n: int,
+    max_d: int,
+    max_heads: int,
+    max_logit: float,
+    max_ff: int,
+    X: torch.Tensor | None = None,
+) -> tuple[S.EncoderLayerSpec, torch.Tensor, int]:
+    """A random layer of any kind a decoder U reads (norms LayerNorm, RMSNorm or none;
+    gated or not; every activation; rotary where the head width is even; causal, pre-norm
+    and biases drawn), its X and its seed. A draw whose head has all scores 0 on X (a
+    LayerNorm at d = 1 without bias, say), which no scale brings to the drawn largest score,
+    is drawn again.
+
+    >>> rng = np.random.default_rng(0)
+    >>> layers = [random_decoder_target(rng, 3, 4, 2, 5.0, 6)[0] for _ in range(30)]
+    >>> sorted({type(x.norm1).__name__ for x in layers})
+    ['LayerNormSpec', 'NoneType', 'RMSNormSpec']
+    """
+    while True:
+        try:
+            return _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X)
+        except ValueError as exc:
+            if "all scores zero" not in str(exc):
+                raise
+
+
+def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
+    h = int(rng.integers(1, max_heads + 1))
+    d = int(rng.integers(1, max_d // h + 1)) * h
+    n = int(rng.integers(1, max_n + 1)) if X is None else X.shape[0]
+    if X is not None:
+        d = X.shape[1]
+        h = max(k for k in range(1, max_heads + 1) if d % k == 0)
+    seed = int(rng.integers(1 << 31))
+    if X is None:
+        X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    d_mlp = int(rng.integers(1, max_ff + 1))
+    activation = DECODER_ACTIVATIONS[int(rng.integers(len(DECODER_ACTIVATIONS)))]
+    if activation is S.Activation.MAXMIN:
+        if max_ff < 2:
+            activation = S.Activation.SILU
+        elif d_mlp % 2:
+            d_mlp = d_mlp + 1 if d_mlp < max_ff else d_mlp - 1
+    layer = random_decoder_layer(
+        h,
+        d,
+        d_mlp,
+        seed=seed,
+        norm=("layer", "rms", "none")[int(rng.integers(3))],
+        gated=bool(rng.integers(2)),
+        activation=activation,
+        rotary=(d // h) % 2 == 0 and bool(rng.integers(2)),
+        norm_first=bool(rng.integers(2)),
+        bias=bool(rng.integers(2)),
+        causal=bool(rng.integers(2)),
+        logit_scale=float(rng.uniform(0.1, max_logit)),
+        X=X,
+    )
+    return layer, X, seed

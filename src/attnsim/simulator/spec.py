@@ -47,8 +47,20 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
+
+from attnsim.simulator.spec_checks import (  # the helpers, also read here by other modules
+    DTYPE,
+    Tensor,
+    _check_bool,
+    _check_real,
+    _optional,
+    _set,
+    _shaped,
+    _sizes,
+    _tensor,
+)
+from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec  # re-exported here too
 
 __all__ = [
     "Activation",
@@ -70,95 +82,6 @@ def __getattr__(name: str) -> Any:
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_MOVED[name]), name)
-
-
-Tensor = torch.Tensor
-DTYPE = torch.float64  # every stored array has this dtype
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers
-
-
-def _tensor(value: Any, where: str) -> Tensor:
-    """Return a private float64 copy of ``value``; reject non-numeric and non-finite input."""
-    if isinstance(value, torch.Tensor):
-        t = value.detach()
-    else:
-        try:
-            t = torch.as_tensor(np.asarray(value))
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(
-                f"{where} must be a real array (torch.Tensor, numpy array or nested lists of "
-                f"numbers), got {type(value).__name__}; pass the weights as numbers"
-            ) from err
-    if t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(
-            f"{where} must hold real numbers, got dtype {t.dtype}; convert it to a float dtype"
-        )
-    t = t.to(device="cpu", dtype=DTYPE).clone()
-    bad = ~torch.isfinite(t)
-    if bool(bad.any()):
-        first = tuple(int(i) for i in bad.nonzero()[0])
-        count = int(bad.sum())
-        entries = "entry" if count == 1 else "entries"
-        raise ValueError(
-            f"{where} has {count} non-finite {entries} (first: {t[first].item()} at index "
-            f"{first}); expected finite numbers; replace NaN/Inf before building the spec"
-        )
-    return t
-
-
-def _shaped(value: Any, where: str, shape: tuple[int, ...], names: str) -> Tensor:
-    """Convert ``value`` with :func:`_tensor` and check that it has exactly ``shape``."""
-    t = _tensor(value, where)
-    if tuple(t.shape) != shape:
-        raise ValueError(
-            f"{where} must have shape {names} = {shape}, got {tuple(t.shape)}; "
-            f"check its orientation (rows are inputs: a layer computes x @ W) and its sizes"
-        )
-    return t
-
-
-def _optional(value: Any, where: str, shape: tuple[int, ...], names: str) -> Tensor:
-    """Like :func:`_shaped`, but ``None`` becomes zeros of ``shape``."""
-    if value is None:
-        return torch.zeros(shape, dtype=DTYPE)
-    return _shaped(value, where, shape, names)
-
-
-def _sizes(value: Any, where: str, ndim: int, names: str) -> tuple[int, ...]:
-    """Convert ``value``, check its rank and that no size is zero; return its shape."""
-    t = _tensor(value, where)
-    if t.ndim != ndim:
-        raise ValueError(
-            f"{where} must have {ndim} dimensions {names}, got shape {tuple(t.shape)}; "
-            f"for a single head add a leading head axis (W[None])"
-        )
-    if min(t.shape) < 1:
-        raise ValueError(
-            f"{where} has shape {tuple(t.shape)}, but every size in {names} must be positive; "
-            f"a layer needs at least one head, one feature and one hidden unit"
-        )
-    return tuple(t.shape)
-
-
-def _set(obj: object, name: str, value: Any) -> None:
-    object.__setattr__(obj, name, value)  # frozen dataclass: only __post_init__ writes
-
-
-def _check_bool(value: Any, where: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{where} must be a bool, got {value!r}; pass True or False")
-
-
-def _check_real(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{where} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{where} must be finite, got {value}; pass a finite number")
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +228,8 @@ class AttentionSpec:
         b_O: ``[d_model]`` output bias; ``None`` means zeros.
         causal: whether query ``i`` only sees keys ``j <= i``.
         scale: score scale; ``None`` means ``1 / sqrt(d_head)`` (stored resolved).
+        rotary: rotary position embeddings on queries and keys
+            (:class:`~attnsim.simulator.spec_modern.RotarySpec`), or ``None``.
 
     Raises:
         TypeError: an array is not numeric, ``causal`` is not a bool or ``scale`` not a number.
@@ -328,6 +253,7 @@ class AttentionSpec:
     b_O: Tensor | None = None
     causal: bool = False
     scale: float | None = None
+    rotary: Any = None  # spec_modern.RotarySpec or None
 
     def __post_init__(self) -> None:
         names = "[n_heads, d_model, d_head]"
@@ -360,6 +286,13 @@ class AttentionSpec:
             _set(self, "scale", 1.0 / math.sqrt(dh))
         else:
             _set(self, "scale", _check_real(self.scale, "AttentionSpec.scale"))
+        if self.rotary is not None:
+            if not isinstance(self.rotary, RotarySpec):
+                raise TypeError(
+                    f"AttentionSpec.rotary must be a RotarySpec or None, got "
+                    f"{type(self.rotary).__name__}"
+                )
+            self.rotary.check_head(dh, "AttentionSpec")
 
     @property
     def n_heads(self) -> int:
@@ -391,6 +324,11 @@ class AttentionSpec:
         >>> m.n_heads, tuple(m.A.shape), m.causal == spec.causal
         (3, (3, 6, 6), True)
         """
+        if self.rotary is not None:
+            raise ValueError(
+                "a rotary attention has no merged form: its scores depend on the positions "
+                "as well as on X W_Q W_K^T X^T; keep it as an AttentionSpec"
+            )
         s = self.scale
         return MergedAttention(
             A=s * self.W_Q @ self.W_K.transpose(1, 2),  # [h, d, dh] @ [h, dh, d] -> [h, d, d]
@@ -415,6 +353,8 @@ class Activation(str, enum.Enum):
     GELU = "gelu"  # x * Phi(x), exact (erf), torch's approximate="none"
     GELU_TANH = "gelu_tanh"  # torch's approximate="tanh"
     MAXMIN = "maxmin"  # GroupSort-2: hidden pairs (2k, 2k+1) -> (max, min)
+    SILU = "silu"  # x * sigmoid(x) (SwiGLU's gate)
+    IDENTITY = "identity"  # x (a bilinear GLU's gate)
 
 
 @dataclass(frozen=True, eq=False)
@@ -461,15 +401,20 @@ class LayerNormSpec:
 
 @dataclass(frozen=True, eq=False)
 class FeedForwardSpec:
-    """The position-wise FFN: ``act(x W1 + b1) W2 + b2``.
+    """The position-wise FFN: ``act(x W1 + b1) W2 + b2``, or gated (a GLU, ``W3`` given):
+    ``(act(x W1 + b1) * (x W3 + b3)) W2 + b2`` (SwiGLU: ``W1`` is LLaMA's gate_proj, ``W3``
+    its up_proj, activation ``"silu"``).
 
     Args:
-        W1: ``[d_model, d_mlp]`` first layer.
+        W1: ``[d_model, d_mlp]`` first layer (a GLU's gate).
         W2: ``[d_mlp, d_model]`` second layer.
         b1: ``[d_mlp]``; ``None`` means zeros.
         b2: ``[d_model]``; ``None`` means zeros.
         activation: an :class:`Activation` or its value (``"relu"``, ``"gelu"``,
-            ``"gelu_tanh"``, ``"maxmin"``); ``"maxmin"`` needs an even ``d_mlp``.
+            ``"gelu_tanh"``, ``"maxmin"``, ``"silu"``, ``"identity"``); ``"maxmin"`` needs an
+            even ``d_mlp``.
+        W3: ``[d_model, d_mlp]`` a GLU's linear branch, or ``None`` (no gate).
+        b3: ``[d_mlp]`` its bias; ``None`` means zeros (only with ``W3``).
 
     Raises:
         TypeError: an array is not numeric.
@@ -487,6 +432,8 @@ class FeedForwardSpec:
     b1: Tensor | None = None
     b2: Tensor | None = None
     activation: Activation = Activation.RELU
+    W3: Tensor | None = None
+    b3: Tensor | None = None
 
     def __post_init__(self) -> None:
         d, dm = _sizes(self.W1, "FeedForwardSpec.W1", 2, "[d_model, d_mlp]")
@@ -494,6 +441,11 @@ class FeedForwardSpec:
         _set(self, "W2", _shaped(self.W2, "FeedForwardSpec.W2", (dm, d), "[d_mlp, d_model]"))
         _set(self, "b1", _optional(self.b1, "FeedForwardSpec.b1", (dm,), "[d_mlp]"))
         _set(self, "b2", _optional(self.b2, "FeedForwardSpec.b2", (d,), "[d_model]"))
+        if self.W3 is not None:
+            _set(self, "W3", _shaped(self.W3, "FeedForwardSpec.W3", (d, dm), "[d_model, d_mlp]"))
+            _set(self, "b3", _optional(self.b3, "FeedForwardSpec.b3", (dm,), "[d_mlp]"))
+        elif self.b3 is not None:
+            raise ValueError("FeedForwardSpec.b3 is the bias of W3: give W3 too, or no b3")
         try:
             activation = Activation(self.activation)
         except ValueError:
@@ -519,6 +471,11 @@ class FeedForwardSpec:
         """Hidden width of the FFN."""
         return self.W1.shape[1]
 
+    @property
+    def gated(self) -> bool:
+        """Whether the FFN is a GLU (``W3`` given)."""
+        return self.W3 is not None
+
 
 @dataclass(frozen=True, eq=False)
 class EncoderLayerSpec:
@@ -532,13 +489,16 @@ class EncoderLayerSpec:
 
         Y = X + attn(norm1(X));  T(X) = Y + ffn(norm2(Y))
 
-    A norm given as ``None`` is left out (the identity).
+    A norm given as ``None`` is left out (the identity). A LLaMA-shaped decoder layer is a
+    pre-norm layer with RMSNorms, causal rotary attention and a gated FFN
+    (:func:`~attnsim.simulator.llama.llama_layer`).
 
     Args:
         attention: an :class:`AttentionSpec` or :class:`MergedAttention`.
         ffn: the :class:`FeedForwardSpec`.
-        norm1: LayerNorm around the attention sublayer, or ``None``.
-        norm2: LayerNorm around the FFN sublayer, or ``None``.
+        norm1: LayerNorm or RMSNorm (:class:`~attnsim.simulator.spec_modern.RMSNormSpec`)
+            around the attention sublayer, or ``None``.
+        norm2: LayerNorm or RMSNorm around the FFN sublayer, or ``None``.
         norm_first: pre-norm (True) or post-norm (False).
 
     Raises:
@@ -558,11 +518,12 @@ class EncoderLayerSpec:
     norm_first: bool = False
 
     def __post_init__(self) -> None:
+        norms = (LayerNormSpec, RMSNormSpec, type(None))
         parts = [
             ("attention", self.attention, (AttentionSpec, MergedAttention)),
             ("ffn", self.ffn, (FeedForwardSpec,)),
-            ("norm1", self.norm1, (LayerNormSpec, type(None))),
-            ("norm2", self.norm2, (LayerNormSpec, type(None))),
+            ("norm1", self.norm1, norms),
+            ("norm2", self.norm2, norms),
         ]
         for name, part, kinds in parts:
             if not isinstance(part, kinds):

@@ -112,6 +112,11 @@ def _check_attention(layout: VectorLayout, attention: Any) -> None:
             "build U with layout='scalar' for a MergedAttention"
         )
     h, d, dh = attention.n_heads, attention.d_model, attention.d_head
+    if attention.rotary is not None and not layout.modern:
+        raise ValueError(
+            "this U does not read rotary position embeddings; build one with "
+            "layer='decoder' (vector layout)"
+        )
     if h > layout.H or d > layout.D or h * dh > layout.D:
         raise ValueError(
             f"target has {h} heads of width {dh} (together {h * dh}) and d={d}, but this U "
@@ -130,11 +135,11 @@ def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
     out[lay.xpos(0) : lay.xpos(n), lay.B] = 1.0
     if case.layer is not None:
         out[lay.colvpos, :d] = 1.0
-    _pack_attention(lay, case.attention, d, out, 0)
+    _pack_attention(lay, case.attention, d, out, 0, n)
     if case.layer is not None:
         _pack_layer(lay, case.layer, d, out, 0)
     for ell, layer in enumerate(case.rest, start=1):
-        _pack_attention(lay, layer.attention, d, out, ell)
+        _pack_attention(lay, layer.attention, d, out, ell, n)
         _pack_layer(lay, layer, d, out, ell)
     for ell in range(1 + len(case.rest), lay.layers if case.layer is not None else 1):
         # a layer the stack does not have: pre-norm with every weight 0 is the identity
@@ -148,7 +153,7 @@ def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
 
 
 def _pack_attention(
-    lay: VectorLayout, att: S.AttentionSpec, d: int, out: torch.Tensor, ell: int
+    lay: VectorLayout, att: S.AttentionSpec, d: int, out: torch.Tensor, ell: int, n: int
 ) -> None:
     B = lay.B
     h, dh = att.n_heads, att.d_head
@@ -171,6 +176,33 @@ def _pack_attention(
     out[lay.opos(0, ell) : lay.opos(d, ell), B] = att.b_O
     for head in range(h):
         out[lay.maskpos(head, ell), head * dh : (head + 1) * dh] = 1.0
+    if lay.modern:
+        _pack_rotary(lay, att, d, out, ell, n)
+
+
+def _pack_rotary(
+    lay: VectorLayout, att: S.AttentionSpec, d: int, out: torch.Tensor, ell: int, n: int
+) -> None:
+    """ROT(r): the rotary tables by column (cos 1 and sin 0 without rotary); WROT(t, r): the
+    in_proj row of column r's partner in rotate_half, with its bias."""
+    h, dh = att.n_heads, att.d_head
+    E, N, B = h * dh, lay.N, lay.B
+    rot = slice(lay.rotpos(0, ell), lay.rotpos(E, ell))
+    if att.rotary is None:
+        out[rot, :n] = 1.0  # q cos + rotate_half(q) sin = q
+        return
+    cos, sin = att.rotary.tables(n, dh)  # [n, dh]
+    col = torch.arange(E) % dh
+    out[rot, :n] = cos[:, col].T
+    out[rot, N : N + n] = sin[:, col].T
+    out[rot, B] = (col < dh // 2).to(DTYPE)  # the first half: rotate_half gives -q[partner]
+    half = dh // 2
+    partner = torch.arange(E) - col + (col + half) % dh
+    for t, (W, bias) in enumerate(((att.W_Q, att.b_Q), (att.W_K, att.b_K))):
+        rows = W.permute(0, 2, 1).reshape(E, d)
+        start = lay.wrotpos(t, 0, ell)
+        out[start : start + E, :d] = rows[partner]
+        out[start : start + E, B] = bias.reshape(E)[partner]
 
 
 def _pack_layer(
@@ -179,7 +211,11 @@ def _pack_layer(
     B = lay.B
     P = lay.parampos(ell)
     out[P, lay.param("norm_first")] = float(layer.norm_first)
-    out[P, lay.param(layer.ffn.activation.value)] = 1.0
+    act = layer.ffn.activation.value
+    if act in ("silu", "identity"):  # a decoder layout's (checked before packing)
+        out[lay.param2pos(ell), lay.param2(act)] = 1.0
+    else:
+        out[P, lay.param(act)] = 1.0
     # slots: input (pre-norm's norm1), middle (post-norm's norm1, pre-norm's norm2), output
     # (post-norm's norm2); an unused slot gets eps 1 and gain 0, so it stays finite
     if layer.norm_first:
@@ -193,13 +229,23 @@ def _pack_layer(
             continue
         out[P, lay.param(name)] = float(norm.eps)
         out[lay.lnpos(s, 0, ell), :d] = norm.weight
-        out[lay.lnpos(s, 1, ell), :d] = norm.bias
+        if lay.modern:  # which kind of norm: centring (LayerNorm) or not (RMSNorm)
+            slot = ("input", "middle", "output")[s]
+            out[lay.param2pos(ell), lay.param2(f"on_{slot}")] = 1.0
+            if isinstance(norm, S.LayerNormSpec):
+                out[lay.param2pos(ell), lay.param2(f"centre_{slot}")] = 1.0
+        if isinstance(norm, S.LayerNormSpec):  # an RMSNorm has no bias
+            out[lay.lnpos(s, 1, ell), :d] = norm.bias
     ffn = layer.ffn
     f = ffn.d_mlp
     out[lay.w1pos(0, ell) : lay.w1pos(f, ell), :d] = ffn.W1.T  # linear1.weight [f, d]
     out[lay.w1pos(0, ell) : lay.w1pos(f, ell), B] = ffn.b1
     out[lay.w2pos(0, ell) : lay.w2pos(d, ell), :f] = ffn.W2.T  # linear2.weight [d, f]
     out[lay.w2pos(0, ell) : lay.w2pos(d, ell), B] = ffn.b2
+    if ffn.gated:  # a GLU's linear branch (checked: a decoder layout)
+        out[lay.param2pos(ell), lay.param2("gated")] = 1.0
+        out[lay.w3pos(0, ell) : lay.w3pos(f, ell), :d] = ffn.W3.T
+        out[lay.w3pos(0, ell) : lay.w3pos(f, ell), B] = ffn.b3
 
 
 def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:

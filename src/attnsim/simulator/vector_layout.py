@@ -26,6 +26,12 @@ encoder layers (1 unless asked), in order:
  LN(s, g)  6       gain (g = 0) and bias (g = 1) of the three LayerNorm slots
  W1(m)     F       row m of linear1.weight, b1[m] in channel B
  W2(k)     D       row k of linear2.weight, b2[k] in channel B
+ decoder (``modern``: layer="decoder"):
+ PARAM2    1       silu, identity, gated, centre x 3, on x 3 (the norm slots' kinds)
+ W3(m)     F       row m of a GLU's linear branch (W3^T, LLaMA's up_proj), b3[m] in B
+ WROT(t,r) 2D      rotary: row partner(r) of W_q, W_k (t = 0, 1), its bias in B
+ ROT(r)    D       rotary: cos[i, r mod d_head] in channel i and sin[i, r mod d_head] in
+                   channel N + i (i < N); 1 in B on a head's first half of columns (flags)
  scratch roles (each reads and writes its own residual directions, so roles share
  positions freely; all start at position 0)
  QKV(i,r,t) 3ND    q, k or v [i, r]: one dot product of a row of X~ and a weight row
@@ -40,9 +46,10 @@ encoder layers (1 unless asked), in order:
 HDIM flags; a spec with another scale has it there.
 
 The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long (input = 1 + N + layers
-(1 + 4D + 2H [+ 6 + F + D])): it grows like n (d + d_ff), not like the parameter count, and
-the token width like max(d, d_ff). The scratch roles serve every layer of a stack (each
-layer's values have their own directions).
+(1 + 4D + 2H [+ 6 + F + D] [decoder: + 1 + F + 3D])): it grows like n (d + d_ff), not like
+the parameter count, and the token width like max(d, d_ff) (a decoder's: max(d, d_ff, 2n)).
+The scratch roles serve every layer of a stack (each layer's values have their own
+directions).
 
 >>> lay = VectorLayout(2, 4, 2)
 >>> lay.width, lay.length, lay.qkv(1, 3, 2), lay.ppos(1, 0, 1)
@@ -56,7 +63,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["VectorLayout", "PARAM_CHANNELS"]
+__all__ = ["VectorLayout", "PARAM_CHANNELS", "PARAM2_CHANNELS"]
 
 # channels of the PARAM position
 PARAM_CHANNELS = (
@@ -71,6 +78,20 @@ PARAM_CHANNELS = (
     "eps_middle",
     "eps_output",
 )
+# channels of the PARAM2 position (decoder layouts): the gate's activations, whether the
+# feed-forward is gated, and per norm slot (input, middle, output) whether it centres (a
+# LayerNorm; 0: an RMSNorm) and whether it is there at all
+PARAM2_CHANNELS = (
+    "silu",
+    "identity",
+    "gated",
+    "centre_input",
+    "centre_middle",
+    "centre_output",
+    "on_input",
+    "on_middle",
+    "on_output",
+)
 
 
 @dataclass(frozen=True)
@@ -82,8 +103,11 @@ class VectorLayout:
     H: int
     F: int = 0
     layers: int = 1  # a stack of encoder layers (F > 0) when more than 1
+    modern: bool = False  # decoder layers: RMSNorm, gated feed-forwards, rotary (F > 0)
 
     def __post_init__(self) -> None:
+        if self.modern and not self.F:
+            raise ValueError("a decoder layout (modern=True) needs a feed-forward width F > 0")
         if not isinstance(self.layers, int) or isinstance(self.layers, bool) or self.layers < 1:
             raise ValueError(f"VectorLayout.layers must be a positive int, got {self.layers!r}")
         if self.layers > 1 and not self.F:
@@ -99,7 +123,7 @@ class VectorLayout:
     @property
     def width(self) -> int:
         """Channels per token."""
-        return max(self.D, self.F, len(PARAM_CHANNELS)) + 1
+        return max(self.D, self.F, len(PARAM_CHANNELS), 2 * self.N if self.modern else 0) + 1
 
     @property
     def B(self) -> int:  # noqa: N802 - the bias channel, B in the docs
@@ -109,6 +133,10 @@ class VectorLayout:
     def param(self, name: str) -> int:
         """The channel of a PARAM entry."""
         return PARAM_CHANNELS.index(name)
+
+    def param2(self, name: str) -> int:
+        """The channel of a PARAM2 entry (decoder layouts)."""
+        return PARAM2_CHANNELS.index(name)
 
     # -- input positions (``layer``: which layer of a stack the parameters are of) ----------
     colvpos = 0  # encoder: the d real columns (shared by the layers of a stack)
@@ -120,7 +148,7 @@ class VectorLayout:
     def block(self) -> int:
         """Positions of one layer's parameters."""
         D, H, F = self.D, self.H, self.F
-        return 1 + 4 * D + 2 * H + (6 + F + D if F else 0)
+        return 1 + 4 * D + 2 * H + (6 + F + D if F else 0) + (1 + F + 3 * D if self.modern else 0)
 
     def parampos(self, layer: int = 0) -> int:
         return 1 + self.N + layer * self.block
@@ -145,6 +173,18 @@ class VectorLayout:
 
     def w2pos(self, k: int, layer: int = 0) -> int:
         return self.parampos(layer) + 7 + 4 * self.D + 2 * self.H + self.F + k
+
+    def param2pos(self, layer: int = 0) -> int:
+        return self.parampos(layer) + 7 + 4 * self.D + 2 * self.H + self.F + self.D
+
+    def w3pos(self, m: int, layer: int = 0) -> int:
+        return self.param2pos(layer) + 1 + m
+
+    def wrotpos(self, t: int, r: int, layer: int = 0) -> int:
+        return self.param2pos(layer) + 1 + self.F + t * self.D + r
+
+    def rotpos(self, r: int, layer: int = 0) -> int:
+        return self.param2pos(layer) + 1 + self.F + 2 * self.D + r
 
     @property
     def input_length(self) -> int:
@@ -192,6 +232,13 @@ class VectorLayout:
                     (f"LN{tag}", self.lnpos(0, 0, layer), 6, "gain and bias of 3 LayerNorm slots"),
                     (f"W1{tag}", self.w1pos(0, layer), F, "rows of linear1.weight, b1 in B"),
                     (f"W2{tag}", self.w2pos(0, layer), D, "rows of linear2.weight, b2 in B"),
+                ]
+            if self.modern:
+                out += [
+                    (f"PARAM2{tag}", self.param2pos(layer), 1, "gate, norm kinds (flags)"),
+                    (f"W3{tag}", self.w3pos(0, layer), F, "rows of a GLU's W3, b3 in B"),
+                    (f"WROT{tag}", self.wrotpos(0, 0, layer), 2 * D, "rotary partner rows"),
+                    (f"ROT{tag}", self.rotpos(0, layer), D, "rotary cos, sin by column"),
                 ]
         out += [
             ("QKV", 0, 3 * N * D, "scratch: one dot product each"),

@@ -126,6 +126,8 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     xa = b.gather("qkv_x", b.at("QKV", lambda i, r, t: lay.xpos(i)), [*rows, valid])
     wa = b.gather("qkv_w", b.at("QKV", lambda i, r, t: lay.wpos(t, r, ell)), [*ch[:D], ch[B]])
     qkv = _dot(xa, wa).named(b.n("qkv"))
+    if lay.modern:
+        qkv = _rotary(b, xa, qkv, ell)
     # MASK(h): the head's columns times the score scale: 1/sqrt(d_head) read off the
     # one-hot HDIM flags (a linear form with constant weights), plus the spec's own scale
     # entry (0 for the standard one)
@@ -197,6 +199,33 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     return _dot(og, wo).named(b.n("y"))
 
 
+def _rotary(b: _Builder, xa: list[E.SOp], qkv: E.SOp, ell: int) -> E.SOp:
+    """At QKV(i, r, t), t < 2: ``q cos + s p sin`` with ``p`` the dot product of row i with
+    the weight row of r's partner in rotate_half, ``s`` = -1 on a head's first half of
+    columns and 1 on its second, cos and sin read from ROT(r) (one head per row i: channel
+    i holds cos[i, .], channel N + i sin[i, .]). Values (t = 2) stay as they are."""
+    lay, ch, D, N, B = b.lay, b.ch, b.lay.D, b.lay.N, b.lay.B
+    wp = b.gather(
+        "rot_w",
+        b.at("QKV", lambda i, r, t: lay.wrotpos(t, r, ell) if t < 2 else -1),
+        [*ch[:D], ch[B]],
+    )
+    partner = _dot(xa, wp).named(b.n("rot_partner"))
+    got = [
+        b.gather(
+            f"rot{i}",
+            b.at("QKV", lambda i2, r, t, i=i: lay.rotpos(r, ell) if i2 == i and t < 2 else -1),
+            [ch[i], ch[N + i], ch[B]],
+        )
+        for i in range(N)
+    ]
+    is_v = b.table("qkv_is_v", b.at("QKV", lambda i, r, t: float(t == 2), 0.0))
+    cos = (_sum([g[0] for g in got]) + is_v).named(b.n("rot_cos"))
+    sin = _sum([g[1] for g in got]).named(b.n("rot_sin"))
+    sign = (1 - 2 * _sum([g[2] for g in got])).named(b.n("rot_sign"))
+    return (qkv * cos + sign * (partner * sin)).named(b.n("qkv_rot"))
+
+
 def _to_rows(b: _Builder, name: str, sop: E.SOp, n_cols: int, src: Callable) -> list[E.SOp]:
     """At X(i): the values of ``sop`` at positions src(i, c), c < n_cols (one head each)."""
     return [
@@ -232,16 +261,30 @@ def _encoder_layer(
     colv, not_x, inv_d = shared
     at_x = b.at("X", lambda i: lay.parampos(ell))
     pre = b.gather_one("pre", at_x, ch[lay.param("norm_first")])
+    if lay.modern:  # each norm slot's kind: centring or not, there or not
+        names = ("centre_input", "centre_middle", "centre_output", "on_input", "on_middle")
+        names += ("on_output",)
+        kinds = b.gather(
+            "norm_kind", b.at("X", lambda i: lay.param2pos(ell)), [ch[lay.param2(k)] for k in names]
+        )
+        kind = dict(zip(names, kinds))
 
     def layer_norm(z: list[E.SOp], slot: int, name: str) -> list[E.SOp]:
         gain = b.gather(f"{name}_gain", b.at("X", lambda i: lay.lnpos(slot, 0, ell)), ch[:D])
         bias = b.gather(f"{name}_bias", b.at("X", lambda i: lay.lnpos(slot, 1, ell)), ch[:D])
         eps = b.gather_one(f"{name}_eps", at_x, ch[lay.param(f"eps_{name[3:]}")])
         mean = (_sum(z) * inv_d).named(b.n(f"{name}_mean"))
+        if lay.modern:  # an RMSNorm does not centre (0 * mean = 0)
+            mean = (mean * kind[f"centre_{name[3:]}"]).named(b.n(f"{name}_mean_used"))
         cen = [((z[c] - mean) * colv[c]).named(b.n(f"{name}_centred{c}")) for c in range(D)]
         var = (_dot(cen, cen) * inv_d).named(b.n(f"{name}_var"))
         r = E.rsqrt(var + eps + not_x).named(b.n(f"{name}_rsqrt"))
-        return [((cen[c] * gain[c]) * r + bias[c]).named(b.n(f"{name}{c}")) for c in range(D)]
+        out = [((cen[c] * gain[c]) * r + bias[c]).named(b.n(f"{name}{c}")) for c in range(D)]
+        if not lay.modern:
+            return out
+        on = kind[f"on_{name[3:]}"]  # a slot with no norm passes z on (on * out + off * z)
+        off = (1 - on).named(b.n(f"{name}_off"))
+        return [(on * out[c] + off * z[c]).named(b.n(f"{name}_or_not{c}")) for c in range(D)]
 
     ln_in = layer_norm(x, 0, "ln_input")
     a = [(x[c] + pre * (ln_in[c] - x[c])).named(b.n(f"attn_in{c}")) for c in range(D)]
@@ -273,6 +316,8 @@ def _encoder_layer(
         + flags[2] * E.gelu_tanh(pre_act).named(b.n("ffn_gelu_tanh"))
         + flags[3] * maxmin
     ).named(b.n("ffn_act"))
+    if lay.modern:
+        act = _gated(b, ug, pre_act, act, ell)
     h_row = _to_rows(b, "h_row", act, F, lay.hidpos)
     hg = b.gather("out_h", b.at("OUT", lambda i, k: lay.xpos(i)), [*h_row, valid])
     w2 = b.gather("out_w2", b.at("OUT", lambda i, k: lay.w2pos(k, ell)), [*ch[:F], ch[B]])
@@ -282,6 +327,28 @@ def _encoder_layer(
     z2 = [(u[c] + f_row[c] + pre * (z1[c] - u[c])).named(b.n(f"z2_{c}")) for c in range(D)]
     ln_out = layer_norm(z2, 2, "ln_output")
     return [(ln_out[c] + pre * (z2[c] - ln_out[c])).named(b.n(f"out{c}")) for c in range(D)]
+
+
+def _gated(b: _Builder, ug: list[E.SOp], pre_act: E.SOp, act: E.SOp, ell: int) -> E.SOp:
+    """At HID(i, m): the silu and identity activations (PARAM2 flags), then a GLU's product
+    with ``u~_i . w3~_m`` where the target is gated (times 1 where it is not).
+
+    silu is computed as ``relu(x) - |x| e / (1 + e)`` with ``e = exp(-|x|)`` (that is
+    ``x sigmoid(x)``): every step stays finite for any finite x."""
+    lay, ch, D, B = b.lay, b.ch, b.lay.D, b.lay.B
+    at = b.at("HID", lambda i, m: lay.param2pos(ell))
+    silu_on, ident_on, gated = b.gather(
+        "hid_flag2", at, [ch[lay.param2(k)] for k in ("silu", "identity", "gated")]
+    )
+    pos = E.relu(pre_act).named(b.n("ffn_pos"))
+    mag = (pos + E.relu(0 - pre_act)).named(b.n("ffn_abs"))
+    e = E.exp(0 - mag).named(b.n("ffn_exp"))
+    silu = (pos - mag * (e * E.reciprocal(1 + e))).named(b.n("ffn_silu"))
+    act = (act + silu_on * silu + ident_on * pre_act).named(b.n("ffn_act2"))
+    w3 = b.gather("hid_w3", b.at("HID", lambda i, m: lay.w3pos(m, ell)), [*ch[:D], ch[B]])
+    up = _dot(ug, w3).named(b.n("ffn_up"))
+    gate = (gated * up + (1 - gated)).named(b.n("ffn_gate"))
+    return (act * gate).named(b.n("ffn_gated"))
 
 
 def _sum(xs: Sequence[E.SOp]) -> E.SOp:

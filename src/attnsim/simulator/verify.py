@@ -22,7 +22,12 @@ import torch
 
 from attnsim.simulator import stack, universal
 from attnsim.simulator.reference import reference
-from attnsim.simulator.sampling import random_shifted_target, random_target, shift_rows
+from attnsim.simulator.sampling import (
+    random_decoder_target,
+    random_shifted_target,
+    random_target,
+    shift_rows,
+)
 
 __all__ = [
     "VerifyResult",
@@ -123,7 +128,12 @@ def verify(
         max_logit = min(max_logit, U.logit_bound)
     rng = np.random.default_rng(seed)
     layers = U.config.n_layers
-    if layers > 1:  # stacks of 1 to n_layers layers
+    if U.config.is_decoder:  # layers of every kind a decoder U reads (single layers)
+        cases = [
+            random_decoder_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
+            for _ in range(targets)
+        ]
+    elif layers > 1:  # stacks of 1 to n_layers layers
         cases = [
             stack.random_stack(
                 rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F, layers=1 + k % layers

@@ -1,0 +1,244 @@
+"""U for today's layers (``layer="decoder"``): accuracy sweeps per target kind, and a
+LLaMA-shaped decoder layer at its real size.
+
+Sweeps: for each kind below, random targets at U(4, 4, 2) with feed-forward width up to 8,
+each X random, scores scaled up to |20|, simulated by one decoder U and compared with the
+reference (float64, relative to the output's largest entry). Kinds:
+
+- ``llama``: pre-RMSNorm, causal rotary attention without biases, SwiGLU;
+- ``rmsnorm``: RMSNorm (pre- or post-), plain feed-forward (relu, gelu, gelu_tanh, maxmin);
+- ``no_norm``: no norm at all, plain feed-forward;
+- ``glu``: gated feed-forwards with every gate (identity: bilinear; relu; gelu; silu);
+- ``rotary``: rotary attention (causal or not) in a LayerNorm layer;
+- ``mixed``: every option drawn (``sampling.random_decoder_target``).
+
+Then U is built for a LLaMA-shaped layer (n = 16, d = 256, 8 heads, d_ff = 688; sparse
+storage) and simulates one random layer of that shape with scores up to |30|: build and
+simulate seconds, peak memory, the error against a plain-torch LLaMA layer written from the
+definition (here), and against transformers' ``LlamaDecoderLayer`` when it is installed
+(which computes its RMSNorm in float32 even in a float64 model, so it agrees to about
+1e-7 only).
+
+Run: ``python benchmarks/simulator_decoder.py`` (``--quick``: 30 targets per kind and no
+LLaMA layer; ``--targets K``); writes benchmarks/results/simulator_decoder.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import Run, write_json
+from simulator_cost import PeakMemory, time_direct
+
+from attnsim.simulator import reference, sampling, universal
+from attnsim.simulator.llama import llama_forward, llama_layer
+from attnsim.simulator.spec_modern import RotarySpec
+from attnsim.simulator.verify import relative_error
+
+RESULTS = Path(__file__).resolve().parent / "results" / "simulator_decoder.json"
+SWEEP = (4, 4, 2, 8)  # n, d, heads, d_ff of the sweeps' U
+LLAMA = (16, 256, 8, 688)  # n, d, heads, d_ff
+TOLERANCE = 1e-9
+ACTS = ("relu", "gelu", "gelu_tanh", "maxmin")
+
+
+def draw(kind: str, rng: np.random.Generator) -> tuple:
+    """One random target of ``kind`` and its X (drawn again where a head's scores on X are
+    all 0, so that no scale reaches the drawn largest score: a LayerNorm at d = 1, say)."""
+    while True:
+        try:
+            return _draw(kind, rng)
+        except ValueError as exc:
+            if "all scores zero" not in str(exc):
+                raise
+
+
+def _draw(kind: str, rng: np.random.Generator) -> tuple:
+    n_max, d_max, h_max, f_max = SWEEP
+    if kind == "mixed":
+        return sampling.random_decoder_target(rng, n_max, d_max, h_max, 20.0, f_max)[:2]
+    h = int(rng.integers(1, h_max + 1))
+    d = int(rng.integers(1, d_max // h + 1)) * h
+    if kind in ("llama", "rotary") and (d // h) % 2:
+        d = 2 * h  # rotary pairs columns: an even head width
+    n = int(rng.integers(1, n_max + 1))
+    f = int(rng.integers(1, f_max // 2 + 1)) * 2  # even: maxmin pairs
+    seed = int(rng.integers(1 << 31))
+    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    coin = bool(rng.integers(2))
+    options = {
+        "llama": {},
+        "rmsnorm": {
+            "gated": False,
+            "rotary": False,
+            "activation": ACTS[seed % 4],
+            "norm_first": coin,
+        },
+        "no_norm": {"norm": "none", "gated": False, "rotary": False, "activation": ACTS[seed % 4]},
+        "glu": {
+            "rotary": False,
+            "activation": ("identity", "relu", "gelu", "silu")[seed % 4],
+            "bias": coin,
+        },
+        "rotary": {"norm": "layer", "gated": False, "activation": "gelu", "causal": coin},
+    }[kind]
+    layer = sampling.random_decoder_layer(
+        h, d, f, seed=seed, logit_scale=float(rng.uniform(0.1, 20.0)), X=X, **options
+    )
+    return layer, X
+
+
+def sweep(U, kind: str, count: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    cases = [draw(kind, rng) for _ in range(count)]
+    errors = []
+    t0 = time.perf_counter()
+    for start in range(0, count, 16):
+        chunk = cases[start : start + 16]
+        for (t, X), got in zip(chunk, U.simulate_batch(chunk)):
+            errors.append(relative_error(got, reference.reference(t, X)))
+    return {
+        "kind": kind,
+        "targets": count,
+        "max_error": max(errors),
+        "median_error": float(np.median(errors)),
+        "failures": sum(e > TOLERANCE for e in errors),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def llama(seed: int = 0, score: float = 30.0) -> dict:
+    n, d, h, f = LLAMA
+    gen = torch.Generator().manual_seed(seed)
+
+    def r(*shape, std=1.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+
+    w = {c: r(d, d, std=d**-0.5) for c in "qkvo"}
+    w |= {"gate": r(f, d, std=d**-0.5), "up": r(f, d, std=d**-0.5), "down": r(d, f, std=f**-0.5)}
+    w |= {"norm1": 1 + r(d, std=0.1), "norm2": 1 + r(d, std=0.1)}
+    X = r(n, d)
+    base, eps = 10000.0, 1e-6
+    layer = llama_layer(d, h, f, weights=w, base=base, eps=eps)
+    peak = float(
+        reference.scores(layer.attention, reference.layer_norm(layer.norm1, X)).abs().max()
+    )
+    w["q"] = w["q"] * (score / peak)  # the largest |score| on X becomes 30
+    layer = llama_layer(d, h, f, weights=w, base=base, eps=eps)
+    want = llama_forward(w, X, h, base=base, eps=eps)
+    t0 = time.perf_counter()
+    U = universal.build(n, d, h, layer="decoder", max_ff=f)
+    build = time.perf_counter() - t0
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        got = U.simulate(layer, X)
+        simulate = time.perf_counter() - t0
+    direct = time_direct(lambda: llama_forward(w, X, h, base=base, eps=eps))
+    r_ = U.report()
+    out = {
+        "n": n,
+        "d": d,
+        "heads": h,
+        "d_ff": f,
+        "sequence_length": r_.sequence_length,
+        "token_width": U.model.config.token_width,
+        "d_model": r_.d_model,
+        "layers": r_.layers,
+        "storage": U.model.storage,
+        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "build_seconds": build,
+        "simulate_seconds": simulate,
+        "direct_seconds": direct,
+        "wall_ratio": simulate / direct,
+        "peak_extra_mb": mem.extra_mb,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "max_abs_score": score,
+        "error_vs_definition": relative_error(got, want),
+    }
+    out |= _vs_transformers(U, w, X, base, eps)
+    return out
+
+
+def _vs_transformers(U, w: dict, X: torch.Tensor, base: float, eps: float) -> dict:
+    """U against transformers' LlamaDecoderLayer with the same weights (its own rotary
+    tables), where transformers is installed."""
+    try:
+        import transformers
+        from transformers.models.llama import modeling_llama as ml
+    except ImportError:
+        return {"transformers": None}
+    n, d = X.shape
+    h, f = LLAMA[2], LLAMA[3]
+    cfg = transformers.LlamaConfig(
+        hidden_size=d,
+        num_attention_heads=h,
+        num_key_value_heads=h,
+        intermediate_size=f,
+        rms_norm_eps=eps,
+        rope_theta=base,
+        attn_implementation="sdpa",
+    )
+    hf = ml.LlamaDecoderLayer(cfg, 0).double().eval()
+    names = {
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.o_proj",
+        "gate": "mlp.gate_proj",
+        "up": "mlp.up_proj",
+        "down": "mlp.down_proj",
+        "norm1": "input_layernorm",
+        "norm2": "post_attention_layernorm",
+    }
+    with torch.no_grad():
+        for key, name in names.items():
+            hf.get_submodule(name).weight.copy_(w[key])
+        cos, sin = ml.LlamaRotaryEmbedding(cfg)(X[None], torch.arange(n)[None])
+        mask = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+        want = hf(X[None], attention_mask=mask, position_embeddings=(cos, sin))
+    want = (want[0] if isinstance(want, tuple) else want)[0]
+    from attnsim.simulator import from_torch
+
+    got = U.simulate(from_torch(hf, rotary=RotarySpec(cos=cos[0], sin=sin[0])), X)
+    return {
+        "transformers": transformers.__version__,
+        "error_vs_transformers": relative_error(got, want),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="30 targets per kind, no LLaMA layer")
+    parser.add_argument("--targets", type=int, default=None, help="targets per kind (default 1000)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    run = Run()
+    count = args.targets or (30 if args.quick else 1000)
+    n, d, h, f = SWEEP
+    U = universal.build(n, d, h, layer="decoder", max_ff=f)
+    sweeps = []
+    for i, kind in enumerate(("llama", "rmsnorm", "no_norm", "glu", "rotary", "mixed")):
+        row = sweep(U, kind, count, seed=i)
+        sweeps.append(row)
+        print(
+            f"{kind:>8}: {row['targets']} targets, max error {row['max_error']:.1e}, "
+            f"failures {row['failures']}, {row['seconds']:.1f} s",
+            flush=True,
+        )
+    out = {"machine": None, "sweep_build": list(SWEEP), "tolerance": TOLERANCE, "sweeps": sweeps}
+    if not args.quick:
+        out["llama"] = llama()
+        print(f"LLaMA-shaped layer {LLAMA}: {out['llama']}", flush=True)
+    out["machine"] = run.machine()
+    write_json(args.out, out)
+    return 0 if all(s["failures"] == 0 for s in sweeps) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""LLaMA-shaped decoder layers as target specs: from weights (:func:`llama_layer`) and from
+transformers' ``LlamaDecoderLayer`` (:func:`from_llama`, which
+:func:`attnsim.simulator.from_torch` calls for such a layer).
+
+A LLaMA decoder layer is an :class:`~attnsim.simulator.spec.EncoderLayerSpec`: pre-norm, two
+:class:`~attnsim.simulator.spec_modern.RMSNormSpec`, causal attention without biases with a
+:class:`~attnsim.simulator.spec_modern.RotarySpec`, and a SwiGLU feed-forward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from attnsim.simulator import spec as S
+from attnsim.simulator.spec_checks import DTYPE, Tensor
+from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
+
+__all__ = ["llama_layer", "from_llama", "llama_forward"]
+
+
+def llama_layer(
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    *,
+    weights: dict[str, Any],
+    eps: float = 1e-6,
+    base: float = 10000.0,
+    causal: bool = True,
+    rotary: RotarySpec | None = None,
+) -> Any:
+    """A LLaMA-shaped decoder layer (pre-RMSNorm, causal rotary attention without biases,
+    SwiGLU feed-forward without biases) from weights in torch's ``nn.Linear`` layout.
+
+    Args:
+        d_model, n_heads, d_ff: sizes (``d_head = d_model / n_heads``).
+        weights: ``q, k, v, o`` ``[d_model, d_model]``, ``gate, up`` ``[d_ff, d_model]``,
+            ``down`` ``[d_model, d_ff]`` (each ``out_features x in_features``), ``norm1,
+            norm2`` ``[d_model]``.
+        eps: the RMSNorm eps; base: the rotary base (ignored when ``rotary`` is given);
+        causal: causal attention (a decoder's); rotary: explicit tables.
+
+    Returns:
+        An :class:`~attnsim.simulator.spec.EncoderLayerSpec`.
+
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> w = {k: torch.randn(4, 4, generator=g) for k in "qkvo"}
+    >>> w |= {"gate": torch.randn(6, 4, generator=g), "up": torch.randn(6, 4, generator=g),
+    ...       "down": torch.randn(4, 6, generator=g), "norm1": torch.ones(4),
+    ...       "norm2": torch.ones(4)}
+    >>> layer = llama_layer(4, 2, 6, weights=w)
+    >>> layer.norm_first, layer.ffn.gated, layer.ffn.activation.value, layer.attention.causal
+    (True, True, 'silu', True)
+    """
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} must be a multiple of n_heads={n_heads}")
+    dh = d_model // n_heads
+
+    def heads(w: Tensor) -> Tensor:  # [h * dh, d] (out x in) -> [h, d, dh]
+        w = torch.as_tensor(w, dtype=DTYPE)
+        return w.reshape(n_heads, dh, d_model).transpose(1, 2)
+
+    attention = S.AttentionSpec(
+        W_Q=heads(weights["q"]),
+        W_K=heads(weights["k"]),
+        W_V=heads(weights["v"]),
+        W_O=torch.as_tensor(weights["o"], dtype=DTYPE).T,
+        causal=causal,
+        scale=1.0 / math.sqrt(dh),
+        rotary=RotarySpec(base=base) if rotary is None else rotary,
+    )
+    ffn = S.FeedForwardSpec(
+        W1=torch.as_tensor(weights["gate"], dtype=DTYPE).T,
+        W3=torch.as_tensor(weights["up"], dtype=DTYPE).T,
+        W2=torch.as_tensor(weights["down"], dtype=DTYPE).T,
+        activation="silu",
+    )
+    return S.EncoderLayerSpec(
+        attention=attention,
+        ffn=ffn,
+        norm1=RMSNormSpec(weights["norm1"], eps),
+        norm2=RMSNormSpec(weights["norm2"], eps),
+        norm_first=True,
+    )
+
+
+def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = True) -> Any:
+    """Read a LLaMA-style decoder layer (transformers' ``LlamaDecoderLayer`` and layers of the
+    same shape: ``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj`` with a SiLU,
+    ``input_layernorm`` and ``post_attention_layernorm`` RMSNorms) into an
+    :class:`~attnsim.simulator.spec.EncoderLayerSpec` (float64 copies).
+
+    Args:
+        module: the layer.
+        rotary: the rotary tables the model hands the layer (``RotarySpec(cos=..., sin=...)``,
+            as its rotary module makes them); None: the standard tables from the config's
+            base (``rope_theta``).
+        causal: the layer's mask (a decoder's is causal).
+
+    Raises:
+        ValueError: grouped keys and values (fewer key/value heads than heads), an
+            activation other than SiLU, or a rotary kind other than the default without
+            tables.
+    """
+    att, mlp = module.self_attn, module.mlp
+    cfg = getattr(att, "config", None)
+    h = int(getattr(cfg, "num_attention_heads", 0) or att.num_heads)
+    kv = int(getattr(cfg, "num_key_value_heads", h) or h)
+    if kv != h:
+        raise ValueError(
+            f"the layer groups its keys and values ({kv} key/value heads for {h} heads); "
+            "U reads one key and value head per head: repeat them into a layer with "
+            "num_key_value_heads == num_attention_heads"
+        )
+    act = getattr(cfg, "hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"the layer's feed-forward uses {act!r}; from_llama reads SiLU (SwiGLU)")
+    if rotary is None:
+        params = getattr(cfg, "rope_parameters", None) or {}
+        kind = params.get("rope_type", "default")
+        if kind != "default":
+            raise ValueError(
+                f"the layer's rotary embeddings are of kind {kind!r}: pass their tables "
+                "(rotary=RotarySpec(cos=..., sin=...)) as the model computes them"
+            )
+        rotary = RotarySpec(base=float(params.get("rope_theta", getattr(cfg, "rope_theta", 1e4))))
+
+    def w(lin) -> Tensor:
+        return lin.weight.detach().to(DTYPE)
+
+    def b(lin) -> Tensor | None:
+        return None if lin.bias is None else lin.bias.detach().to(DTYPE)
+
+    d = w(att.q_proj).shape[1]
+    dh = w(att.q_proj).shape[0] // h
+
+    def heads(lin) -> Tensor:
+        return w(lin).reshape(h, dh, d).transpose(1, 2)
+
+    def head_bias(lin) -> Tensor | None:
+        return None if lin.bias is None else b(lin).reshape(h, dh)
+
+    attention = S.AttentionSpec(
+        W_Q=heads(att.q_proj),
+        W_K=heads(att.k_proj),
+        W_V=heads(att.v_proj),
+        W_O=w(att.o_proj).T,
+        b_Q=head_bias(att.q_proj),
+        b_K=head_bias(att.k_proj),
+        b_V=head_bias(att.v_proj),
+        b_O=b(att.o_proj),
+        causal=causal,
+        scale=float(getattr(att, "scaling", dh**-0.5)),
+        rotary=rotary,
+    )
+    ffn = S.FeedForwardSpec(
+        W1=w(mlp.gate_proj).T,
+        b1=b(mlp.gate_proj),
+        W3=w(mlp.up_proj).T,
+        b3=b(mlp.up_proj),
+        W2=w(mlp.down_proj).T,
+        b2=b(mlp.down_proj),
+        activation="silu",
+    )
+    norms = [
+        RMSNormSpec(n.weight.detach().to(DTYPE), float(n.variance_epsilon))
+        for n in (module.input_layernorm, module.post_attention_layernorm)
+    ]
+    return S.EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=True)
+
+
+def llama_forward(
+    weights: dict[str, Any], X: Tensor, n_heads: int, *, base: float = 10000.0, eps: float = 1e-6
+) -> Tensor:
+    """One LLaMA decoder layer written from its definition in plain float64 torch (no spec,
+    no module): pre-RMSNorm, causal attention with rotate-half rotary embeddings, SwiGLU.
+    A second oracle beside :mod:`attnsim.simulator.reference`, from the same weights
+    :func:`llama_layer` reads (``nn.Linear`` layout: ``y = x W^T``).
+
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> w = {k: torch.randn(4, 4, generator=g, dtype=torch.float64) for k in "qkvo"}
+    >>> w |= {"gate": torch.randn(6, 4, generator=g, dtype=torch.float64),
+    ...       "up": torch.randn(6, 4, generator=g, dtype=torch.float64),
+    ...       "down": torch.randn(4, 6, generator=g, dtype=torch.float64),
+    ...       "norm1": torch.ones(4, dtype=torch.float64),
+    ...       "norm2": torch.ones(4, dtype=torch.float64)}
+    >>> X = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    >>> from attnsim.simulator import reference
+    >>> want = reference.reference(llama_layer(4, 2, 6, weights=w), X)
+    >>> bool((llama_forward(w, X, 2) - want).abs().max() < 1e-12)
+    True
+    """
+    n, d = X.shape
+    dh = d // n_heads
+
+    def rms(x: Tensor, weight: Tensor) -> Tensor:
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    inv = 1.0 / base ** (torch.arange(0, dh, 2, dtype=DTYPE) / dh)
+    ang = torch.arange(n, dtype=DTYPE)[:, None] * inv[None]
+    ang = torch.cat([ang, ang], -1)
+    cos, sin = ang.cos(), ang.sin()
+
+    def rope(t: Tensor) -> Tensor:  # [heads, n, dh]
+        t1, t2 = t[..., : dh // 2], t[..., dh // 2 :]
+        return t * cos + torch.cat([-t2, t1], -1) * sin
+
+    h = rms(X, weights["norm1"])
+    q, k, v = ((h @ weights[c].T).reshape(n, n_heads, dh).transpose(0, 1) for c in "qkv")
+    s = rope(q) @ rope(k).transpose(1, 2) / math.sqrt(dh)
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    Y = X + (torch.softmax(s, -1) @ v).transpose(0, 1).reshape(n, d) @ weights["o"].T
+    h2 = rms(Y, weights["norm2"])
+    gate = h2 @ weights["gate"].T
+    return Y + ((gate * torch.sigmoid(gate)) * (h2 @ weights["up"].T)) @ weights["down"].T

@@ -1,0 +1,199 @@
+"""U for today's layers (layer="decoder"): RMSNorm or no norm, gated feed-forwards (GLU,
+SwiGLU), rotary embeddings, causal attention; a LLaMA-shaped decoder layer.
+
+Oracles: a plain-torch LLaMA layer written here from the standard definition (independent of
+attnsim.simulator.reference), the reference module on random layers of every kind, torch's
+TransformerEncoderLayer, and transformers' LlamaDecoderLayer where it is installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnsim import simulator
+from attnsim.simulator import reference, sampling, stack, vector_codec
+from attnsim.simulator import spec as S
+from attnsim.simulator.llama import llama_forward, llama_layer
+from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
+
+TOL = 1e-9  # float64, relative to the output's scale
+
+
+def rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+def llama_weights(d: int, f: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, std=1.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+
+    w = {k: r(d, d, std=d**-0.5) for k in "qkvo"}
+    w |= {"gate": r(f, d, std=d**-0.5), "up": r(f, d, std=d**-0.5), "down": r(d, f, std=f**-0.5)}
+    w |= {"norm1": 1 + r(d, std=0.2), "norm2": 1 + r(d, std=0.2)}
+    return w
+
+
+@pytest.fixture(scope="module")
+def U():
+    return simulator.build(4, 4, 2, layer="decoder", max_ff=6)
+
+
+def test_a_llama_layer_matches_its_definition(U):
+    w = llama_weights(4, 6, seed=1)
+    X = torch.randn(4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    layer = llama_layer(4, 2, 6, weights=w, base=50.0, eps=1e-5)
+    want = llama_forward(w, X, 2, base=50.0, eps=1e-5)
+    assert rel(reference.reference(layer, X), want) <= 1e-12  # the reference agrees
+    assert rel(U.simulate(layer, X), want) <= TOL
+
+
+def test_random_layers_of_every_kind(U):
+    rng = np.random.default_rng(7)
+    cases = [sampling.random_decoder_target(rng, 4, 4, 2, 20.0, 6) for _ in range(24)]
+    outs = U.simulate_batch([(t, X) for t, X, _ in cases])
+    for (t, X, seed), got in zip(cases, outs):
+        assert rel(got, reference.reference(t, X)) <= TOL, seed
+    kinds = {
+        (type(t.norm1).__name__, t.ffn.gated, t.attention.rotary is not None) for t, _, _ in cases
+    }
+    assert len(kinds) >= 6  # the draw covers many combinations
+
+
+def test_a_torch_encoder_layer_on_the_decoder_U(U):
+    torch.manual_seed(3)
+    layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True)
+    layer = layer.double().eval()
+    X = torch.randn(3, 4, dtype=torch.float64)
+    with torch.no_grad():
+        want = layer(X[None])[0]
+    assert rel(U.simulate(layer, X), want) <= TOL
+
+
+def test_a_stack_of_decoder_layers():
+    V = simulator.build(3, 4, 2, layer="decoder", max_ff=4, n_layers=2)
+    layers = tuple(
+        llama_layer(4, 2, 4, weights=llama_weights(4, 4, seed=s), base=10.0) for s in (4, 5)
+    )
+    X = torch.randn(3, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    target = stack.EncoderStackSpec(layers)
+    assert rel(V.simulate(target, X), stack.reference_stack(target, X)) <= TOL
+    # one layer on the same U: the second is padded with an identity layer
+    assert rel(V.simulate(layers[0], X), reference.reference(layers[0], X)) <= TOL
+
+
+def test_encoded_values_are_entries_of_the_target_or_flags(U):
+    layer = llama_layer(4, 2, 6, weights=llama_weights(4, 6, seed=8), base=30.0)
+    X = torch.randn(3, 4, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    case = vector_codec.prepare(U.config, U.layout, layer, X, None)
+    tokens = vector_codec.pack(U.layout, case)
+    cos, sin = layer.attention.rotary.tables(3, 2)
+    a, f = layer.attention, layer.ffn
+    parts = [X, a.W_Q, a.W_K, a.W_V, a.W_O, a.b_Q, a.b_K, a.b_V, a.b_O, f.W1, f.W2, f.W3]
+    parts += [f.b1, f.b2, f.b3, layer.norm1.weight, layer.norm2.weight, cos, sin]
+    flags_and_eps = torch.tensor([0.0, 1.0, layer.norm1.eps, layer.norm2.eps], dtype=torch.float64)
+    allowed = torch.cat([p.flatten() for p in parts] + [flags_and_eps])
+    values = torch.unique(tokens)
+    assert bool(torch.isin(values, allowed).all())
+
+
+def test_transformers_llama_layer():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama as ml
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=6,
+        rms_norm_eps=1e-5,
+        rope_theta=100.0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(10)
+    hf = ml.LlamaDecoderLayer(cfg, 0).double().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.5)
+    X = torch.randn(1, 4, 4, dtype=torch.float64)
+    rot = ml.LlamaRotaryEmbedding(cfg)
+    cos, sin = rot(X, torch.arange(4)[None])
+    mask = torch.full((4, 4), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    with torch.no_grad():
+        want = hf(X, attention_mask=mask, position_embeddings=(cos, sin))
+    want = want[0] if isinstance(want, tuple) else want
+    target = simulator.from_torch(hf, rotary=RotarySpec(cos=cos[0], sin=sin[0]))
+    U = simulator.build(4, 4, 2, layer="decoder", max_ff=6)
+    got = U.simulate(target, X[0])
+    # transformers' RMSNorm computes in float32 even in a float64 model: agreement to that
+    assert rel(got, want[0]) <= 1e-5
+    assert rel(got, reference.reference(target, X[0])) <= TOL
+
+
+# -- bad inputs ---------------------------------------------------------------------------
+
+
+def test_an_encoder_U_refuses_todays_parts():
+    E = simulator.build(3, 4, 2, layer="encoder", max_ff=6)
+    X = torch.randn(3, 4, dtype=torch.float64)
+    layer = llama_layer(4, 2, 6, weights=llama_weights(4, 6, seed=11))
+    with pytest.raises(ValueError, match="layer='decoder'"):
+        E.simulate(layer, X)
+    A = simulator.build(3, 4, 2)
+    with pytest.raises(ValueError, match="rotary"):
+        A.simulate(layer.attention, X)
+
+
+def test_bad_decoder_builds_and_specs():
+    with pytest.raises(ValueError, match="vector layout"):
+        simulator.build(2, 2, 1, layer="decoder", layout="scalar")
+    with pytest.raises(ValueError, match="maps='native'"):
+        simulator.build(2, 2, 1, layer="decoder", maps="relu")
+    with pytest.raises(ValueError, match="d_head must be even"):
+        S.AttentionSpec(
+            W_Q=torch.ones(1, 3, 3),
+            W_K=torch.ones(1, 3, 3),
+            W_V=torch.ones(1, 3, 3),
+            rotary=RotarySpec(),
+        )
+    with pytest.raises(ValueError, match="both tables"):
+        RotarySpec(cos=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="base must be more than 1"):
+        RotarySpec(base=1.0)
+    with pytest.raises(ValueError, match="cover 2 positions"):
+        RotarySpec(cos=torch.ones(2, 2), sin=torch.zeros(2, 2)).tables(3, 2)
+    with pytest.raises(ValueError, match="give W3 too"):
+        S.FeedForwardSpec(W1=torch.ones(2, 3), W2=torch.ones(3, 2), b3=torch.ones(3))
+    with pytest.raises(ValueError, match="eps must be positive"):
+        RMSNormSpec(torch.ones(2), eps=0.0)
+    layer = llama_layer(4, 2, 6, weights=llama_weights(4, 6, seed=12))
+    with pytest.raises(ValueError, match="no merged form"):
+        layer.attention.merged()
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_cli_verify_and_simulate_decoder_layers(capsys):
+    import json
+
+    from attnsim.cli import main
+
+    argv = ["--layer", "decoder", "--max-n", "3", "--max-d", "4", "--max-heads", "2"]
+    assert main(["verify", *argv, "--max-ff", "6", "--targets", "12", "--json"]) == 0
+    out, err = capsys.readouterr()
+    got = json.loads(out)
+    assert got["failures"] == [] and got["max_error"] <= TOL
+    assert "for decoder layers" in err
+    assert main(["simulate", *argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["relative_error"] <= TOL
+    # refused with a message, never a traceback
+    assert main(["simulate", *argv, "--layout", "scalar"]) != 0
+    err = capsys.readouterr().err
+    assert "vector layout" in err and "Traceback" not in err
+    assert main(["simulate", "--layer", "encoder", "--activation", "silu"]) != 0
+    err = capsys.readouterr().err
+    assert "--layer decoder" in err and "Traceback" not in err
