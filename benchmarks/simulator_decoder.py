@@ -10,6 +10,7 @@ reference (float64, relative to the output's largest entry). Kinds:
 - ``no_norm``: no norm at all, plain feed-forward;
 - ``glu``: gated feed-forwards with every gate (identity: bilinear; relu; gelu; silu);
 - ``rotary``: rotary attention (causal or not) in a LayerNorm layer;
+- ``linear``: linear attention (feature map elu + 1 or relu, causal or not, eps 1e-6);
 - ``mixed``: every option drawn (``sampling.random_decoder_target``).
 
 Then U is built for a LLaMA-shaped layer (n = 16, d = 256, 8 heads, d_ff = 688; sparse
@@ -19,8 +20,9 @@ definition (here), and against transformers' ``LlamaDecoderLayer`` when it is in
 (which computes its RMSNorm in float32 even in a float64 model, so it agrees to about
 1e-7 only).
 
-Run: ``python benchmarks/simulator_decoder.py`` (``--quick``: 30 targets per kind and no
-LLaMA layer; ``--targets K``); writes benchmarks/results/simulator_decoder.json.
+Run: ``python benchmarks/simulator_decoder.py`` (1,000 targets per kind; ``--quick``: 30
+targets per kind and no LLaMA layer; ``--targets K``); writes
+benchmarks/results/simulator_decoder.json.
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ def _draw(kind: str, rng: np.random.Generator) -> tuple:
             "bias": coin,
         },
         "rotary": {"norm": "layer", "gated": False, "activation": "gelu", "causal": coin},
+        "linear": {
+            "linear": ("elu", "relu")[seed % 2],
+            "causal": coin,
+            "rotary": False,
+            "gated": bool(seed % 3),
+            "bias": True,
+        },
     }[kind]
     layer = sampling.random_decoder_layer(
         h, d, f, seed=seed, logit_scale=float(rng.uniform(0.1, 20.0)), X=X, **options
@@ -223,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     n, d, h, f = SWEEP
     U = universal.build(n, d, h, layer="decoder", max_ff=f)
     sweeps = []
-    for i, kind in enumerate(("llama", "rmsnorm", "no_norm", "glu", "rotary", "mixed")):
+    for i, kind in enumerate(("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "mixed")):
         row = sweep(U, kind, count, seed=i)
         sweeps.append(row)
         print(

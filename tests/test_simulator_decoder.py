@@ -63,6 +63,51 @@ def test_random_layers_of_every_kind(U):
     assert len(kinds) >= 6  # the draw covers many combinations
 
 
+def linear_attention_by_hand(layer, X: torch.Tensor) -> torch.Tensor:
+    """A pre-norm layer with no norms and a zero feed-forward: X + linear attention, written
+    as Katharopoulos et al. compute it, phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1 + eps),
+    causal by prefix sums."""
+    a = layer.attention
+    Q = X @ a.W_Q + a.b_Q[:, None, :]
+    K = X @ a.W_K + a.b_K[:, None, :]
+    V = X @ a.W_V + a.b_V[:, None, :]
+    phi = (lambda t: torch.nn.functional.elu(t) + 1) if a.linear == "elu" else torch.relu
+    fq, fk = phi(Q), phi(K)  # [h, n, dh]
+    if a.causal:
+        kv = torch.cumsum(fk[..., :, None] * V[..., None, :], dim=1)  # [h, n, dh, dh]
+        num = (fq[..., None, :] @ kv)[..., 0, :]
+        den = (fq * torch.cumsum(fk, dim=1)).sum(-1, keepdim=True)
+    else:
+        num = fq @ (fk.transpose(1, 2) @ V)
+        den = fq @ fk.sum(dim=1)[:, :, None]
+    heads = num / (den + a.linear_eps)  # [h, n, dh]
+    return X + (heads @ a.W_O).sum(0) + a.b_O
+
+
+@pytest.mark.parametrize("phi", ["elu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [4, 2])  # 2: padded keys, which are also future keys
+def test_linear_attention(U, phi, causal, n):
+    X = torch.randn(n, 4, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    layer = sampling.random_decoder_layer(
+        2,
+        4,
+        6,
+        seed=14,
+        norm="none",
+        gated=False,
+        rotary=False,
+        causal=causal,
+        linear=phi,
+        bias=True,
+    )
+    zero = S.FeedForwardSpec(W1=torch.zeros(4, 6), W2=torch.zeros(6, 4))
+    layer = S.EncoderLayerSpec(layer.attention, zero, None, None, norm_first=True)
+    want = linear_attention_by_hand(layer, X)
+    assert rel(reference.reference(layer, X), want) <= 1e-12
+    assert rel(U.simulate(layer, X), want) <= TOL
+
+
 def test_a_torch_encoder_layer_on_the_decoder_U(U):
     torch.manual_seed(3)
     layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True)
@@ -169,6 +214,21 @@ def test_bad_decoder_builds_and_specs():
         S.FeedForwardSpec(W1=torch.ones(2, 3), W2=torch.ones(3, 2), b3=torch.ones(3))
     with pytest.raises(ValueError, match="eps must be positive"):
         RMSNormSpec(torch.ones(2), eps=0.0)
+    W = torch.ones(1, 2, 2)
+    with pytest.raises(ValueError, match="'elu' or 'relu'"):
+        S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="tanh")
+    with pytest.raises(ValueError, match="linear_eps must be >= 0"):
+        S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="elu", linear_eps=-1.0)
+    with pytest.raises(ValueError, match="no merged form"):
+        S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="elu").merged()
+    flat = S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="relu", linear_eps=0.0)
+    with pytest.raises(ValueError, match="0/0"):
+        reference.attention(flat, -torch.ones(2, 2, dtype=torch.float64))
+    zero = S.FeedForwardSpec(W1=torch.zeros(2, 2), W2=torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="linear_eps > 0"):
+        simulator.build(2, 2, 1, layer="decoder", max_ff=2).simulate(
+            S.EncoderLayerSpec(flat, zero, None, None, norm_first=True), torch.ones(2, 2)
+        )
     layer = llama_layer(4, 2, 6, weights=llama_weights(4, 6, seed=12))
     with pytest.raises(ValueError, match="no merged form"):
         layer.attention.merged()

@@ -170,6 +170,8 @@ def _modern_parts(target: S.EncoderLayerSpec) -> list[str]:
         out.append(f"the {target.ffn.activation.value} activation")
     if getattr(target.attention, "rotary", None) is not None:
         out.append("rotary embeddings")
+    if getattr(target.attention, "linear", None) is not None:
+        out.append("linear attention")
     return out
 
 

@@ -170,9 +170,35 @@ def pattern(spec: Attention, X: Tensor, mask: Any = None) -> Tensor:
     [[[1.0, 0.0], [0.5, 0.5]]]
     """
     allowed = check_mask(mask, X.shape[0], spec.causal)
+    if getattr(spec, "linear", None) is not None:
+        return _linear_pattern(spec, X, allowed)
     s = scores(spec, X).masked_fill(~allowed, float("-inf"))
     e = torch.exp(s - s.amax(dim=-1, keepdim=True))  # the largest entry per row is exp(0) = 1
     return e / e.sum(dim=-1, keepdim=True)
+
+
+def _linear_pattern(spec: specs.AttentionSpec, X: Tensor, allowed: Tensor) -> Tensor:
+    """Linear attention's weights: ``phi(q_i) . phi(k_j)`` over the allowed keys, divided by
+    their sum plus ``linear_eps``."""
+    Q = X @ spec.W_Q + spec.b_Q[:, None, :]
+    K = X @ spec.W_K + spec.b_K[:, None, :]
+    if spec.rotary is not None:
+        from attnsim.simulator.spec_modern import rotate_half
+
+        cos, sin = spec.rotary.tables(X.shape[0], spec.d_head)
+        Q, K = Q * cos + rotate_half(Q) * sin, K * cos + rotate_half(K) * sin
+
+    def phi(t: Tensor) -> Tensor:
+        return torch.nn.functional.elu(t) + 1 if spec.linear == "elu" else t.clamp(min=0)
+
+    s = (phi(Q) @ phi(K).transpose(1, 2)) * allowed
+    den = s.sum(dim=-1, keepdim=True) + spec.linear_eps
+    if bool((den == 0).any()):
+        raise ValueError(
+            "a row of this linear attention has no weight at all (phi(q) . phi(k) = 0 for "
+            "every key it sees and linear_eps = 0): its output is 0/0; use linear_eps > 0"
+        )
+    return s / den
 
 
 def values(spec: Attention, X: Tensor) -> Tensor:

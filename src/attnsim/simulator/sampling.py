@@ -389,6 +389,7 @@ def random_decoder_layer(
     norm_first: bool = True,
     bias: bool = False,
     causal: bool = True,
+    linear: str | None = None,
     logit_scale: float | None = None,
     X: Any = None,
 ) -> S.EncoderLayerSpec:
@@ -403,6 +404,7 @@ def random_decoder_layer(
         activation: the FFN's (gate's) activation.
         rotary: rotary embeddings (base drawn in [10, 10^4]).
         norm_first, bias, causal: as in :func:`random_encoder_layer`.
+        linear: linear attention's feature map ("elu" or "relu"), or None (softmax).
         logit_scale, X: the largest |score| on ``X`` (see :func:`with_logit_scale`).
 
     >>> layer = random_decoder_layer(2, 4, 6, seed=0)
@@ -437,6 +439,8 @@ def random_decoder_layer(
     if rotary:
         rot = RotarySpec(base=float(10.0 ** (1 + 3 * torch.rand(1, generator=g).item())))
         attention = dataclasses.replace(attention, rotary=rot)
+    if linear is not None:
+        attention = dataclasses.replace(attention, linear=linear)
     layer = S.EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=norm_first)
     if logit_scale is not None and X is not None:
         return with_logit_scale(layer, X, logit_scale)
@@ -500,6 +504,7 @@ def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
         norm_first=bool(rng.integers(2)),
         bias=bool(rng.integers(2)),
         causal=bool(rng.integers(2)),
+        linear=(None, "elu", "relu")[int(rng.integers(3))],
         logit_scale=float(rng.uniform(0.1, max_logit)),
         X=X,
     )

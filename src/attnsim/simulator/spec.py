@@ -230,6 +230,12 @@ class AttentionSpec:
         scale: score scale; ``None`` means ``1 / sqrt(d_head)`` (stored resolved).
         rotary: rotary position embeddings on queries and keys
             (:class:`~attnsim.simulator.spec_modern.RotarySpec`), or ``None``.
+        linear: ``None`` (softmax attention) or linear attention with the feature map
+            ``"elu"`` (``phi = elu + 1``) or ``"relu"``: the weight of key j for query i is
+            ``phi(q_i) . phi(k_j) / (sum_j' phi(q_i) . phi(k_j') + linear_eps)`` (keys after
+            the query left out when causal); ``scale`` is not used.
+        linear_eps: the normaliser's eps (``>= 0``; default 1e-6, as the reference
+            implementations add).
 
     Raises:
         TypeError: an array is not numeric, ``causal`` is not a bool or ``scale`` not a number.
@@ -254,6 +260,8 @@ class AttentionSpec:
     causal: bool = False
     scale: float | None = None
     rotary: Any = None  # spec_modern.RotarySpec or None
+    linear: str | None = None  # None: softmax; "elu" or "relu": linear attention's phi
+    linear_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         names = "[n_heads, d_model, d_head]"
@@ -293,6 +301,15 @@ class AttentionSpec:
                     f"{type(self.rotary).__name__}"
                 )
             self.rotary.check_head(dh, "AttentionSpec")
+        if self.linear not in (None, "elu", "relu"):
+            raise ValueError(
+                f"AttentionSpec.linear must be None (softmax), 'elu' or 'relu', got "
+                f"{self.linear!r}"
+            )
+        eps = _check_real(self.linear_eps, "AttentionSpec.linear_eps")
+        if eps < 0:
+            raise ValueError(f"AttentionSpec.linear_eps must be >= 0, got {eps}")
+        _set(self, "linear_eps", eps)
 
     @property
     def n_heads(self) -> int:
@@ -324,10 +341,10 @@ class AttentionSpec:
         >>> m.n_heads, tuple(m.A.shape), m.causal == spec.causal
         (3, (3, 6, 6), True)
         """
-        if self.rotary is not None:
+        if self.rotary is not None or self.linear is not None:
             raise ValueError(
-                "a rotary attention has no merged form: its scores depend on the positions "
-                "as well as on X W_Q W_K^T X^T; keep it as an AttentionSpec"
+                "a rotary or linear attention has no merged form: its weights are not "
+                "softmax(X W_Q W_K^T X^T); keep it as an AttentionSpec"
             )
         s = self.scale
         return MergedAttention(

@@ -112,10 +112,15 @@ def _check_attention(layout: VectorLayout, attention: Any) -> None:
             "build U with layout='scalar' for a MergedAttention"
         )
     h, d, dh = attention.n_heads, attention.d_model, attention.d_head
-    if attention.rotary is not None and not layout.modern:
+    if (attention.rotary is not None or attention.linear is not None) and not layout.modern:
         raise ValueError(
-            "this U does not read rotary position embeddings; build one with "
-            "layer='decoder' (vector layout)"
+            "this U does not read rotary position embeddings or linear attention; build one "
+            "with layer='decoder' (vector layout)"
+        )
+    if attention.linear == "relu" and attention.linear_eps == 0:
+        raise ValueError(
+            "linear attention with phi = relu needs linear_eps > 0: a query whose features "
+            "meet no key's would have weights 0/0"
         )
     if h > layout.H or d > layout.D or h * dh > layout.D:
         raise ValueError(
@@ -178,6 +183,11 @@ def _pack_attention(
         out[lay.maskpos(head, ell), head * dh : (head + 1) * dh] = 1.0
     if lay.modern:
         _pack_rotary(lay, att, d, out, ell, n)
+        if att.linear is not None:  # linear attention: its flags and eps
+            P2 = lay.param2pos(ell)
+            out[P2, lay.param2("linear")] = 1.0
+            out[P2, lay.param2("phi_elu")] = float(att.linear == "elu")
+            out[P2, lay.param2("linear_eps")] = att.linear_eps
 
 
 def _pack_rotary(

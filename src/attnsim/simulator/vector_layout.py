@@ -27,7 +27,8 @@ encoder layers (1 unless asked), in order:
  W1(m)     F       row m of linear1.weight, b1[m] in channel B
  W2(k)     D       row k of linear2.weight, b2[k] in channel B
  decoder (``modern``: layer="decoder"):
- PARAM2    1       silu, identity, gated, centre x 3, on x 3 (the norm slots' kinds)
+ PARAM2    1       silu, identity, gated, centre x 3, on x 3 (the norm slots' kinds),
+                   linear, phi_elu, linear_eps (linear attention)
  W3(m)     F       row m of a GLU's linear branch (W3^T, LLaMA's up_proj), b3[m] in B
  WROT(t,r) 2D      rotary: row partner(r) of W_q, W_k (t = 0, 1), its bias in B
  ROT(r)    D       rotary: cos[i, r mod d_head] in channel i and sin[i, r mod d_head] in
@@ -47,7 +48,8 @@ HDIM flags; a spec with another scale has it there.
 
 The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long (input = 1 + N + layers
 (1 + 4D + 2H [+ 6 + F + D] [decoder: + 1 + F + 3D])): it grows like n (d + d_ff), not like
-the parameter count, and the token width like max(d, d_ff) (a decoder's: max(d, d_ff, 2n)).
+the parameter count, and the token width like max(d, d_ff) (a decoder's: max(d, d_ff, 2n,
+12)).
 The scratch roles serve every layer of a stack (each layer's values have their own
 directions).
 
@@ -91,6 +93,9 @@ PARAM2_CHANNELS = (
     "on_input",
     "on_middle",
     "on_output",
+    "linear",  # linear attention (0: softmax)
+    "phi_elu",  # its feature map: elu + 1 (0: relu)
+    "linear_eps",  # its normaliser's eps (an entry of the spec)
 )
 
 
@@ -123,7 +128,8 @@ class VectorLayout:
     @property
     def width(self) -> int:
         """Channels per token."""
-        return max(self.D, self.F, len(PARAM_CHANNELS), 2 * self.N if self.modern else 0) + 1
+        modern = max(2 * self.N, len(PARAM2_CHANNELS)) if self.modern else 0
+        return max(self.D, self.F, len(PARAM_CHANNELS), modern) + 1
 
     @property
     def B(self) -> int:  # noqa: N802 - the bias channel, B in the docs

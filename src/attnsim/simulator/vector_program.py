@@ -182,8 +182,15 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     )
     m = m.named(b.n(ROW_MAX))
     e = E.exp(score - m - masked * mask_offset(score_bound)).named(b.n(EXP))
+    eps = None
+    if lay.modern:  # linear attention where the target has it (flags)
+        # the keys a query sees: a padded key may also be a future one (masked is 2 there)
+        seen = ((1 - pad) * (1 - causal * future)).named(b.n("seen"))
+        e, eps = _linear(b, row, um, seen, e, ell)
     Z = E.SumAggregate(sel_row, e).named(b.n("Z"))
     not_p = b.table("not_p", b.at("P", lambda i, j, h: 0.0, 1.0))
+    if eps is not None:
+        Z = (Z + eps).named(b.n("Z_eps"))
     inv_z = E.reciprocal(Z + not_p).named(b.n(INV_Z))
     pv = [((e * vm[c]) * inv_z).named(b.n(f"pv{c}")) for c in range(D)]
 
@@ -224,6 +231,34 @@ def _rotary(b: _Builder, xa: list[E.SOp], qkv: E.SOp, ell: int) -> E.SOp:
     sin = _sum([g[1] for g in got]).named(b.n("rot_sin"))
     sign = (1 - 2 * _sum([g[2] for g in got])).named(b.n("rot_sign"))
     return (qkv * cos + sign * (partner * sin)).named(b.n("qkv_rot"))
+
+
+def _linear(
+    b: _Builder, row: list[E.SOp], um: list[E.SOp], seen: E.SOp, e_exp: E.SOp, ell: int
+) -> tuple[E.SOp, E.SOp]:
+    """Linear attention (PARAM2 flags): at ROW(i, t), t < 2, the feature map ``phi`` of Q_i
+    and K_i (relu, or elu + 1 = ``relu(x) + exp(x - relu(x))``); at P(i, j, h) the weight
+    ``phi(Q_i) . phi(K_j)`` over head h's columns, times ``seen`` (0 for a masked key).
+    Returns the weight U uses (``linear * that + (1 - linear) * e_exp``, exact for a 0/1
+    flag) and the term added to the row sum (``linear * linear_eps``)."""
+    lay, ch, D = b.lay, b.ch, b.lay.D
+    (elu,) = b.gather(
+        "row_phi",
+        b.at("ROW", lambda i, t: lay.param2pos(ell) if t < 2 else -1),
+        [ch[lay.param2("phi_elu")]],
+    )
+    phi = []
+    for c in range(D):
+        pos = E.relu(row[c]).named(b.n(f"row_pos{c}"))
+        phi.append((pos + elu * E.exp(row[c] - pos)).named(b.n(f"row_phi{c}")))
+    qp = b.gather("p_qphi", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), phi)
+    kp = b.gather("p_kphi", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), phi)
+    e_lin = _dot([(qp[c] * um[c]).named(b.n(f"qphi_m{c}")) for c in range(D)], kp)
+    e_lin = (e_lin * seen).named(b.n("e_linear"))
+    at_p = b.at("P", lambda i, j, h: lay.param2pos(ell))
+    linear, eps = b.gather("p_linear", at_p, [ch[lay.param2(k)] for k in ("linear", "linear_eps")])
+    e = (linear * e_lin + (1 - linear) * e_exp).named(b.n("e_weight"))
+    return e, (linear * eps).named(b.n("linear_eps"))
 
 
 def _to_rows(b: _Builder, name: str, sop: E.SOp, n_cols: int, src: Callable) -> list[E.SOp]:
