@@ -398,6 +398,45 @@ def simulator_decoder(data: dict) -> str:
             f"positions of {m['token_width']:,} channels, d_model {m['d_model']:,} of which "
             f"at most {m['peak_live_columns']:,} alive at once, depth {m['layers']}.",
         ]
+    hi = data.get("hierarchy")
+    if hi:
+        rows = []
+        for key, what in (("one_block", "its first block"), ("all_blocks", "all its blocks")):
+            r = hi[key]
+            rows.append(
+                [
+                    what,
+                    r["target_layers"],
+                    "U'({}, {}, {}), feed-forward {}".format(*r["u_prime"]),
+                    f"{r['sequence_length']:,}",
+                    f"{r['d_model']:,}",
+                    fmt(r["build_seconds"]),
+                    fmt(r["simulate_seconds"]),
+                    fmt(r["error_vs_inner_stream"]),
+                ]
+            )
+        out += [
+            "",
+            f"**The hierarchy: U' simulates U.** The inner U is {hi['inner']} (d_model "
+            f"{hi['inner_d_model']}, {hi['inner_blocks']} blocks); each block is one or two "
+            "decoder layers (`simulator.hierarchy`), read on U's own embedded input for a "
+            "random attention target. The error is against U's residual stream after those "
+            "blocks (every direction at every position), relative to its largest entry.",
+            "",
+            table(
+                [
+                    "U' simulates",
+                    "layers",
+                    "U' build",
+                    "positions",
+                    "d_model",
+                    "build s",
+                    "simulate s",
+                    "error",
+                ],
+                rows,
+            ),
+        ]
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)
 

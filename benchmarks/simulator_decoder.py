@@ -11,6 +11,7 @@ reference (float64, relative to the output's largest entry). Kinds:
 - ``glu``: gated feed-forwards with every gate (identity: bilinear; relu; gelu; silu);
 - ``rotary``: rotary attention (causal or not) in a LayerNorm layer;
 - ``linear``: linear attention (feature map elu + 1 or relu, causal or not, eps 1e-6);
+- ``linformer``: Linformer projections of keys and values onto k <= n rows (E, F random);
 - ``mixed``: every option drawn (``sampling.random_decoder_target``).
 
 Then U is built for a LLaMA-shaped layer (n = 16, d = 256, 8 heads, d_ff = 688; sparse
@@ -37,9 +38,10 @@ import torch
 from _common import Run, write_json
 from simulator_cost import PeakMemory, time_direct
 
-from attnsim.simulator import reference, sampling, universal
+from attnsim.simulator import hierarchy, reference, sampling, universal
 from attnsim.simulator.llama import llama_forward, llama_layer
 from attnsim.simulator.spec_modern import RotarySpec
+from attnsim.simulator.stack import EncoderStackSpec
 from attnsim.simulator.verify import relative_error
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_decoder.json"
@@ -88,6 +90,13 @@ def _draw(kind: str, rng: np.random.Generator) -> tuple:
             "bias": coin,
         },
         "rotary": {"norm": "layer", "gated": False, "activation": "gelu", "causal": coin},
+        "linformer": {
+            "linformer": (1 + seed % n_max, n_max),
+            "causal": False,
+            "rotary": False,
+            "norm": ("layer", "rms")[seed % 2],
+            "bias": True,
+        },
         "linear": {
             "linear": ("elu", "relu")[seed % 2],
             "causal": coin,
@@ -220,6 +229,50 @@ def _vs_transformers(U, w: dict, X: torch.Tensor, base: float, eps: float) -> di
     }
 
 
+def hierarchy_rows(seed: int = 0) -> dict:
+    """U' (a decoder U) simulates the first block of U(2, 2, 1), then all of it, on U's own
+    input for one random attention target; compared with U's residual streams."""
+    U = universal.build(
+        2, 2, 1, attention="softmax", maps="relu", map_tolerance=1e-2, logit_bound=10.0
+    )
+    target = sampling.random_attention(1, 2, seed=seed)
+    X = torch.tensor(np.random.default_rng(seed).standard_normal((2, 2)), dtype=torch.float64)
+    ids, vals = U.model_inputs(U.encode(target, X)[None])
+    X0 = hierarchy.embedded(U.model, ids=ids, values=vals)
+    streams = {2: None}
+    with torch.no_grad():
+        final = U.model.model(ids, vals, streams=streams)[0]
+    out = {"inner": "U(2, 2, 1), softmax attention, ReLU maps (tolerance 1e-2)"}
+    out["inner_d_model"], out["inner_blocks"] = X0.shape[1], len(U.model.model.blocks)
+    for name, stack, want in (
+        ("one_block", hierarchy.block_targets(U.model, 0), streams[2][0]),
+        ("all_blocks", hierarchy.stack_targets(U.model).layers, final),
+    ):
+        n, d = X0.shape
+        heads = max(x.attention.n_heads for x in stack)
+        ff = max(x.ffn.d_mlp for x in stack)
+        t0 = time.perf_counter()
+        V = universal.build(
+            n, d, heads, layer="decoder", max_ff=ff, n_layers=len(stack), score_bound=1e9
+        )
+        build = time.perf_counter() - t0
+        target_stack = stack[0] if len(stack) == 1 else EncoderStackSpec(tuple(stack))
+        t0 = time.perf_counter()
+        got = V.simulate(target_stack, X0)
+        out[name] = {
+            "target_layers": len(stack),
+            "u_prime": [n, d, heads, ff],
+            "sequence_length": V.layout.length,
+            "d_model": V.model.config.d_model,
+            "storage": V.model.storage,
+            "build_seconds": build,
+            "simulate_seconds": time.perf_counter() - t0,
+            "error_vs_inner_stream": relative_error(got, want),
+        }
+        print(f"hierarchy {name}: {out[name]}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 targets per kind, no LLaMA layer")
@@ -232,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     n, d, h, f = SWEEP
     U = universal.build(n, d, h, layer="decoder", max_ff=f)
     sweeps = []
-    for i, kind in enumerate(("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "mixed")):
+    kinds = ("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "linformer", "mixed")
+    for i, kind in enumerate(kinds):
         row = sweep(U, kind, count, seed=i)
         sweeps.append(row)
         print(
@@ -244,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         out["llama"] = llama()
         print(f"LLaMA-shaped layer {LLAMA}: {out['llama']}", flush=True)
+        out["hierarchy"] = hierarchy_rows()
     out["machine"] = run.machine()
     write_json(args.out, out)
     return 0 if all(s["failures"] == 0 for s in sweeps) else 1

@@ -49,8 +49,8 @@ BAD = [
     ({"max_ff": 4}, ValueError, "max_ff applies to layer='encoder' or 'decoder' only"),
     ({"layer": "encoder", "max_ff": 0}, ValueError, r"max_ff must be a positive int"),
     ({"max_heads": 0}, ValueError, r"max_heads must be a positive int \(the most attention"),
-    ({"score_bound": 1e7}, ValueError, r"score_bound must be in \(0, 1e\+06\] for this build"),
-    ({"score_bound": -1.0}, ValueError, r"score_bound must be in \(0, 1e\+06\]"),
+    ({"score_bound": 1e10}, ValueError, r"score_bound must be in \(0, 1e\+09\] for this build"),
+    ({"score_bound": -1.0}, ValueError, r"score_bound must be in \(0, 1e\+09\]"),
     (
         {"score_bound": 1e5, "dtype": torch.float32},
         ValueError,

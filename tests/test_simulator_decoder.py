@@ -108,6 +108,38 @@ def test_linear_attention(U, phi, causal, n):
     assert rel(U.simulate(layer, X), want) <= TOL
 
 
+@pytest.mark.parametrize("k, n", [(2, 4), (4, 3), (1, 1)])
+def test_linformer(U, k, n):
+    """Keys and values projected along the sequence, against torch's scaled dot-product
+    attention on the projected keys and values."""
+    X = torch.randn(n, 4, generator=torch.Generator().manual_seed(15), dtype=torch.float64)
+    layer = sampling.random_decoder_layer(
+        2,
+        4,
+        6,
+        seed=16,
+        norm="rms",
+        gated=True,
+        rotary=False,
+        causal=False,
+        linformer=(k, 4),
+        bias=True,
+        logit_scale=10.0,
+        X=X,
+    )
+    a = layer.attention
+    E, F = a.linformer.E[:, :n], a.linformer.F[:, :n]
+    h = reference.layer_norm(layer.norm1, X)
+    Q = h @ a.W_Q + a.b_Q[:, None, :]
+    K = E @ (h @ a.W_K + a.b_K[:, None, :])
+    V = F @ (h @ a.W_V + a.b_V[:, None, :])
+    heads = torch.nn.functional.scaled_dot_product_attention(Q, K, V, scale=a.scale)
+    Y = X + (heads @ a.W_O).sum(0) + a.b_O
+    want = Y + reference.feed_forward(layer.ffn, reference.layer_norm(layer.norm2, Y))
+    assert rel(reference.reference(layer, X), want) <= 1e-12
+    assert rel(U.simulate(layer, X), want) <= TOL
+
+
 def test_a_torch_encoder_layer_on_the_decoder_U(U):
     torch.manual_seed(3)
     layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True)
@@ -221,6 +253,20 @@ def test_bad_decoder_builds_and_specs():
         S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="elu", linear_eps=-1.0)
     with pytest.raises(ValueError, match="no merged form"):
         S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="elu").merged()
+    lin = S.LinformerSpec(E=torch.ones(3, 2), F=torch.ones(3, 2))
+    with pytest.raises(ValueError, match="has no causal"):
+        S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linformer=lin, causal=True)
+    with pytest.raises(ValueError, match="shape"):
+        S.LinformerSpec(E=torch.ones(3, 2), F=torch.ones(2, 2))
+    wide = S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linformer=lin)
+    with pytest.raises(ValueError, match="cover 2 positions"):
+        reference.attention(wide, torch.ones(3, 2, dtype=torch.float64))
+    zero2 = S.FeedForwardSpec(W1=torch.zeros(2, 2), W2=torch.zeros(2, 2))
+    small = simulator.build(2, 2, 1, layer="decoder", max_ff=2)
+    with pytest.raises(ValueError, match="max_n >= 3"):
+        small.simulate(
+            S.EncoderLayerSpec(wide, zero2, None, None, norm_first=True), torch.ones(2, 2)
+        )
     flat = S.AttentionSpec(W_Q=W, W_K=W, W_V=W, linear="relu", linear_eps=0.0)
     with pytest.raises(ValueError, match="0/0"):
         reference.attention(flat, -torch.ones(2, 2, dtype=torch.float64))

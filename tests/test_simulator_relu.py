@@ -123,8 +123,8 @@ def test_build_arguments_are_checked():
         universal.build(2, 2, 1, layer="encoder", maps="relu", value_bound=-1.0)
     with pytest.raises(ValueError, match=r"logit_bound must be in \(0, 350\]"):
         universal.build(2, 2, 1, maps="relu", logit_bound=math.inf)
-    with pytest.raises(ValueError, match=r"score_bound must be in \(0, 1e\+06\]"):
-        universal.build(2, 2, 1, score_bound=1e7)
+    with pytest.raises(ValueError, match=r"score_bound must be in \(0, 1e\+09\]"):
+        universal.build(2, 2, 1, score_bound=1e10)
     with pytest.raises(ValueError, match=r"score_bound must be in \(0, \d+\] .* float32"):
         universal.build(2, 2, 1, score_bound=1e5, dtype=torch.float32)
     with pytest.raises(ValueError, match="maps must be 'native' or 'relu'"):

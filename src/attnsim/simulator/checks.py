@@ -172,6 +172,8 @@ def _modern_parts(target: S.EncoderLayerSpec) -> list[str]:
         out.append("rotary embeddings")
     if getattr(target.attention, "linear", None) is not None:
         out.append("linear attention")
+    if getattr(target.attention, "linformer", None) is not None:
+        out.append("Linformer projections")
     return out
 
 

@@ -44,11 +44,13 @@ __all__ = [
 ]
 
 # the default bound on |score| (every score of the target on its X, masked keys included),
-# and the largest one a build accepts, by dtype: beyond 1e6 a float64 score carries an
-# absolute rounding error (|s| * 2^-53 and more) that shows in exp at the 1e-9 level; float32
-# is also limited by the max head's precision (see ``max_score_bound``)
+# and the largest one a build accepts, by dtype. A float64 score carries an absolute rounding
+# error (|s| * 2^-53 and more) that exp turns into a relative one: within 1e-9 up to 1e6;
+# beyond (up to 1e9, for near-hard targets such as a compiled model's softmax heads, whose
+# top scores tie exactly) a key's weight is exact to about |s| * 2^-52 only. float32 is also
+# limited by the max head's precision (see ``max_score_bound``)
 SCORE_BOUND = {torch.float64: 1.0e4, torch.float32: 1.0e3}
-SCORE_LIMIT = {torch.float64: 1.0e6, torch.float32: 1.0e4}
+SCORE_LIMIT = {torch.float64: 1.0e9, torch.float32: 1.0e4}
 DEFAULT_SCORE_BOUND = SCORE_BOUND[torch.float64]  # 1e4: the default of a float64 build
 LOGIT_LIMIT = 350.0  # maps="relu": exp is realised down to e^(-2 logit_bound) > 0
 EPS_RANGE = (1e-6, 1.0)  # maps="relu", encoder: the LayerNorm eps a build accepts
@@ -151,7 +153,9 @@ class SimulatorConfig:
             too. 1: one layer.
         score_bound: the largest |score| of a target on its X (every query-key pair of every
             head, masked keys included) that U accepts: U checks it while it runs. Default
-            1e4 in float64 (at most 1e6) and 1e3 in float32 (at most what
+            1e4 in float64 (at most 1e9; beyond 1e6 a key's weight is exact only to about
+            ``score_bound * 2^-52`` relatively, see ``SCORE_LIMIT``) and 1e3 in float32 (at
+            most what
             ``max_score_bound`` allows for the build: 8191 for (4, 4, 2), 511 for
             (8, 8, 4)).
 
@@ -345,7 +349,7 @@ def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
 
     >>> lay = Layout(4, 4, 2)
     >>> max_score_bound(lay, torch.float32), max_score_bound(lay, torch.float64)
-    (8191.0, 1000000.0)
+    (8191.0, 1000000000.0)
     """
     rows = layout.N * layout.H
     r = rows - rows // 2 + 1  # the largest |row id| (the values outside P included)

@@ -239,7 +239,24 @@ def attention(spec: Attention, X: Tensor, mask: Any = None) -> Tensor:
     >>> attention(head, torch.tensor([[2.0], [4.0]], dtype=torch.float64)).tolist()
     [[4.0], [4.0]]
     """
+    if getattr(spec, "linformer", None) is not None:
+        return _linformer(spec, X, mask)
     return (pattern(spec, X, mask) @ values(spec, X)).sum(dim=0) + spec.b_O
+
+
+def _linformer(spec: specs.AttentionSpec, X: Tensor, mask: Any) -> Tensor:
+    """Linformer: ``softmax(scale Q (E K)^T) (F V) W_O + b_O`` per head, E and F cut to
+    the input's ``n`` columns (no mask: the projected keys are not positions)."""
+    if mask is not None:
+        raise ValueError("a Linformer attention takes no mask: its keys are projections")
+    n = X.shape[0]
+    spec.linformer.check_length(n)
+    E, F = spec.linformer.E[:, :n], spec.linformer.F[:, :n]
+    Q = X @ spec.W_Q + spec.b_Q[:, None, :]  # [h, n, dh]
+    K = E @ (X @ spec.W_K + spec.b_K[:, None, :])  # [h, k, dh]
+    V = F @ (X @ spec.W_V + spec.b_V[:, None, :])
+    P = torch.softmax(spec.scale * Q @ K.transpose(1, 2), dim=-1)  # [h, n, k]
+    return (P @ V @ spec.W_O).sum(dim=0) + spec.b_O
 
 
 def layer_norm(norm: Any, X: Tensor) -> Tensor:

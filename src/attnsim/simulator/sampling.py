@@ -390,6 +390,7 @@ def random_decoder_layer(
     bias: bool = False,
     causal: bool = True,
     linear: str | None = None,
+    linformer: tuple[int, int] | None = None,
     logit_scale: float | None = None,
     X: Any = None,
 ) -> S.EncoderLayerSpec:
@@ -405,6 +406,8 @@ def random_decoder_layer(
         rotary: rotary embeddings (base drawn in [10, 10^4]).
         norm_first, bias, causal: as in :func:`random_encoder_layer`.
         linear: linear attention's feature map ("elu" or "relu"), or None (softmax).
+        linformer: ``(k, n_max)``: Linformer projections E, F ``[k, n_max]`` (entries
+            around ``1/sqrt(n_max)``), or None.
         logit_scale, X: the largest |score| on ``X`` (see :func:`with_logit_scale`).
 
     >>> layer = random_decoder_layer(2, 4, 6, seed=0)
@@ -441,6 +444,12 @@ def random_decoder_layer(
         attention = dataclasses.replace(attention, rotary=rot)
     if linear is not None:
         attention = dataclasses.replace(attention, linear=linear)
+    if linformer is not None:
+        from attnsim.simulator.spec_modern import LinformerSpec
+
+        k, n_max = linformer
+        E, F = (_randn(g, k, n_max, std=1.0 / math.sqrt(n_max)) for _ in range(2))
+        attention = dataclasses.replace(attention, linformer=LinformerSpec(E, F))
     layer = S.EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=norm_first)
     if logit_scale is not None and X is not None:
         return with_logit_scale(layer, X, logit_scale)
@@ -492,6 +501,11 @@ def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
             activation = S.Activation.SILU
         elif d_mlp % 2:
             d_mlp = d_mlp + 1 if d_mlp < max_ff else d_mlp - 1
+    # the attention's kind: softmax, linear or Linformer (which has no mask, rotary or phi)
+    kind = ("softmax", "linear", "linformer")[int(rng.integers(3))]
+    causal = kind != "linformer" and bool(rng.integers(2))
+    linear = ("elu", "relu")[int(rng.integers(2))] if kind == "linear" else None
+    rotary = kind != "linformer" and (d // h) % 2 == 0 and bool(rng.integers(2))
     layer = random_decoder_layer(
         h,
         d,
@@ -500,11 +514,12 @@ def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
         norm=("layer", "rms", "none")[int(rng.integers(3))],
         gated=bool(rng.integers(2)),
         activation=activation,
-        rotary=(d // h) % 2 == 0 and bool(rng.integers(2)),
+        rotary=rotary,
         norm_first=bool(rng.integers(2)),
         bias=bool(rng.integers(2)),
-        causal=bool(rng.integers(2)),
-        linear=(None, "elu", "relu")[int(rng.integers(3))],
+        causal=causal,
+        linear=linear,
+        linformer=(int(rng.integers(1, max_n + 1)), max_n) if kind == "linformer" else None,
         logit_scale=float(rng.uniform(0.1, max_logit)),
         X=X,
     )

@@ -60,7 +60,11 @@ from attnsim.simulator.spec_checks import (  # the helpers, also read here by ot
     _sizes,
     _tensor,
 )
-from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec  # re-exported here too
+from attnsim.simulator.spec_modern import (  # re-exported here too
+    LinformerSpec,
+    RMSNormSpec,
+    RotarySpec,
+)
 
 __all__ = [
     "Activation",
@@ -236,6 +240,9 @@ class AttentionSpec:
             the query left out when causal); ``scale`` is not used.
         linear_eps: the normaliser's eps (``>= 0``; default 1e-6, as the reference
             implementations add).
+        linformer: keys and values projected along the sequence
+            (:class:`~attnsim.simulator.spec_modern.LinformerSpec`), or ``None``; not with
+            ``causal``, ``rotary`` or ``linear``.
 
     Raises:
         TypeError: an array is not numeric, ``causal`` is not a bool or ``scale`` not a number.
@@ -262,6 +269,7 @@ class AttentionSpec:
     rotary: Any = None  # spec_modern.RotarySpec or None
     linear: str | None = None  # None: softmax; "elu" or "relu": linear attention's phi
     linear_eps: float = 1e-6
+    linformer: Any = None  # spec_modern.LinformerSpec or None
 
     def __post_init__(self) -> None:
         names = "[n_heads, d_model, d_head]"
@@ -303,13 +311,26 @@ class AttentionSpec:
             self.rotary.check_head(dh, "AttentionSpec")
         if self.linear not in (None, "elu", "relu"):
             raise ValueError(
-                f"AttentionSpec.linear must be None (softmax), 'elu' or 'relu', got "
-                f"{self.linear!r}"
+                f"AttentionSpec.linear must be None (softmax), 'elu' or 'relu', got {self.linear!r}"
             )
         eps = _check_real(self.linear_eps, "AttentionSpec.linear_eps")
         if eps < 0:
             raise ValueError(f"AttentionSpec.linear_eps must be >= 0, got {eps}")
         _set(self, "linear_eps", eps)
+        if self.linformer is not None:
+            if not isinstance(self.linformer, LinformerSpec):
+                raise TypeError(
+                    f"AttentionSpec.linformer must be a LinformerSpec or None, got "
+                    f"{type(self.linformer).__name__}"
+                )
+            clash = [
+                n for n in ("causal", "rotary", "linear") if getattr(self, n) not in (False, None)
+            ]
+            if clash:
+                raise ValueError(
+                    f"a Linformer attention mixes keys along the sequence, so it has no "
+                    f"{' or '.join(clash)}; leave {'it' if len(clash) == 1 else 'them'} out"
+                )
 
     @property
     def n_heads(self) -> int:
@@ -341,10 +362,10 @@ class AttentionSpec:
         >>> m.n_heads, tuple(m.A.shape), m.causal == spec.causal
         (3, (3, 6, 6), True)
         """
-        if self.rotary is not None or self.linear is not None:
+        if self.rotary is not None or self.linear is not None or self.linformer is not None:
             raise ValueError(
-                "a rotary or linear attention has no merged form: its weights are not "
-                "softmax(X W_Q W_K^T X^T); keep it as an AttentionSpec"
+                "a rotary, linear or Linformer attention has no merged form: its weights "
+                "are not softmax(X W_Q W_K^T X^T); keep it as an AttentionSpec"
             )
         s = self.scale
         return MergedAttention(

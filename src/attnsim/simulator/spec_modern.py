@@ -23,7 +23,7 @@ import torch
 
 from attnsim.simulator.spec_checks import DTYPE, Tensor, _check_real, _set, _shaped, _sizes
 
-__all__ = ["RMSNormSpec", "RotarySpec", "rotate_half"]
+__all__ = ["RMSNormSpec", "RotarySpec", "LinformerSpec", "rotate_half"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,3 +136,49 @@ def rotate_half(x: Tensor) -> Tensor:
     """
     half = x.shape[-1] // 2
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+@dataclass(frozen=True, eq=False)
+class LinformerSpec:
+    """Linformer's projections along the sequence (Wang et al., 2020): keys and values are
+    mixed into ``k`` rows before the softmax, ``K' = E K`` and ``V' = F V`` (one ``E`` and
+    one ``F`` shared by every head), so a query attends over ``k`` projected keys.
+
+    Args:
+        E: ``[k, n_max]`` the keys' projection; an input of ``n <= n_max`` rows uses its
+            first ``n`` columns.
+        F: ``[k, n_max]`` the values' projection.
+
+    Raises:
+        TypeError: a matrix is not numeric.
+        ValueError: bad shapes or NaN/Inf.
+
+    >>> lin = LinformerSpec(E=torch.ones(2, 5), F=torch.eye(2, 5))
+    >>> lin.k, lin.n_max
+    (2, 5)
+    """
+
+    E: Tensor
+    F: Tensor
+
+    def __post_init__(self) -> None:
+        shape = _sizes(self.E, "LinformerSpec.E", 2, "[k, n_max]")
+        _set(self, "E", _shaped(self.E, "LinformerSpec.E", shape, "[k, n_max]"))
+        _set(self, "F", _shaped(self.F, "LinformerSpec.F", shape, "[k, n_max]"))
+
+    @property
+    def k(self) -> int:
+        """The projected length."""
+        return self.E.shape[0]
+
+    @property
+    def n_max(self) -> int:
+        """The longest input the projections cover."""
+        return self.E.shape[1]
+
+    def check_length(self, n: int) -> None:
+        if n > self.n_max:
+            raise ValueError(
+                f"the Linformer projections cover {self.n_max} positions, the input has {n} "
+                "rows; give E and F with at least as many columns as X has rows"
+            )

@@ -95,6 +95,8 @@ def prepare(
     out = []
     for att, lay in [(attention, layer), *((x.attention, x) for x in layers[1:])]:
         _check_attention(layout, att)
+        if att.linformer is not None:
+            att.linformer.check_length(X.shape[0])
         if lay is not None:
             checks._check_norm_eps(config, lay)
         if causal is not None and bool(causal) != att.causal:
@@ -112,10 +114,17 @@ def _check_attention(layout: VectorLayout, attention: Any) -> None:
             "build U with layout='scalar' for a MergedAttention"
         )
     h, d, dh = attention.n_heads, attention.d_model, attention.d_head
-    if (attention.rotary is not None or attention.linear is not None) and not layout.modern:
+    modern = (attention.rotary, attention.linear, attention.linformer)
+    if any(x is not None for x in modern) and not layout.modern:
         raise ValueError(
-            "this U does not read rotary position embeddings or linear attention; build one "
-            "with layer='decoder' (vector layout)"
+            "this U does not read rotary position embeddings, linear attention or Linformer; "
+            "build one with layer='decoder' (vector layout)"
+        )
+    if attention.linformer is not None and attention.linformer.k > layout.N:
+        raise ValueError(
+            f"the Linformer projects onto k = {attention.linformer.k} keys, but this U was "
+            f"built for at most {layout.N} keys (max_n); build U with max_n >= "
+            f"{attention.linformer.k}"
         )
     if attention.linear == "relu" and attention.linear_eps == 0:
         raise ValueError(
@@ -183,6 +192,13 @@ def _pack_attention(
         out[lay.maskpos(head, ell), head * dh : (head + 1) * dh] = 1.0
     if lay.modern:
         _pack_rotary(lay, att, d, out, ell, n)
+        if att.linformer is not None:  # Linformer: its flag and E, F by rows
+            k = att.linformer.k
+            out[lay.param2pos(ell), lay.param2("linformer")] = 1.0
+            for t, M in enumerate((att.linformer.E, att.linformer.F)):
+                start = lay.lpos(t, 0, ell)
+                out[start : start + k, :n] = M[:, :n]
+            out[lay.lpos(0, 0, ell) : lay.lpos(0, k, ell), lay.B] = 1.0
         if att.linear is not None:  # linear attention: its flags and eps
             P2 = lay.param2pos(ell)
             out[P2, lay.param2("linear")] = 1.0

@@ -33,6 +33,8 @@ encoder layers (1 unless asked), in order:
  WROT(t,r) 2D      rotary: row partner(r) of W_q, W_k (t = 0, 1), its bias in B
  ROT(r)    D       rotary: cos[i, r mod d_head] in channel i and sin[i, r mod d_head] in
                    channel N + i (i < N); 1 in B on a head's first half of columns (flags)
+ LE(m)     N       Linformer: row m of E in channels j < N, 1 in B for m < k (flags)
+ LF(m)     N       Linformer: row m of F in channels j < N
  scratch roles (each reads and writes its own residual directions, so roles share
  positions freely; all start at position 0)
  QKV(i,r,t) 3ND    q, k or v [i, r]: one dot product of a row of X~ and a weight row
@@ -41,13 +43,15 @@ encoder layers (1 unless asked), in order:
  X(i)       N      the row-wise work: o_i, z1, the LayerNorms, the FFN's hidden row
  OUT(i,k)   ND     y[i, k] = o~_i . row k of W_O (and the FFN's output, and the result)
  HID(i,m)   NF     the FFN's hidden unit m of row i
+ KP(m,r,t)  2ND    decoder: Linformer's projected keys (t = 0) and values (t = 1), entry r
+ ROWP(m,t)  2N     decoder: the projected rows K'_m and V'_m
 ```
 
 (*) the score scale entry is 0 for the standard 1/sqrt(d_head), which U computes from the
 HDIM flags; a spec with another scale has it there.
 
 The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long (input = 1 + N + layers
-(1 + 4D + 2H [+ 6 + F + D] [decoder: + 1 + F + 3D])): it grows like n (d + d_ff), not like
+(1 + 4D + 2H [+ 6 + F + D] [decoder: + 1 + F + 3D + 2N])): it grows like n (d + d_ff), not like
 the parameter count, and the token width like max(d, d_ff) (a decoder's: max(d, d_ff, 2n,
 12)).
 The scratch roles serve every layer of a stack (each layer's values have their own
@@ -96,6 +100,7 @@ PARAM2_CHANNELS = (
     "linear",  # linear attention (0: softmax)
     "phi_elu",  # its feature map: elu + 1 (0: relu)
     "linear_eps",  # its normaliser's eps (an entry of the spec)
+    "linformer",  # keys and values projected along the sequence
 )
 
 
@@ -154,7 +159,8 @@ class VectorLayout:
     def block(self) -> int:
         """Positions of one layer's parameters."""
         D, H, F = self.D, self.H, self.F
-        return 1 + 4 * D + 2 * H + (6 + F + D if F else 0) + (1 + F + 3 * D if self.modern else 0)
+        modern = 1 + F + 3 * D + 2 * self.N if self.modern else 0
+        return 1 + 4 * D + 2 * H + (6 + F + D if F else 0) + modern
 
     def parampos(self, layer: int = 0) -> int:
         return 1 + self.N + layer * self.block
@@ -191,6 +197,16 @@ class VectorLayout:
 
     def rotpos(self, r: int, layer: int = 0) -> int:
         return self.param2pos(layer) + 1 + self.F + 2 * self.D + r
+
+    def lpos(self, t: int, m: int, layer: int = 0) -> int:
+        """Row m of Linformer's E (t = 0) or F (t = 1)."""
+        return self.param2pos(layer) + 1 + self.F + 3 * self.D + t * self.N + m
+
+    def kppos(self, m: int, r: int, t: int) -> int:
+        return (t * self.N + m) * self.D + r
+
+    def rowppos(self, m: int, t: int) -> int:
+        return t * self.N + m
 
     @property
     def input_length(self) -> int:
@@ -245,6 +261,8 @@ class VectorLayout:
                     (f"W3{tag}", self.w3pos(0, layer), F, "rows of a GLU's W3, b3 in B"),
                     (f"WROT{tag}", self.wrotpos(0, 0, layer), 2 * D, "rotary partner rows"),
                     (f"ROT{tag}", self.rotpos(0, layer), D, "rotary cos, sin by column"),
+                    (f"LE{tag}", self.lpos(0, 0, layer), N, "Linformer's E by row"),
+                    (f"LF{tag}", self.lpos(1, 0, layer), N, "Linformer's F by row"),
                 ]
         out += [
             ("QKV", 0, 3 * N * D, "scratch: one dot product each"),
@@ -254,6 +272,9 @@ class VectorLayout:
         ]
         if F:
             out.append(("HID", 0, N * F, "scratch: hidden unit (i, m)"))
+        if self.modern:
+            out.append(("KP", 0, 2 * N * D, "scratch: Linformer's projections"))
+            out.append(("ROWP", 0, 2 * N, "scratch: projected rows"))
         return out
 
     def diagram(self) -> str:
@@ -303,4 +324,7 @@ class VectorLayout:
         }
         if F:
             roles["HID"] = role((N, F), lambda i, m: i * F + m)
+        if self.modern:
+            roles["KP"] = role((N, D, 2), lambda m, r, t: (t * N + m) * D + r)
+            roles["ROWP"] = role((N, 2), lambda m, t: t * N + m)
         return roles

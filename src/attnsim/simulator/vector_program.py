@@ -160,6 +160,8 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     # (outside P), so that the max head's keys outside P stay small
     x_pad = (1 - valid).named(b.n("x_pad"))
     pad = b.gather_one("p_pad", b.at("P", lambda i, j, h: lay.xpos(j)), x_pad)
+    if lay.modern:  # Linformer (flag): projected keys and values, k of them
+        k, v, pad = _linformer(b, qkv, k, v, pad, ell)
     causal = b.gather_one(
         "p_causal", b.at("P", lambda i, j, h: lay.parampos(ell)), ch[lay.param("causal")]
     )
@@ -231,6 +233,38 @@ def _rotary(b: _Builder, xa: list[E.SOp], qkv: E.SOp, ell: int) -> E.SOp:
     sin = _sum([g[1] for g in got]).named(b.n("rot_sin"))
     sign = (1 - 2 * _sum([g[2] for g in got])).named(b.n("rot_sign"))
     return (qkv * cos + sign * (partner * sin)).named(b.n("qkv_rot"))
+
+
+def _linformer(
+    b: _Builder, qkv: E.SOp, k: list[E.SOp], v: list[E.SOp], pad: E.SOp, ell: int
+) -> tuple[list[E.SOp], list[E.SOp], E.SOp]:
+    """Linformer (PARAM2 flag): at KP(m, r, t) the sum over rows j of E[m, j] K[j, r]
+    (t = 0) or F[m, j] V[j, r] (t = 1), one head per row j reading QKV(j, r, 1 + t); at
+    ROWP(m, t) the row K'_m or V'_m (one head per column); at P(i, j, h) the keys, values and
+    padding bits (key j is there when j < k) of the projected rows where the flag is set,
+    the usual ones where it is not (``f * new + (1 - f) * old``, exact for a 0/1 flag)."""
+    lay, ch, D, N, B = b.lay, b.ch, b.lay.D, b.lay.N, b.lay.B
+    coef = b.gather("kp_coef", b.at("KP", lambda m, r, t: lay.lpos(t, m, ell)), ch[:N])
+    terms = [
+        b.gather_one(f"kp_row{j}", b.at("KP", lambda m, r, t, j=j: lay.qkv(j, r, 1 + t)), qkv)
+        for j in range(N)
+    ]
+    proj = _dot(coef, terms).named(b.n("kp"))
+    rowp = [
+        b.gather_one(f"rowp{c}", b.at("ROWP", lambda m, t, c=c: lay.kppos(m, c, t)), proj)
+        for c in range(D)
+    ]
+    kl = b.gather("p_kl", b.at("P", lambda i, j, h: lay.rowppos(j, 0)), rowp)
+    vl = b.gather("p_vl", b.at("P", lambda i, j, h: lay.rowppos(j, 1)), rowp)
+    l_pad = (1 - ch[B]).named(b.n("l_pad"))
+    pad_l = b.gather_one("p_lpad", b.at("P", lambda i, j, h: lay.lpos(0, j, ell)), l_pad)
+    on = b.gather_one(
+        "p_linformer", b.at("P", lambda i, j, h: lay.param2pos(ell)), ch[lay.param2("linformer")]
+    )
+    off = (1 - on).named(b.n("linformer_off"))
+    k = [(on * kl[c] + off * k[c]).named(b.n(f"p_k_eff{c}")) for c in range(D)]
+    v = [(on * vl[c] + off * v[c]).named(b.n(f"p_v_eff{c}")) for c in range(D)]
+    return k, v, (on * pad_l + off * pad).named(b.n("p_pad_eff"))
 
 
 def _linear(
