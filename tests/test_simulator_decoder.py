@@ -140,6 +140,21 @@ def test_linformer(U, k, n):
     assert rel(U.simulate(layer, X), want) <= TOL
 
 
+@pytest.mark.parametrize("options", [{"attention": "softmax"}, {"dtype": "float32"}])
+def test_decoder_U_variants_and_save_load(options, tmp_path):
+    """U's own softmax attention and float32, and a saved decoder U read back."""
+    rng = np.random.default_rng(3)
+    cases = [sampling.random_decoder_target(rng, 3, 4, 2, 10.0, 6)[:2] for _ in range(6)]
+    V = simulator.build(3, 4, 2, layer="decoder", max_ff=6, **options)
+    tol = 1e-4 if "dtype" in options else TOL
+    for (t, X), got in zip(cases, V.simulate_batch(cases)):
+        assert rel(got, reference.reference(t, X)) <= tol
+    V.save(tmp_path / "u")
+    back = simulator.UniversalSimulator.load(tmp_path / "u")
+    assert back.config == V.config and back.layout.modern
+    assert torch.equal(back.simulate(*cases[0]), V.simulate(*cases[0]))
+
+
 def test_a_torch_encoder_layer_on_the_decoder_U(U):
     torch.manual_seed(3)
     layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True)
