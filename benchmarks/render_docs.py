@@ -377,6 +377,27 @@ def simulator_decoder(data: dict) -> str:
             ],
         ),
     ]
+    rl = data.get("relu")
+    if rl:
+        zeros = rl.get("zero_outputs", 0)
+        zero_text = (
+            f" ({zeros} more have the exact output 0, a LayerNorm at d = 1 without bias, "
+            f"where U's largest |output| is {fmt(rl['zero_outputs_max_abs'])})"
+            if zeros
+            else ""
+        )
+        out += [
+            "",
+            f"**ReLU maps (map tolerance {fmt(rl['map_tolerance'])}):** a decoder U of the same "
+            f'build with `maps="relu"` (built in {fmt(rl["build_seconds"])} s) on '
+            f"{rl['targets']:,} random layers of every kind it reads (all but linear "
+            f"attention): {rl['refused']:,} refused by its run-time checks (values beyond the "
+            f"ranges its maps cover, `value_bound` 20), and on the others max error "
+            f"{fmt(rl['max_error'])}, median {fmt(rl['median_error'])}{zero_text}, "
+            f"{rl['failures']} beyond the sanity bound {fmt(rl['tolerance'])} (a thousand "
+            f"times the largest per-map bound, {fmt(rl['largest_map_bound'])}: a norm divides "
+            "by its row's spread, so there is no composite certificate).",
+        ]
     m = data.get("llama")
     if m:
         hf = (

@@ -229,6 +229,50 @@ def _vs_transformers(U, w: dict, X: torch.Tensor, base: float, eps: float) -> di
     }
 
 
+def relu_sweep(count: int, seed: int = 9) -> dict:
+    """A decoder U with ReLU maps (tolerance 1e-6) on random layers of every kind it reads
+    (all but linear attention). A target whose values leave the ranges the maps cover
+    (``value_bound``) is refused by U's run-time checks with a message: counted, not
+    compared. A target whose output is exactly 0 (a post-norm LayerNorm at d = 1 without
+    bias gives its bias, 0) has no relative error: its largest |output| is recorded. The
+    sanity bound is a thousand times the largest per-map bound, as for encoder U's (a norm
+    divides by its row's spread: no composite certificate)."""
+    n, d, h, f = SWEEP
+    t0 = time.perf_counter()
+    R = universal.build(n, d, h, layer="decoder", max_ff=f, maps="relu", logit_bound=20.0)
+    build = time.perf_counter() - t0
+    bound = 1e3 * max(R.map_bounds.values())
+    rng = np.random.default_rng(seed)
+    errors, refused, zero = [], 0, []
+    for _ in range(count):
+        t, X, _ = sampling.random_decoder_target(rng, n, d, h, 20.0, f, linear=False)
+        try:
+            got = R.simulate(t, X)
+        except ValueError as exc:
+            if "range this U" not in str(exc) and "outside" not in str(exc):
+                raise
+            refused += 1
+            continue
+        want = reference.reference(t, X)
+        if float(want.abs().max()) == 0.0:  # a degenerate layer (LayerNorm at d = 1, no
+            zero.append(float(got.abs().max()))  # bias): no relative error; absolute here
+            continue
+        errors.append(relative_error(got, want))
+    return {
+        "targets": count,
+        "refused": refused,
+        "build_seconds": build,
+        "map_tolerance": R.config.map_tolerance,
+        "largest_map_bound": max(R.map_bounds.values()),
+        "tolerance": bound,
+        "max_error": max(errors),
+        "median_error": float(np.median(errors)),
+        "failures": sum(e > bound for e in errors),
+        "zero_outputs": len(zero),
+        "zero_outputs_max_abs": max(zero, default=0.0),
+    }
+
+
 def hierarchy_rows(seed: int = 0) -> dict:
     """U' (a decoder U) simulates the first block of U(2, 2, 1), then all of it, on U's own
     input for one random attention target; compared with U's residual streams."""
@@ -295,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     out = {"machine": None, "sweep_build": list(SWEEP), "tolerance": TOLERANCE, "sweeps": sweeps}
+    out["relu"] = relu_sweep(count)
+    print(f"ReLU maps: {out['relu']}", flush=True)
     if not args.quick:
         out["llama"] = llama()
         print(f"LLaMA-shaped layer {LLAMA}: {out['llama']}", flush=True)

@@ -155,6 +155,21 @@ def test_decoder_U_variants_and_save_load(options, tmp_path):
     assert torch.equal(back.simulate(*cases[0]), V.simulate(*cases[0]))
 
 
+def test_decoder_U_with_relu_maps():
+    """ReLU maps (silu's exp and 1/(1 + e), the norms' 1/sqrt, exp and 1/Z): random layers
+    of every kind but linear attention, within a thousand times the per-map bound (no
+    composite certificate: a norm divides by its row's spread); linear attention refused."""
+    from attnsim.simulator import verify
+
+    R = simulator.build(3, 4, 2, layer="decoder", max_ff=6, maps="relu", logit_bound=20.0)
+    assert {"ffn_exp", "ffn_sig_inv"} <= set(R.map_bounds)
+    got = verify.verify(R, targets=24, progress=False)
+    assert got.failures == [] and got.max_error <= 1e3 * max(R.map_bounds.values())
+    layer = sampling.random_decoder_layer(2, 4, 6, seed=17, linear="elu")
+    with pytest.raises(ValueError, match="linear attention needs a U with maps='native'"):
+        R.simulate(layer, torch.randn(3, 4, dtype=torch.float64))
+
+
 def test_a_torch_encoder_layer_on_the_decoder_U(U):
     torch.manual_seed(3)
     layer = torch.nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, batch_first=True)
@@ -242,8 +257,6 @@ def test_an_encoder_U_refuses_todays_parts():
 def test_bad_decoder_builds_and_specs():
     with pytest.raises(ValueError, match="vector layout"):
         simulator.build(2, 2, 1, layer="decoder", layout="scalar")
-    with pytest.raises(ValueError, match="maps='native'"):
-        simulator.build(2, 2, 1, layer="decoder", maps="relu")
     with pytest.raises(ValueError, match="d_head must be even"):
         S.AttentionSpec(
             W_Q=torch.ones(1, 3, 3),

@@ -511,6 +511,11 @@ def _verify(args: argparse.Namespace) -> int:
         )
     for label, b in result.map_bounds.items():
         print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
+    if result.refused:
+        print(
+            f"  {result.refused} targets refused with a message: their values left the ranges "
+            "U's ReLU maps cover (--value-bound)"
+        )
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1

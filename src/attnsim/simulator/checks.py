@@ -183,7 +183,7 @@ def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None
     if config.relu_value_bound is None:
         return
     for name, norm in (("norm1", target.norm1), ("norm2", target.norm2)):
-        if not EPS_RANGE[0] <= norm.eps <= EPS_RANGE[1]:
+        if norm is not None and not EPS_RANGE[0] <= norm.eps <= EPS_RANGE[1]:
             raise ValueError(
                 f"the target's {name}.eps = {norm.eps:g} is outside [{EPS_RANGE[0]:g}, "
                 f"{EPS_RANGE[1]:g}], the range this U's ReLU 1/sqrt covers (maps='relu')"

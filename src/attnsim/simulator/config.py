@@ -205,11 +205,7 @@ class SimulatorConfig:
                     "layer='decoder' (RMSNorm, gated feed-forwards, rotary embeddings) is "
                     "built in the vector layout: use layout='vector'"
                 )
-            if self.maps is Maps.RELU:
-                raise ValueError(
-                    "layer='decoder' runs with maps='native': ReLU maps for its silu and "
-                    "RMSNorm are not built; use maps='native' (or layer='encoder')"
-                )
+
         dtype = DTYPES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
         if dtype not in SCORE_BOUND:
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype}")

@@ -49,9 +49,11 @@ from HID(i, m ^ 1) and forms the max or min with one ReLU (see ``_maxmin``).
 
 from __future__ import annotations
 
+import math
+
 from attnsim.rasp import expr as E
 from attnsim.rasp import gathers
-from attnsim.simulator.config import DEFAULT_SCORE_BOUND
+from attnsim.simulator.config import DEFAULT_SCORE_BOUND, EPS_RANGE, SimulatorConfig
 from attnsim.simulator.layout import FLAG_NAMES, Layout
 
 __all__ = [
@@ -410,3 +412,35 @@ def _maxmin(layout: Layout, pre_act: E.SOp, at_hid) -> E.SOp:
     first = at_hid(lambda i, m: flag if m % 2 == 0 else -1, "maxmin_max@hid")
     second = at_hid(lambda i, m: flag if m % 2 else -1, "maxmin_min@hid")
     return (first * (partner + r) + second * (pre_act - r)).named("ffn_maxmin")
+
+
+def map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None:
+    """maps="relu": the input range each ReLU map of U is realised on (by label, as the
+    compiler's ``map_ranges`` takes them); None for native maps.
+
+    >>> sorted(map_ranges(SimulatorConfig(2, 2, maps="relu")))
+    ['e', 'inv_Z']
+    """
+    if config.relu_logit_bound is None:
+        return None
+    B = config.logit_bound
+    # exponents s - m of unmasked keys lie in [-2B, EXP_HI] whenever the row's scores are
+    # within B of some centre (below -2B the ReLU exp stays within e^-2B, which error_bound
+    # counts); masked ones sit at or below -2000, where it is exactly 0. A row sum Z lies in
+    # [1 - t, max_n e^EXP_HI (1 + t)]; positions outside P use 1.
+    ranges = {EXP: (-2.0 * B, EXP_HI), INV_Z: (0.5, 2.0 * config.max_n * math.exp(EXP_HI))}
+    if config.is_encoder:
+        # LayerNorm: var + eps (+1 outside X) within [EPS_RANGE[0], V^2 + 2]; the
+        # feed-forward pre-activations within [-V, V]
+        V = config.value_bound
+        for name in ("ln_input", "ln_middle", "ln_output"):
+            ranges[f"{name}_rsqrt"] = (EPS_RANGE[0], V * V + EPS_RANGE[1] + 1.0)
+        ranges["ffn_pre"] = (-V, V)
+        if config.is_decoder:  # silu: exp(-|x|) and 1 / (1 + exp(-|x|))
+            ranges["ffn_exp"] = (-V, 0.0)
+            ranges["ffn_sig_inv"] = (1.0, 2.0)
+        if config.is_vector:  # 1 / d for the LayerNorm means (1 outside the rows)
+            ranges["inv_d"] = (1.0, float(config.max_d))
+    for ell in range(1, config.n_layers):  # a stack: the same maps in every layer
+        ranges.update({f"{k}/L{ell}": v for k, v in list(ranges.items()) if "/" not in k})
+    return ranges

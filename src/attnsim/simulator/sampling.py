@@ -464,12 +464,14 @@ def random_decoder_target(
     max_logit: float,
     max_ff: int,
     X: torch.Tensor | None = None,
+    linear: bool = True,
 ) -> tuple[S.EncoderLayerSpec, torch.Tensor, int]:
     """A random layer of any kind a decoder U reads (norms LayerNorm, RMSNorm or none;
-    gated or not; every activation; rotary where the head width is even; causal, pre-norm
-    and biases drawn), its X and its seed. A draw whose head has all scores 0 on X (a
-    LayerNorm at d = 1 without bias, say), which no scale brings to the drawn largest score,
-    is drawn again.
+    gated or not; every activation; rotary where the head width is even; softmax, linear
+    (unless ``linear`` is False: a U with ReLU maps does not read it) or Linformer attention;
+    causal, pre-norm and biases drawn), its X and its seed. A draw whose head has all scores
+    0 on X (a LayerNorm at d = 1 without bias, say), which no scale brings to the drawn
+    largest score, is drawn again.
 
     >>> rng = np.random.default_rng(0)
     >>> layers = [random_decoder_target(rng, 3, 4, 2, 5.0, 6)[0] for _ in range(30)]
@@ -478,13 +480,13 @@ def random_decoder_target(
     """
     while True:
         try:
-            return _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X)
+            return _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X, linear)
         except ValueError as exc:
             if "all scores zero" not in str(exc):
                 raise
 
 
-def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
+def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X, linear_ok):
     h = int(rng.integers(1, max_heads + 1))
     d = int(rng.integers(1, max_d // h + 1)) * h
     n = int(rng.integers(1, max_n + 1)) if X is None else X.shape[0]
@@ -503,20 +505,27 @@ def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
             d_mlp = d_mlp + 1 if d_mlp < max_ff else d_mlp - 1
     # the attention's kind: softmax, linear or Linformer (which has no mask, rotary or phi)
     kind = ("softmax", "linear", "linformer")[int(rng.integers(3))]
+    if kind == "linear" and not linear_ok:
+        kind = "softmax"
     causal = kind != "linformer" and bool(rng.integers(2))
     linear = ("elu", "relu")[int(rng.integers(2))] if kind == "linear" else None
     rotary = kind != "linformer" and (d // h) % 2 == 0 and bool(rng.integers(2))
+    norm = ("layer", "rms", "none")[int(rng.integers(3))]
+    gated = bool(rng.integers(2))
+    norm_first = bool(rng.integers(2))
+    # a LayerNorm of one feature outputs its bias: drawn, so that the layer is not all 0
+    bias = bool(rng.integers(2)) or (d == 1 and norm == "layer")
     layer = random_decoder_layer(
         h,
         d,
         d_mlp,
         seed=seed,
-        norm=("layer", "rms", "none")[int(rng.integers(3))],
-        gated=bool(rng.integers(2)),
+        norm=norm,
+        gated=gated,
         activation=activation,
         rotary=rotary,
-        norm_first=bool(rng.integers(2)),
-        bias=bool(rng.integers(2)),
+        norm_first=norm_first,
+        bias=bias,
         causal=causal,
         linear=linear,
         linformer=(int(rng.integers(1, max_n + 1)), max_n) if kind == "linformer" else None,

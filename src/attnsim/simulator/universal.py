@@ -521,7 +521,7 @@ def build(
         attention=config.attention.value,
         maps=config.maps.value,
         map_tolerance=config.map_tolerance,
-        map_ranges=_map_ranges(config),
+        map_ranges=programs.map_ranges(config),
         map_error="relative",
         dtype=config.dtype,
         # softmax mode: a large inverse temperature keeps every leaked weight below the
@@ -543,7 +543,9 @@ def build(
 def _program(config: SimulatorConfig) -> E.SOp:
     """U's RASP program for a build."""
     if config.is_vector:
-        return vector_program.vector_program(config.layout, config.score_bound)
+        return vector_program.vector_program(
+            config.layout, config.score_bound, linear=config.relu_logit_bound is None
+        )
     return programs.program(config.layout, config.score_bound)
 
 
@@ -574,27 +576,3 @@ def _config(
             f"build got unknown options {', '.join(unknown)}; it takes {', '.join(allowed)}"
         )
     return SimulatorConfig(max_n, max_d, max_heads, **options)
-
-
-def _map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None:
-    """maps="relu": the input range each ReLU map is realised on; None for native maps."""
-    if config.relu_logit_bound is None:
-        return None
-    B = config.logit_bound
-    # exponents s - m of unmasked keys lie in [-2B, EXP_HI] whenever the row's scores are
-    # within B of some centre (below -2B the ReLU exp stays within e^-2B, which error_bound
-    # counts); masked ones sit at or below -2000, where it is exactly 0. A row sum Z lies in
-    # [1 - t, max_n e^EXP_HI (1 + t)]; positions outside P use 1.
-    ranges = {EXP: (-2.0 * B, EXP_HI), INV_Z: (0.5, 2.0 * config.max_n * math.exp(EXP_HI))}
-    if config.is_encoder:
-        # LayerNorm: var + eps (+1 outside X) within [EPS_RANGE[0], V^2 + 2]; the
-        # feed-forward pre-activations within [-V, V]
-        V = config.value_bound
-        for name in ("ln_input", "ln_middle", "ln_output"):
-            ranges[f"{name}_rsqrt"] = (EPS_RANGE[0], V * V + EPS_RANGE[1] + 1.0)
-        ranges["ffn_pre"] = (-V, V)
-        if config.is_vector:  # 1 / d for the LayerNorm means (1 outside the rows)
-            ranges["inv_d"] = (1.0, float(config.max_d))
-    for ell in range(1, config.n_layers):  # a stack: the same maps in every layer
-        ranges.update({f"{k}/L{ell}": v for k, v in list(ranges.items()) if "/" not in k})
-    return ranges

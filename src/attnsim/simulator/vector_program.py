@@ -51,8 +51,9 @@ __all__ = ["vector_program"]
 class _Builder:
     """Position tables and gathers over one layout."""
 
-    def __init__(self, lay: VectorLayout) -> None:
+    def __init__(self, lay: VectorLayout, linear: bool = True) -> None:
         self.lay = lay
+        self.linear = lay.modern and linear  # a decoder's linear-attention path
         self.coords = lay.coords
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
@@ -101,15 +102,17 @@ def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
     return out
 
 
-def vector_program(lay: VectorLayout, score_bound: float) -> E.SOp:
+def vector_program(lay: VectorLayout, score_bound: float, linear: bool = True) -> E.SOp:
     """U's program in the vector layout: attention (``lay.F == 0``) or an encoder layer.
 
     Args:
         lay: the layout (build sizes).
         score_bound: the largest |score| of a target on its X (declared on the score S-op,
             which the max head needs, and checked at run time).
+        linear: a decoder layout's linear-attention path (left out of a U with ReLU maps,
+            whose feature maps and normaliser would need maps over unbounded ranges).
     """
-    b = _Builder(lay)
+    b = _Builder(lay, linear)
     if lay.F:
         return _encoder(b, score_bound)
     y = _attention(b, [b.ch[c] for c in range(lay.D)], score_bound)
@@ -185,7 +188,7 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     m = m.named(b.n(ROW_MAX))
     e = E.exp(score - m - masked * mask_offset(score_bound)).named(b.n(EXP))
     eps = None
-    if lay.modern:  # linear attention where the target has it (flags)
+    if b.linear:  # linear attention where the target has it (flags)
         # the keys a query sees: a padded key may also be a future one (masked is 2 there)
         seen = ((1 - pad) * (1 - causal * future)).named(b.n("seen"))
         e, eps = _linear(b, row, um, seen, e, ell)
@@ -412,7 +415,8 @@ def _gated(b: _Builder, ug: list[E.SOp], pre_act: E.SOp, act: E.SOp, ell: int) -
     pos = E.relu(pre_act).named(b.n("ffn_pos"))
     mag = (pos + E.relu(0 - pre_act)).named(b.n("ffn_abs"))
     e = E.exp(0 - mag).named(b.n("ffn_exp"))
-    silu = (pos - mag * (e * E.reciprocal(1 + e))).named(b.n("ffn_silu"))
+    sig = E.reciprocal(1 + e).named(b.n("ffn_sig_inv"))  # 1 / (1 + e) in [1/2, 1]
+    silu = (pos - mag * (e * sig)).named(b.n("ffn_silu"))
     act = (act + silu_on * silu + ident_on * pre_act).named(b.n("ffn_act2"))
     w3 = b.gather("hid_w3", b.at("HID", lambda i, m: lay.w3pos(m, ell)), [*ch[:D], ch[B]])
     up = _dot(ug, w3).named(b.n("ffn_up"))

@@ -57,6 +57,8 @@ class VerifyResult:
             ``max(U.error_bound) / max|ref|`` over the targets.
         max_bound_ratio: attention targets: the largest ``|U - ref| / U.error_bound`` over
             all entries (at most 1 when every entry is within its bound).
+        refused: maps="relu": targets U refused with a message because their values left
+            the ranges its maps cover (not counted in the errors).
     """
 
     count: int
@@ -67,6 +69,7 @@ class VerifyResult:
     map_bounds: dict[str, float] = field(default_factory=dict)
     max_certified: float | None = None
     max_bound_ratio: float | None = None
+    refused: int = 0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -130,7 +133,9 @@ def verify(
     layers = U.config.n_layers
     if U.config.is_decoder:  # layers of every kind a decoder U reads (single layers)
         cases = [
-            random_decoder_target(rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F)
+            random_decoder_target(
+                rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F, linear=not relu
+            )
             for _ in range(targets)
         ]
     elif layers > 1:  # stacks of 1 to n_layers layers
@@ -146,6 +151,7 @@ def verify(
             for _ in range(targets)
         ]
     errors: list[float] = []
+    refused = 0
     failures: list[tuple[int, float]] = []
     certified: list[float] = []
     ratios: list[float] = []
@@ -153,8 +159,16 @@ def verify(
         task = bar.add_task("simulating targets", total=targets)
         for start in range(0, targets, batch):
             chunk = cases[start : start + batch]
-            outs = U.simulate_batch([(t, X) for t, X, _ in chunk])
+            try:
+                outs = U.simulate_batch([(t, X) for t, X, _ in chunk])
+            except ValueError:
+                if not relu:
+                    raise
+                outs = [_simulate_or_none(U, t, X) for t, X, _ in chunk]
             for (t, X, s), got in zip(chunk, outs):
+                if got is None:  # beyond the ranges of U's maps: refused with a message
+                    refused += 1
+                    continue
                 want = reference_of(t, X)
                 err = relative_error(got, want)
                 errors.append(err)
@@ -177,7 +191,19 @@ def verify(
         map_bounds=U.map_bounds,
         max_certified=max(certified) if certified else None,
         max_bound_ratio=max(ratios) if ratios else None,
+        refused=refused,
     )
+
+
+def _simulate_or_none(U, target, X) -> torch.Tensor | None:
+    """U(target, X), or None when U refuses the target for a value beyond its maps' ranges
+    (maps="relu"); other errors propagate."""
+    try:
+        return U.simulate(target, X)
+    except ValueError as exc:
+        if "maps='relu'" in str(exc) or "range this U" in str(exc):
+            return None
+        raise
 
 
 def demo(console: rich.console.Console, sizes: tuple[int, int, int] = (4, 4, 2)) -> int:
