@@ -207,14 +207,15 @@ def test_encoded_values_are_entries_of_the_target_or_flags(U):
     assert bool(torch.isin(values, allowed).all())
 
 
-def test_transformers_llama_layer():
+@pytest.mark.parametrize("kv_heads", [2, 1])  # 1: grouped keys and values (GQA)
+def test_transformers_llama_layer(kv_heads):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama import modeling_llama as ml
 
     cfg = transformers.LlamaConfig(
         hidden_size=4,
         num_attention_heads=2,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         intermediate_size=6,
         rms_norm_eps=1e-5,
         rope_theta=100.0,

@@ -101,21 +101,20 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
             base (``rope_theta``).
         causal: the layer's mask (a decoder's is causal).
 
+    Grouped keys and values (fewer key/value heads than heads, as transformers'
+    ``repeat_kv`` shares them) become one key and value head per head, each a copy of its
+    group's: the same computation, with entries copied.
+
     Raises:
-        ValueError: grouped keys and values (fewer key/value heads than heads), an
-            activation other than SiLU, or a rotary kind other than the default without
-            tables.
+        ValueError: heads that do not divide into the key/value groups, an activation other
+            than SiLU, or a rotary kind other than the default without tables.
     """
     att, mlp = module.self_attn, module.mlp
     cfg = getattr(att, "config", None)
     h = int(getattr(cfg, "num_attention_heads", 0) or att.num_heads)
     kv = int(getattr(cfg, "num_key_value_heads", h) or h)
-    if kv != h:
-        raise ValueError(
-            f"the layer groups its keys and values ({kv} key/value heads for {h} heads); "
-            "U reads one key and value head per head: repeat them into a layer with "
-            "num_key_value_heads == num_attention_heads"
-        )
+    if h % kv:
+        raise ValueError(f"{h} heads cannot share {kv} key/value heads evenly")
     act = getattr(cfg, "hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"the layer's feed-forward uses {act!r}; from_llama reads SiLU (SwiGLU)")
@@ -138,11 +137,15 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
     d = w(att.q_proj).shape[1]
     dh = w(att.q_proj).shape[0] // h
 
-    def heads(lin) -> Tensor:
-        return w(lin).reshape(h, dh, d).transpose(1, 2)
+    def heads(lin) -> Tensor:  # [heads of lin, d, dh], each key/value head repeated
+        out = w(lin).reshape(-1, dh, d).transpose(1, 2)
+        return out.repeat_interleave(h // out.shape[0], dim=0)
 
     def head_bias(lin) -> Tensor | None:
-        return None if lin.bias is None else b(lin).reshape(h, dh)
+        if lin.bias is None:
+            return None
+        out = b(lin).reshape(-1, dh)
+        return out.repeat_interleave(h // out.shape[0], dim=0)
 
     attention = S.AttentionSpec(
         W_Q=heads(att.q_proj),
