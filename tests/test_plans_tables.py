@@ -14,6 +14,7 @@ import random
 import pytest
 import torch
 
+from attnsim import rasp
 from attnsim.compiler import compile_program
 from attnsim.model import plan_costs
 from attnsim.model import plan_tables as T
@@ -228,3 +229,40 @@ def test_compiled_table_heads_run_over_classes(name, attention, causal, tables_a
         assert any(tables_always[ran:]), "no token-table head ran over classes"
         ids, vals = model.encode(xs)
         assert_close(*streams_both_ways(model, ids, vals))
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sorted_class_lookup_matches_dense(attention, causal, tables_always, monkeypatch):
+    """Heads with many classes find each position's class by sorting the positions' rows
+    first (``classes_of``); forced here on the small model, against the dense forward."""
+    monkeypatch.setattr(T, "DIRECT_LOOKUP", 0)
+    t = table_model(attention, causal)
+    rng = torch.Generator().manual_seed(1)
+    for n in range(1, N_CTX + 1):
+        ids, vals = inputs(n, rng)
+        with torch.no_grad():
+            t.executor = "plan"
+            planned = t(ids, vals)
+            t.executor = "dense"
+            dense = t(ids, vals)
+            t.executor = "plan"
+        scale = 1.0 + float(dense.abs().max())
+        assert float((planned - dense).abs().max()) <= 1e-12 * scale
+
+
+def test_sort_unique_runs_its_token_head_over_classes_at_length_40():
+    """sort_unique at max_seq_len 40: 41 classes of 42 directions, the sorted lookup; both
+    executors and the interpreter agree."""
+    entry = library.PROGRAMS["make_sort_unique"]
+    vocab = list(range(1, 41))
+    model = compile_program(entry.factory(), vocab=vocab, max_seq_len=40)
+    assert any(isinstance(p, P.TablePlan) for p in model.model.plans(41)[0])
+    rng = random.Random(4)
+    xs = [rng.sample(vocab, 40) for _ in range(6)]
+    outs = []
+    for executor in ("plan", "dense"):
+        model.model.executor = executor
+        outs.append(model.run(xs))
+    model.model.executor = "plan"
+    assert outs[0] == outs[1] == rasp.evaluate(entry.factory(), xs)
