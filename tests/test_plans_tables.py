@@ -130,6 +130,17 @@ def test_a_position_written_direction_is_not_a_token_direction():
     assert T.table_heads(t) == ((0, 1),)
 
 
+def planned_and_dense(t, ids, vals):
+    """The final streams of a transformer with plans and dense."""
+    with torch.no_grad():
+        t.executor = "plan"
+        planned = t(ids, vals)
+        t.executor = "dense"
+        dense = t(ids, vals)
+        t.executor = "plan"
+    return planned, dense
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("attention", ["hard", "softmax"])
 def test_table_heads_match_dense(attention, causal, tables_always):
@@ -139,12 +150,7 @@ def test_table_heads_match_dense(attention, causal, tables_always):
         ids, vals = inputs(n, rng)
         assert sum(isinstance(p, P.TablePlan) for p in t.plans(n)[0]) == 2
         ran = len(tables_always)
-        with torch.no_grad():
-            t.executor = "plan"
-            planned = t(ids, vals)
-            t.executor = "dense"
-            dense = t(ids, vals)
-            t.executor = "plan"
+        planned, dense = planned_and_dense(t, ids, vals)
         assert tables_always[ran:] == [True, True]  # both heads ran over classes
         scale = 1.0 + float(dense.abs().max())
         assert float((planned - dense).abs().max()) <= 1e-12 * scale, (n, planned - dense)
@@ -241,12 +247,7 @@ def test_sorted_class_lookup_matches_dense(attention, causal, tables_always, mon
     rng = torch.Generator().manual_seed(1)
     for n in range(1, N_CTX + 1):
         ids, vals = inputs(n, rng)
-        with torch.no_grad():
-            t.executor = "plan"
-            planned = t(ids, vals)
-            t.executor = "dense"
-            dense = t(ids, vals)
-            t.executor = "plan"
+        planned, dense = planned_and_dense(t, ids, vals)
         scale = 1.0 + float(dense.abs().max())
         assert float((planned - dense).abs().max()) <= 1e-12 * scale
 
