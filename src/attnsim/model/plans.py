@@ -472,7 +472,7 @@ def planned_attention(
         planned.update(p.head for p in plans)
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
-        out += attn.dense_heads(x, torch.tensor(rest, dtype=torch.long))[..., written]
+        out += attn.compact_heads(x, torch.tensor(rest, dtype=torch.long), written)
     if compact:
         return written, out
     full = torch.zeros_like(x)

@@ -23,6 +23,7 @@ from attnsim.model import plan_core, plan_steps
 from attnsim.model import plans as execution
 from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
+from attnsim.model.stream import Columns, _add, _capture, expand_update  # noqa: F401
 
 NATIVE_FUNCTIONS = {
     "exp": torch.exp,
@@ -154,13 +155,47 @@ class Attention(nn.Module):
             out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv])
         return out
 
-    def _heads(self, x: torch.Tensor, hs: torch.Tensor, wq: int, wv: int, need_pattern: bool):
+    def compact_heads(
+        self, x: torch.Tensor, heads: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """The plan executor's dense heads: as :meth:`dense_heads`, but each product runs over
+        the rows the heads read and the output over the columns ``cols`` only (``[batch, pos,
+        len(cols)]``): the same sums without their zero terms, which may round in another
+        order (the dense executor, the definition, keeps the full products)."""
+        _, qk_width, ov_width = self._plan()
+        out = torch.zeros(*x.shape[:-1], len(cols), dtype=x.dtype)
+        n = x.shape[1]
+        chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
+        for start in range(0, len(heads), chunk):
+            hs = heads[start : start + chunk]
+            wq = max(1, int(qk_width[hs].max()))
+            wv = max(1, int(ov_width[hs].max()))
+            reads = (self.W_Q[hs, :, :wq] != 0) | (self.W_K[hs, :, :wq] != 0)
+            rows = torch.nonzero(
+                reads.any(dim=(0, 2)) | (self.W_V[hs, :, :wv] != 0).any(dim=(0, 2))
+            )
+            rows = rows.flatten()
+            _, _, z = self._heads(x[..., rows], hs, wq, wv, False, rows)
+            out += torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv][:, :, cols])
+        return out
+
+    def _heads(
+        self,
+        x: torch.Tensor,
+        hs: torch.Tensor,
+        wq: int,
+        wv: int,
+        need_pattern: bool,
+        rows: torch.Tensor | None = None,
+    ):
+        # rows: x holds only these residual rows (compact_heads)
         b, n, d = x.shape
 
         def project(W: torch.Tensor, width: int) -> torch.Tensor:
             # every head in one matrix product, [batch, pos, head * width], then split; this
             # does not copy x once per head as a broadcast batched product would
-            w = W[hs, :, :width].permute(1, 0, 2).reshape(d, len(hs) * width)
+            W = W[hs] if rows is None else W[hs][:, rows]
+            w = W[:, :, :width].permute(1, 0, 2).reshape(d, len(hs) * width)
             return (x @ w).view(b, n, len(hs), width).transpose(1, 2)
 
         q = project(self.W_Q, wq)  # [batch, head, pos, used d_head]
@@ -371,56 +406,6 @@ class MLP(nn.Module):
                 cache[f"{prefix}.hook_{kind}_pre"] = pre  # [batch, pos, units]
                 cache[f"{prefix}.hook_{kind}_gate"] = gate
         return out
-
-
-class Columns:
-    """A request in ``streams``: keep only these residual columns of that stage (a copy
-    ``[batch, pos, len(cols)]``), not the whole stream."""
-
-    def __init__(self, cols: torch.Tensor) -> None:
-        self.cols = cols
-
-
-def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
-    """Fills ``streams[stage]`` (when asked for) with a copy of the stream, or of the
-    columns a :class:`Columns` request names."""
-    if streams is not None and stage in streams:
-        req = streams[stage]
-        streams[stage] = x[..., req.cols].clone() if isinstance(req, Columns) else x.clone()
-
-
-def expand_update(
-    update: torch.Tensor | tuple[torch.Tensor, torch.Tensor], like: torch.Tensor
-) -> torch.Tensor:
-    """A sublayer's output as a full ``[batch, pos, d_model]`` tensor (a planned sublayer
-    returns ``(cols, values)``, zero outside ``cols``).
-
-    >>> x = torch.zeros(1, 2, 3)
-    >>> expand_update((torch.tensor([2]), torch.ones(1, 2, 1)), x)[0].tolist()
-    [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]
-    """
-    if not isinstance(update, tuple):
-        return update
-    cols, vals = update
-    full = torch.zeros_like(like)
-    full[..., cols] = vals
-    return full
-
-
-def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> None:
-    """Adds a sublayer's output to the stream in place: a full ``[batch, pos, d_model]``
-    tensor, or ``(cols, values)`` that is 0 outside ``cols`` (each entry gets the same sum,
-    x + value, as the full addition gives it)."""
-    if isinstance(update, tuple):
-        cols, vals = update
-        if len(cols) and int(cols[-1] - cols[0]) == len(cols) - 1:  # a block: a view
-            x[..., int(cols[0]) : int(cols[-1]) + 1] += vals
-        elif 2 * len(cols) > x.shape[-1]:  # most columns: one full addition is cheaper
-            x += expand_update(update, x)
-        else:
-            x[..., cols] += vals
-    else:
-        x += update
 
 
 class Block(nn.Module):
