@@ -12,7 +12,7 @@ reference (float64, relative to the output's largest entry). Kinds:
 - ``rotary``: rotary attention (causal or not) in a LayerNorm layer;
 - ``linear``: linear attention (feature map elu + 1 or relu, causal or not, eps 1e-6);
 - ``linformer``: Linformer projections of keys and values onto k <= n rows (E, F random);
-- ``mixed``: every option drawn (``sampling.random_decoder_target``).
+- ``mixed``: every option drawn (``sampling_decoder.random_decoder_target``).
 
 Then U is built for a LLaMA-shaped layer (n = 16, d = 256, 8 heads, d_ff = 688; sparse
 storage) and simulates one random layer of that shape with scores up to |30|: build and
@@ -38,8 +38,8 @@ import torch
 from _common import Run, write_json
 from simulator_cost import PeakMemory, time_direct
 
-from attnsim.simulator import hierarchy, reference, sampling, universal
-from attnsim.simulator.llama import llama_forward, llama_layer
+from attnsim.simulator import hierarchy, reference, sampling, sampling_decoder, universal
+from attnsim.simulator.llama import llama_forward, llama_layer, random_weights
 from attnsim.simulator.spec_modern import RotarySpec
 from attnsim.simulator.stack import EncoderStackSpec
 from attnsim.simulator.verify import relative_error
@@ -48,67 +48,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "simulator_decoder.json"
 SWEEP = (4, 4, 2, 8)  # n, d, heads, d_ff of the sweeps' U
 LLAMA = (16, 256, 8, 688)  # n, d, heads, d_ff
 TOLERANCE = 1e-9
-ACTS = ("relu", "gelu", "gelu_tanh", "maxmin")
 
 
 def draw(kind: str, rng: np.random.Generator) -> tuple:
-    """One random target of ``kind`` and its X (drawn again where a head's scores on X are
-    all 0, so that no scale reaches the drawn largest score: a LayerNorm at d = 1, say)."""
-    while True:
-        try:
-            return _draw(kind, rng)
-        except ValueError as exc:
-            if "all scores zero" not in str(exc):
-                raise
-
-
-def _draw(kind: str, rng: np.random.Generator) -> tuple:
-    n_max, d_max, h_max, f_max = SWEEP
-    if kind == "mixed":
-        return sampling.random_decoder_target(rng, n_max, d_max, h_max, 20.0, f_max)[:2]
-    h = int(rng.integers(1, h_max + 1))
-    d = int(rng.integers(1, d_max // h + 1)) * h
-    if kind in ("llama", "rotary") and (d // h) % 2:
-        d = 2 * h  # rotary pairs columns: an even head width
-    n = int(rng.integers(1, n_max + 1))
-    f = int(rng.integers(1, f_max // 2 + 1)) * 2  # even: maxmin pairs
-    seed = int(rng.integers(1 << 31))
-    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
-    coin = bool(rng.integers(2))
-    options = {
-        "llama": {},
-        "rmsnorm": {
-            "gated": False,
-            "rotary": False,
-            "activation": ACTS[seed % 4],
-            "norm_first": coin,
-        },
-        "no_norm": {"norm": "none", "gated": False, "rotary": False, "activation": ACTS[seed % 4]},
-        "glu": {
-            "rotary": False,
-            "activation": ("identity", "relu", "gelu", "silu")[seed % 4],
-            "bias": coin,
-        },
-        "rotary": {"norm": "layer", "gated": False, "activation": "gelu", "causal": coin},
-        "linformer": {
-            "linformer": (1 + seed % n_max, n_max),
-            "causal": False,
-            "rotary": False,
-            "norm": ("layer", "rms")[seed % 2],
-            "bias": True,
-        },
-        "linear": {
-            "linear": ("elu", "relu")[seed % 2],
-            "causal": coin,
-            "rotary": False,
-            "gated": bool(seed % 3),
-            "bias": True,
-        },
-    }[kind]
-    layer = sampling.random_decoder_layer(
-        h, d, f, seed=seed, logit_scale=float(rng.uniform(0.1, 20.0)), X=X, **options
-    )
-    return layer, X
+    """One random target of ``kind`` and its X (``sampling_decoder.random_kind_target``)."""
+    return sampling_decoder.random_kind_target(rng, kind, *SWEEP, max_logit=20.0)[:2]
 
 
 def sweep(U, kind: str, count: int, seed: int) -> dict:
@@ -133,14 +77,8 @@ def sweep(U, kind: str, count: int, seed: int) -> dict:
 def llama(seed: int = 0, score: float = 30.0) -> dict:
     n, d, h, f = LLAMA
     gen = torch.Generator().manual_seed(seed)
-
-    def r(*shape, std=1.0):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
-
-    w = {c: r(d, d, std=d**-0.5) for c in "qkvo"}
-    w |= {"gate": r(f, d, std=d**-0.5), "up": r(f, d, std=d**-0.5), "down": r(d, f, std=f**-0.5)}
-    w |= {"norm1": 1 + r(d, std=0.1), "norm2": 1 + r(d, std=0.1)}
-    X = r(n, d)
+    w = random_weights(d, f, gen, norm_std=0.1)
+    X = torch.randn(n, d, generator=gen, dtype=torch.float64)
     base, eps = 10000.0, 1e-6
     layer = llama_layer(d, h, f, weights=w, base=base, eps=eps)
     peak = float(
@@ -245,7 +183,7 @@ def relu_sweep(count: int, seed: int = 9) -> dict:
     rng = np.random.default_rng(seed)
     errors, refused, zero = [], 0, []
     for _ in range(count):
-        t, X, _ = sampling.random_decoder_target(rng, n, d, h, 20.0, f, linear=False)
+        t, X, _ = sampling_decoder.random_decoder_target(rng, n, d, h, 20.0, f, linear=False)
         try:
             got = R.simulate(t, X)
         except ValueError as exc:
@@ -329,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     n, d, h, f = SWEEP
     U = universal.build(n, d, h, layer="decoder", max_ff=f)
     sweeps = []
-    kinds = ("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "linformer", "mixed")
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(sampling_decoder.DECODER_KINDS):
         row = sweep(U, kind, count, seed=i)
         sweeps.append(row)
         print(

@@ -8,14 +8,16 @@ TransformerEncoderLayer, and transformers' LlamaDecoderLayer where it is install
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from attnsim import simulator
-from attnsim.simulator import reference, sampling, stack, vector_codec
+from attnsim.simulator import reference, sampling_decoder, stack, vector_codec
 from attnsim.simulator import spec as S
-from attnsim.simulator.llama import llama_forward, llama_layer
+from attnsim.simulator.llama import llama_forward, llama_layer, random_weights
 from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
 
 TOL = 1e-9  # float64, relative to the output's scale
@@ -26,15 +28,7 @@ def rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def llama_weights(d: int, f: int, seed: int) -> dict:
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, std=1.0):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
-
-    w = {k: r(d, d, std=d**-0.5) for k in "qkvo"}
-    w |= {"gate": r(f, d, std=d**-0.5), "up": r(f, d, std=d**-0.5), "down": r(d, f, std=f**-0.5)}
-    w |= {"norm1": 1 + r(d, std=0.2), "norm2": 1 + r(d, std=0.2)}
-    return w
+    return random_weights(d, f, torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def test_a_llama_layer_matches_its_definition(U):
 
 def test_random_layers_of_every_kind(U):
     rng = np.random.default_rng(7)
-    cases = [sampling.random_decoder_target(rng, 4, 4, 2, 20.0, 6) for _ in range(24)]
+    cases = [sampling_decoder.random_decoder_target(rng, 4, 4, 2, 20.0, 6) for _ in range(24)]
     outs = U.simulate_batch([(t, X) for t, X, _ in cases])
     for (t, X, seed), got in zip(cases, outs):
         assert rel(got, reference.reference(t, X)) <= TOL, seed
@@ -89,7 +83,7 @@ def linear_attention_by_hand(layer, X: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("n", [4, 2])  # 2: padded keys, which are also future keys
 def test_linear_attention(U, phi, causal, n):
     X = torch.randn(n, 4, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
-    layer = sampling.random_decoder_layer(
+    layer = sampling_decoder.random_decoder_layer(
         2,
         4,
         6,
@@ -113,7 +107,7 @@ def test_linformer(U, k, n):
     """Keys and values projected along the sequence, against torch's scaled dot-product
     attention on the projected keys and values."""
     X = torch.randn(n, 4, generator=torch.Generator().manual_seed(15), dtype=torch.float64)
-    layer = sampling.random_decoder_layer(
+    layer = sampling_decoder.random_decoder_layer(
         2,
         4,
         6,
@@ -144,7 +138,7 @@ def test_linformer(U, k, n):
 def test_decoder_U_variants_and_save_load(options, tmp_path):
     """U's own softmax attention and float32, and a saved decoder U read back."""
     rng = np.random.default_rng(3)
-    cases = [sampling.random_decoder_target(rng, 3, 4, 2, 10.0, 6)[:2] for _ in range(6)]
+    cases = [sampling_decoder.random_decoder_target(rng, 3, 4, 2, 10.0, 6)[:2] for _ in range(6)]
     V = simulator.build(3, 4, 2, layer="decoder", max_ff=6, **options)
     tol = 1e-4 if "dtype" in options else TOL
     for (t, X), got in zip(cases, V.simulate_batch(cases)):
@@ -165,7 +159,7 @@ def test_decoder_U_with_relu_maps():
     assert {"ffn_exp", "ffn_sig_inv"} <= set(R.map_bounds)
     got = verify.verify(R, targets=24, progress=False)
     assert got.failures == [] and got.max_error <= 1e3 * max(R.map_bounds.values())
-    layer = sampling.random_decoder_layer(2, 4, 6, seed=17, linear="elu")
+    layer = sampling_decoder.random_decoder_layer(2, 4, 6, seed=17, linear="elu")
     with pytest.raises(ValueError, match="linear attention needs a U with maps='native'"):
         R.simulate(layer, torch.randn(3, 4, dtype=torch.float64))
 
@@ -332,3 +326,37 @@ def test_cli_verify_and_simulate_decoder_layers(capsys):
     assert main(["simulate", "--layer", "encoder", "--activation", "silu"]) != 0
     err = capsys.readouterr().err
     assert "--layer decoder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", sampling_decoder.DECODER_KINDS)
+def test_verify_draws_each_kind(U, kind):
+    """``verify(kind=...)`` (``attnsim verify --layer KIND``): targets of that kind only,
+    against the reference."""
+    from attnsim.simulator import verify
+
+    got = verify.verify(U, targets=8, seed=1, kind=kind, progress=False)
+    assert got.count == 8 and got.failures == [] and got.max_error <= TOL
+    rng = np.random.default_rng(2)
+    layer, X, _ = sampling_decoder.random_kind_target(rng, kind, 4, 4, 2, 6)
+    assert rel(U.simulate(layer, X), reference.reference(layer, X)) <= TOL
+    if kind == "linformer":
+        assert layer.attention.linformer is not None
+    if kind == "linear":
+        assert layer.attention.linear is not None
+
+
+def test_kinds_refused_where_they_do_not_apply(capsys):
+    from attnsim.cli import main
+    from attnsim.simulator import verify
+
+    E = simulator.build(2, 2, 1, layer="encoder", max_ff=2)
+    with pytest.raises(ValueError, match="layer='decoder'"):
+        verify.verify(E, targets=1, kind="llama", progress=False)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        sampling_decoder.random_kind_target(np.random.default_rng(0), "mixer", 2, 2, 1, 2)
+    argv = ["--max-n", "3", "--max-d", "4", "--max-heads", "2", "--max-ff", "6"]
+    assert main(["verify", "--layer", "rotary", *argv, "--targets", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["failures"] == []
+    assert main(["simulate", "--layer", "glu"]) != 0
+    err = capsys.readouterr().err
+    assert "attnsim verify" in err and "Traceback" not in err

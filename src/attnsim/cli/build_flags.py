@@ -22,6 +22,10 @@ DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
 DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
 
 
+# `attnsim verify --layer KIND`: one kind of decoder layer (sampling_decoder.DECODER_KINDS)
+DECODER_TARGET_KINDS = ("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "linformer")
+
+
 def add_build_args(p: argparse.ArgumentParser) -> None:
     """Adds the build flags (sizes, layer kind, maps, bounds, layout) to ``p``."""
     p.add_argument(
@@ -83,11 +87,12 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layer",
-        choices=["attention", "encoder", "decoder"],
+        choices=["attention", "encoder", "decoder", *DECODER_TARGET_KINDS],
         default=None,
         help="simulate attention layers, full encoder layers, or today's layers too "
-        "(decoder: RMSNorm, gated feed-forwards, rotary embeddings; a LLaMA layer) "
-        "(default attention, or the --module's kind)",
+        "(decoder: RMSNorm, gated feed-forwards, rotary embeddings, linear attention, "
+        "Linformer; a LLaMA layer) (default attention, or the --module's kind); verify "
+        "also takes one kind of decoder layer (a decoder U, targets of that kind only)",
     )
     p.add_argument(
         "--max-ff",

@@ -15,7 +15,7 @@ import json
 import math
 
 from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memory
-from attnsim.cli.build_flags import DEFAULT_MAX_D, DEFAULT_MAX_N
+from attnsim.cli.build_flags import DECODER_TARGET_KINDS, DEFAULT_MAX_D, DEFAULT_MAX_N
 from attnsim.cli.build_flags import add_build_args as _build_args
 
 MAX_SEED = 2**63 - 1
@@ -65,9 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--activation",
         choices=["relu", "gelu", "gelu_tanh", "maxmin", "silu", "identity"],
         default=None,
-        help="encoder target: the feed-forward activation (maxmin: GroupSort-2, hidden pairs "
-        "sorted); required for a --module "
-        "state_dict; random targets: default relu",
+        help="encoder or decoder target: the feed-forward activation (maxmin: GroupSort-2, "
+        "hidden pairs sorted; silu and identity: decoder layers only); required for a "
+        "--module state_dict; random targets: default relu (decoder: silu)",
     )
     sim.add_argument(
         "--layer-norm-eps",
@@ -353,7 +353,7 @@ def _shown(flag: str, value) -> str:
 
 def _random_target(args: argparse.Namespace):
     """A random target of the flags' sizes, and the build's config."""
-    from attnsim.simulator import sampling, stack
+    from attnsim.simulator import sampling, sampling_decoder, stack
 
     _resolve_sizes(args)
     if args.layer not in ("encoder", "decoder"):
@@ -390,7 +390,7 @@ def _random_target(args: argparse.Namespace):
     if config.is_encoder:
         if config.is_decoder:  # LLaMA's shape (rotary where the head width is even)
             draw, options = (
-                sampling.random_decoder_layer,
+                sampling_decoder.random_decoder_layer,
                 {
                     "causal": True,
                     "activation": args.activation or "silu",
@@ -423,6 +423,12 @@ def _simulate(args: argparse.Namespace) -> int:
     from attnsim.simulator.verify import reference_of as reference
     from attnsim.simulator.verify import relative_error
 
+    if args.layer in DECODER_TARGET_KINDS:
+        raise UserError(
+            f"--layer {args.layer} chooses the kind of target `attnsim verify` draws; "
+            "`attnsim simulate` takes --layer attention, encoder or decoder (a decoder's "
+            "random target is LLaMA-shaped)"
+        )
     _check_build_args(args)
     at_least(args.n, "--n", 1)
     at_least(args.heads, "--heads", 1)
@@ -482,6 +488,14 @@ def _simulate(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from attnsim.simulator.verify import verify
 
+    kind = args.layer if args.layer in DECODER_TARGET_KINDS else None
+    if kind is not None:  # one kind of decoder layer: a decoder U
+        if kind == "linear" and args.maps == "relu":
+            raise UserError(
+                "--layer linear needs --maps native: a U with ReLU maps does not "
+                "read linear attention"
+            )
+        args.layer = "decoder"
     _check_build_args(args)
     at_least(args.targets, "--targets", 1)
     _resolve_sizes(args)
@@ -490,9 +504,9 @@ def _verify(args: argparse.Namespace) -> int:
         U = _build(config, bar)
         if not bar.terminal:  # through a pipe: one line for the whole run
             bar.step(f"simulating {args.targets} random targets")
-            result = verify(U, targets=args.targets, seed=args.seed, progress=False)
+            result = verify(U, targets=args.targets, seed=args.seed, progress=False, kind=kind)
     if bar.terminal:  # verify's own bar counts the targets (one live display at a time)
-        result = verify(U, targets=args.targets, seed=args.seed, progress=True)
+        result = verify(U, targets=args.targets, seed=args.seed, progress=True, kind=kind)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0 if not result.failures else 1

@@ -161,7 +161,17 @@ class Attention(nn.Module):
         """The plan executor's dense heads: as :meth:`dense_heads`, but each product runs over
         the rows the heads read and the output over the columns ``cols`` only (``[batch, pos,
         len(cols)]``): the same sums without their zero terms, which may round in another
-        order (the dense executor, the definition, keeps the full products)."""
+        order (the dense executor, the definition, keeps the full products).
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> net, ids = m.model, m.encode(["abba"])[0]
+        >>> x, a = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn
+        >>> cols, heads = a.written_columns()[0], a.active_heads()
+        >>> got = a.compact_heads(x, heads, cols)
+        >>> bool(torch.allclose(got, a.dense_heads(x, heads)[..., cols]))
+        True
+        """
         _, qk_width, ov_width = self._plan()
         out = torch.zeros(*x.shape[:-1], len(cols), dtype=x.dtype)
         n = x.shape[1]

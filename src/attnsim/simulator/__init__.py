@@ -54,6 +54,7 @@ _LAZY = {
             "layout",
             "programs",
             "sampling",
+            "sampling_decoder",
             "saving",
             "spec_modern",
             "llama",

@@ -71,7 +71,14 @@ def _transformer(model: Any):
 
 def block_targets(model: Any, layer: int) -> tuple[S.EncoderLayerSpec, ...]:
     """Block ``layer`` of a compiled softmax model with ReLU and bilinear units as decoder-U
-    layers (one, or two when it has bilinear units; see the module text)."""
+    layers (one, or two when it has bilinear units; see the module text).
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_length(), vocab="ab", max_seq_len=3,
+    ...                     attention="softmax")
+    >>> [(x.attention.n_heads, x.ffn.activation.value) for x in block_targets(m, 0)]
+    [(1, 'relu')]
+    """
     net = _transformer(model)
     cfg = net.cfg
     if not 0 <= layer < len(net.blocks):

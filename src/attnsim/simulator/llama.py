@@ -18,7 +18,30 @@ from attnsim.simulator import spec as S
 from attnsim.simulator.spec_checks import DTYPE, Tensor
 from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
 
-__all__ = ["llama_layer", "from_llama", "llama_forward"]
+__all__ = ["llama_layer", "from_llama", "llama_forward", "random_weights"]
+
+
+def random_weights(
+    d_model: int, d_ff: int, generator: torch.Generator, *, norm_std: float = 0.2
+) -> dict[str, Tensor]:
+    """Random float64 weights of a LLaMA layer in the layout :func:`llama_layer` and
+    :func:`llama_forward` read: projections with entries of standard deviation
+    ``1/sqrt(fan_in)``, norm gains ``1 + N(0, norm_std^2)``, drawn from ``generator`` in the
+    order q, k, v, o, gate, up, down, norm1, norm2.
+
+    >>> w = random_weights(4, 6, torch.Generator().manual_seed(0))
+    >>> {k: tuple(v.shape) for k, v in w.items()}["gate"], len(w)
+    ((6, 4), 9)
+    """
+
+    def r(*shape: int, std: float) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=DTYPE) * std
+
+    d, f = d_model, d_ff
+    w = {c: r(d, d, std=d**-0.5) for c in "qkvo"}
+    w |= {"gate": r(f, d, std=d**-0.5), "up": r(f, d, std=d**-0.5), "down": r(d, f, std=f**-0.5)}
+    w |= {"norm1": 1 + r(d, std=norm_std), "norm2": 1 + r(d, std=norm_std)}
+    return w
 
 
 def llama_layer(
@@ -108,13 +131,35 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
     Raises:
         ValueError: heads that do not divide into the key/value groups, an activation other
             than SiLU, or a rotary kind other than the default without tables.
+
+    A stand-in with the same attributes (transformers' own layer reads the same way):
+
+    >>> from types import SimpleNamespace as NS
+    >>> from torch import nn
+    >>> lin = lambda i, o: nn.Linear(i, o, bias=False).double()
+    >>> cfg = NS(num_attention_heads=2, num_key_value_heads=1, hidden_act="silu",
+    ...          rope_parameters={"rope_theta": 100.0})
+    >>> att = NS(q_proj=lin(4, 4), k_proj=lin(4, 2), v_proj=lin(4, 2), o_proj=lin(4, 4),
+    ...          config=cfg)
+    >>> norm = NS(weight=torch.ones(4), variance_epsilon=1e-6)
+    >>> layer = NS(self_attn=att, mlp=NS(gate_proj=lin(4, 6), up_proj=lin(4, 6),
+    ...            down_proj=lin(6, 4)), input_layernorm=norm, post_attention_layernorm=norm)
+    >>> spec = from_llama(layer)
+    >>> spec.attention.n_heads, spec.attention.rotary.base, spec.ffn.gated
+    (2, 100.0, True)
+    >>> bool(torch.equal(spec.attention.W_K[0], spec.attention.W_K[1]))  # one shared head
+    True
     """
     att, mlp = module.self_attn, module.mlp
     cfg = getattr(att, "config", None)
     h = int(getattr(cfg, "num_attention_heads", 0) or att.num_heads)
     kv = int(getattr(cfg, "num_key_value_heads", h) or h)
     if h % kv:
-        raise ValueError(f"{h} heads cannot share {kv} key/value heads evenly")
+        raise ValueError(
+            f"the layer has {h} heads and {kv} key/value heads; each key/value head must "
+            "serve the same number of heads (num_attention_heads a multiple of "
+            "num_key_value_heads)"
+        )
     act = getattr(cfg, "hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"the layer's feed-forward uses {act!r}; from_llama reads SiLU (SwiGLU)")

@@ -23,11 +23,11 @@ import torch
 from attnsim.simulator import stack, universal
 from attnsim.simulator.reference import reference
 from attnsim.simulator.sampling import (
-    random_decoder_target,
     random_shifted_target,
     random_target,
     shift_rows,
 )
+from attnsim.simulator.sampling_decoder import random_decoder_target, random_kind_target
 
 __all__ = [
     "VerifyResult",
@@ -103,6 +103,7 @@ def verify(
     tolerance: float | None = None,
     batch: int = 4,
     progress: bool = True,
+    kind: str | None = None,
 ) -> VerifyResult:
     """Simulates ``targets`` random attention layers with U and compares with ``reference``.
 
@@ -120,6 +121,8 @@ def verify(
             row's spread) the default is 1,000 times the largest per-map bound.
         batch: targets per forward pass.
         progress: show a progress bar.
+        kind: a decoder U: only targets of this kind (``sampling_decoder.DECODER_KINDS``: llama,
+            rmsnorm, no_norm, glu, rotary, linear, linformer, mixed); None: every kind.
     """
     float64 = U.model.config.dtype == "float64"
     relu = U.logit_bound is not None
@@ -131,7 +134,19 @@ def verify(
         max_logit = min(max_logit, U.logit_bound)
     rng = np.random.default_rng(seed)
     layers = U.config.n_layers
-    if U.config.is_decoder:  # layers of every kind a decoder U reads (single layers)
+    if kind is not None:
+        if not U.config.is_decoder:
+            raise ValueError(
+                f"kind={kind!r} draws decoder layers: it needs a U built with layer='decoder'"
+            )
+        if relu and kind == "linear":
+            raise ValueError("a U with maps='relu' does not read linear attention")
+        F = U.layout.F
+        cases = [
+            random_kind_target(rng, kind, U.max_n, U.max_d, U.max_heads, F, max_logit=max_logit)
+            for _ in range(targets)
+        ]
+    elif U.config.is_decoder:  # layers of every kind a decoder U reads (single layers)
         cases = [
             random_decoder_target(
                 rng, U.max_n, U.max_d, U.max_heads, max_logit, U.layout.F, linear=not relu
