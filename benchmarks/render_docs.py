@@ -378,25 +378,42 @@ def simulator_decoder(data: dict) -> str:
         ),
     ]
     rl = data.get("relu")
-    if rl:
-        zeros = rl.get("zero_outputs", 0)
+    if rl and "kinds" in rl:
+        refused = sum(r["refused"] for r in rl["kinds"])
+        zeros = sum(r["zero_outputs"] for r in rl["kinds"])
         zero_text = (
-            f" ({zeros} more have the exact output 0, a LayerNorm at d = 1 without bias, "
-            f"where U's largest |output| is {fmt(rl['zero_outputs_max_abs'])})"
+            f" {zeros} targets have the exact output 0 (a LayerNorm at d = 1 without bias), "
+            f"where U's largest |output| is "
+            f"{fmt(max(r['zero_outputs_max_abs'] for r in rl['kinds']))}."
             if zeros
             else ""
         )
         out += [
             "",
             f"**ReLU maps (map tolerance {fmt(rl['map_tolerance'])}):** a decoder U of the same "
-            f'build with `maps="relu"` (built in {fmt(rl["build_seconds"])} s) on '
-            f"{rl['targets']:,} random layers of every kind it reads (all but linear "
-            f"attention): {rl['refused']:,} refused by its run-time checks (values beyond the "
-            f"ranges its maps cover, `value_bound` 20), and on the others max error "
-            f"{fmt(rl['max_error'])}, median {fmt(rl['median_error'])}{zero_text}, "
-            f"{rl['failures']} beyond the sanity bound {fmt(rl['tolerance'])} (a thousand "
-            f"times the largest per-map bound, {fmt(rl['largest_map_bound'])}: a norm divides "
-            "by its row's spread, so there is no composite certificate).",
+            f'build with `maps="relu"` (built in {fmt(rl["build_seconds"])} s; linear '
+            "attention's exp in phi and its 1/Z are ReLU maps too) on random layers of every "
+            f"kind. {refused:,} targets in all were refused by its run-time checks (values "
+            "beyond the ranges its maps cover, `value_bound` 20); a failure is an error above "
+            f"the sanity bound {fmt(rl['tolerance'])} (a thousand times the largest per-map "
+            f"bound, {fmt(rl['largest_map_bound'])}: a norm divides by its row's spread, so "
+            f"there is no composite certificate).{zero_text}",
+            "",
+            table(
+                ["kind", "targets", "refused", "max error", "median error", "failures", "seconds"],
+                [
+                    [
+                        r["kind"],
+                        r["targets"],
+                        r["refused"],
+                        fmt(r["max_error"]),
+                        fmt(r["median_error"]),
+                        r["failures"],
+                        fmt(r["seconds"]),
+                    ]
+                    for r in rl["kinds"]
+                ],
+            ),
         ]
     m = data.get("llama")
     if m:

@@ -8,6 +8,7 @@ TransformerEncoderLayer, and transformers' LlamaDecoderLayer where it is install
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -150,18 +151,38 @@ def test_decoder_U_variants_and_save_load(options, tmp_path):
 
 
 def test_decoder_U_with_relu_maps():
-    """ReLU maps (silu's exp and 1/(1 + e), the norms' 1/sqrt, exp and 1/Z): random layers
-    of every kind but linear attention, within a thousand times the per-map bound (no
-    composite certificate: a norm divides by its row's spread); linear attention refused."""
+    """ReLU maps (silu's exp and 1/(1 + e), the norms' 1/sqrt, exp and 1/Z, linear
+    attention's exp in phi): random layers of every kind, within a thousand times the
+    per-map bound (no composite certificate: a norm divides by its row's spread)."""
     from attnsim.simulator import verify
 
     R = simulator.build(3, 4, 2, layer="decoder", max_ff=6, maps="relu", logit_bound=20.0)
-    assert {"ffn_exp", "ffn_sig_inv"} <= set(R.map_bounds)
+    assert {"ffn_exp", "ffn_sig_inv", "phi_exp0", "inv_Z"} <= set(R.map_bounds)
+    sanity = 1e3 * max(R.map_bounds.values())
     got = verify.verify(R, targets=24, progress=False)
-    assert got.failures == [] and got.max_error <= 1e3 * max(R.map_bounds.values())
-    layer = sampling_decoder.random_decoder_layer(2, 4, 6, seed=17, linear="elu")
-    with pytest.raises(ValueError, match="linear attention needs a U with maps='native'"):
-        R.simulate(layer, torch.randn(3, 4, dtype=torch.float64))
+    assert got.failures == [] and got.max_error <= sanity
+    # linear attention, both feature maps, causal or not, against the reference
+    got = verify.verify(R, targets=12, kind="linear", progress=False, seed=5)
+    assert got.failures == [] and got.max_error <= sanity and got.refused == 0
+    for phi, causal in (("elu", False), ("relu", True)):
+        layer = sampling_decoder.random_decoder_layer(2, 4, 6, seed=17, linear=phi, causal=causal)
+        X = torch.randn(3, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        assert rel(R.simulate(layer, X), reference.reference(layer, X)) <= sanity
+
+
+def test_relu_maps_refuse_a_linear_normaliser_beyond_their_range():
+    """With phi = relu, a query that meets no key has Z = eps: below 1e-6, the low end of
+    the ReLU 1/x, U refuses with a message naming the row sum; natively it is simulated."""
+    R = simulator.build(2, 2, 1, layer="decoder", max_ff=2, maps="relu", logit_bound=10.0)
+    W = torch.eye(2, dtype=torch.float64)
+    att = S.AttentionSpec(W_Q=W[None], W_K=W[None], W_V=W[None], linear="relu", linear_eps=1e-9)
+    base = sampling_decoder.random_decoder_layer(1, 2, 2, seed=1, norm="none", linear="relu")
+    layer = dataclasses.replace(base, attention=att)
+    X = torch.tensor([[-1.0, -2.0], [1.0, 0.5]], dtype=torch.float64)  # q_0 has no features
+    with pytest.raises(ValueError, match="row sum Z for query row 0 in head 0 is 1e-09"):
+        R.simulate(layer, X)
+    big = dataclasses.replace(layer, attention=dataclasses.replace(att, linear_eps=1e-3))
+    assert rel(R.simulate(big, X), reference.reference(big, X)) <= 1e-3
 
 
 def test_a_torch_encoder_layer_on_the_decoder_U(U):
@@ -357,6 +378,10 @@ def test_kinds_refused_where_they_do_not_apply(capsys):
     argv = ["--max-n", "3", "--max-d", "4", "--max-heads", "2", "--max-ff", "6"]
     assert main(["verify", "--layer", "rotary", *argv, "--targets", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["failures"] == []
+    relu = ["--maps", "relu", "--logit-bound", "10"]
+    assert main(["verify", "--layer", "linear", *argv, *relu, "--targets", "3", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["failures"] == [] and got["count"] == 3
     assert main(["simulate", "--layer", "glu"]) != 0
     err = capsys.readouterr().err
     assert "attnsim verify" in err and "Traceback" not in err

@@ -490,11 +490,6 @@ def _verify(args: argparse.Namespace) -> int:
 
     kind = args.layer if args.layer in DECODER_TARGET_KINDS else None
     if kind is not None:  # one kind of decoder layer: a decoder U
-        if kind == "linear" and args.maps == "relu":
-            raise UserError(
-                "--layer linear needs --maps native: a U with ReLU maps does not "
-                "read linear attention"
-            )
         args.layer = "decoder"
     _check_build_args(args)
     at_least(args.targets, "--targets", 1)

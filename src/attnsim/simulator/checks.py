@@ -27,7 +27,7 @@ from torch import nn
 from attnsim.simulator import adapters, codec, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
-from attnsim.simulator.programs import SCORE
+from attnsim.simulator.programs import INV_Z, SCORE
 
 __all__ = ["prepare", "check_guard", "LN_SLOT_NAMES"]
 
@@ -218,7 +218,9 @@ def check_guard(config: SimulatorConfig, guard: Any, vals: torch.Tensor) -> None
     if guard.value_range is not None:
         lo, hi = guard.value_range
         slack = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0, abs(hi))
-        bad = (vals < lo - slack) | (vals > hi + slack) | ~torch.isfinite(vals)
+        # a positive low end (1/x, 1/sqrt: flat below it) allows rounding relative to itself
+        below = lo - (1e-9 * lo if lo > 0 else slack)
+        bad = (vals < below) | (vals > hi + slack) | ~torch.isfinite(vals)
     elif guard.integer:
         bad = (vals - vals.round()).abs() > 1e-6 * vals.abs().clamp(min=1)
         lo = hi = math.nan
@@ -250,6 +252,16 @@ def _range_message(
             f"built for (scores of masked keys count too); build U with a larger "
             f"score_bound (at most {limit:g} for this build in {config.dtype_name}) or scale "
             "the target's scores down"
+        )
+    if label == INV_Z and value_bound is not None and "P" in roles:
+        i, _, h = roles["P"]
+        return (
+            f"the attention's row sum Z for query row {i} in head {h} is {v:.6g}{which}, "
+            f"outside [{lo:g}, {hi:g}], the range this U's ReLU 1/x covers (maps='relu', "
+            f"value_bound {value_bound:g}); for linear attention Z = phi(q) . sum_j phi(k_j) "
+            f"+ eps must lie there: give the target a linear_eps of at least {lo:g} (a query "
+            "whose features meet no key's has Z = eps), scale its queries and keys down, or "
+            "build U with a larger value_bound"
         )
     if label.endswith("_rsqrt") and value_bound is not None:
         slot = label[: -len("_rsqrt")]

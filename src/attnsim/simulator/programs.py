@@ -65,11 +65,14 @@ __all__ = [
     "EXP",
     "EXP_HI",
     "INV_Z",
+    "PHI_EXP",
+    "linear_z_range",
     "ROW_MAX",
     "SCORE",
 ]
 
 EXP, INV_Z = "e", "inv_Z"  # labels of the exponentials and of 1/Z (maps and their bounds)
+PHI_EXP = "phi_exp"  # linear attention's exp(min(x, 0)) in phi = elu + 1, one per column
 SCORE, ROW_MAX = "score", "row_max"  # labels of the target's scores and of their row maxima
 # exp reads s - m, m the row maximum found by a hard head (within its tolerance 0.25 below
 # the true maximum, plus rounding): every exponent of an unmasked key is <= EXP_HI
@@ -414,6 +417,19 @@ def _maxmin(layout: Layout, pre_act: E.SOp, at_hid) -> E.SOp:
     return (first * (partner + r) + second * (pre_act - r)).named("ffn_maxmin")
 
 
+def linear_z_range(config: SimulatorConfig) -> tuple[float, float]:
+    """maps="relu", decoder: the row sums ``Z = phi(q) . sum_j phi(k_j) + eps`` of linear
+    attention U's 1/x covers: from the smallest eps U accepts (``EPS_RANGE``; Z >= eps)
+    to ``max_n max_d (value_bound + 1)^2`` plus the largest, for features within
+    ``value_bound + 1`` (phi(x) <= max(x, 0) + 1).
+
+    >>> linear_z_range(SimulatorConfig(2, 2, layer="decoder", maps="relu", value_bound=3.0))
+    (1e-06, 65.0)
+    """
+    V = config.value_bound
+    return EPS_RANGE[0], config.max_n * config.max_d * (V + 1.0) ** 2 + EPS_RANGE[1]
+
+
 def map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None:
     """maps="relu": the input range each ReLU map of U is realised on (by label, as the
     compiler's ``map_ranges`` takes them); None for native maps.
@@ -439,6 +455,13 @@ def map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None
         if config.is_decoder:  # silu: exp(-|x|) and 1 / (1 + exp(-|x|))
             ranges["ffn_exp"] = (-V, 0.0)
             ranges["ffn_sig_inv"] = (1.0, 2.0)
+            # linear attention: phi's exp(min(x, 0)) per column (below -V it ramps to 0,
+            # within e^-V), and its row sums Z in the range linear_z_range gives
+            for c in range(config.max_d):
+                ranges[f"{PHI_EXP}{c}"] = (-V, 0.0)
+            lo, hi = ranges[INV_Z]
+            z_lo, z_hi = linear_z_range(config)
+            ranges[INV_Z] = (min(lo, z_lo), max(hi, z_hi))
         if config.is_vector:  # 1 / d for the LayerNorm means (1 outside the rows)
             ranges["inv_d"] = (1.0, float(config.max_d))
     for ell in range(1, config.n_layers):  # a stack: the same maps in every layer

@@ -124,7 +124,7 @@ def random_decoder_target(
 ) -> tuple[S.EncoderLayerSpec, torch.Tensor, int]:
     """A random layer of any kind a decoder U reads (norms LayerNorm, RMSNorm or none;
     gated or not; every activation; rotary where the head width is even; softmax, linear
-    (unless ``linear`` is False: a U with ReLU maps does not read it) or Linformer attention;
+    (unless ``linear`` is False) or Linformer attention;
     causal, pre-norm and biases drawn), its X and its seed. A draw whose head has all scores
     0 on X (a LayerNorm at d = 1 without bias, say), which no scale brings to the drawn
     largest score, is drawn again.

@@ -543,9 +543,7 @@ def build(
 def _program(config: SimulatorConfig) -> E.SOp:
     """U's RASP program for a build."""
     if config.is_vector:
-        return vector_program.vector_program(
-            config.layout, config.score_bound, linear=config.relu_logit_bound is None
-        )
+        return vector_program.vector_program(config.layout, config.score_bound)
     return programs.program(config.layout, config.score_bound)
 
 

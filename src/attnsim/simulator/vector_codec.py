@@ -95,11 +95,6 @@ def prepare(
     out = []
     for att, lay in [(attention, layer), *((x.attention, x) for x in layers[1:])]:
         _check_attention(layout, att)
-        if att.linear is not None and config.maps.value == "relu":
-            raise ValueError(
-                "linear attention needs a U with maps='native': its feature maps and "
-                "normaliser range too widely for certified ReLU maps"
-            )
         if att.linformer is not None:
             att.linformer.check_length(X.shape[0])
         if lay is not None:

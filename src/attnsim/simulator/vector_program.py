@@ -42,7 +42,7 @@ import numpy as np
 
 from attnsim.rasp import expr as E
 from attnsim.rasp import gathers
-from attnsim.simulator.programs import EXP, INV_Z, ROW_MAX, SCORE, mask_offset
+from attnsim.simulator.programs import EXP, INV_Z, PHI_EXP, ROW_MAX, SCORE, mask_offset
 from attnsim.simulator.vector_layout import VectorLayout
 
 __all__ = ["vector_program"]
@@ -51,9 +51,9 @@ __all__ = ["vector_program"]
 class _Builder:
     """Position tables and gathers over one layout."""
 
-    def __init__(self, lay: VectorLayout, linear: bool = True) -> None:
+    def __init__(self, lay: VectorLayout) -> None:
         self.lay = lay
-        self.linear = lay.modern and linear  # a decoder's linear-attention path
+        self.linear = lay.modern  # a decoder's linear-attention path
         self.coords = lay.coords
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
@@ -102,17 +102,15 @@ def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
     return out
 
 
-def vector_program(lay: VectorLayout, score_bound: float, linear: bool = True) -> E.SOp:
+def vector_program(lay: VectorLayout, score_bound: float) -> E.SOp:
     """U's program in the vector layout: attention (``lay.F == 0``) or an encoder layer.
 
     Args:
         lay: the layout (build sizes).
         score_bound: the largest |score| of a target on its X (declared on the score S-op,
             which the max head needs, and checked at run time).
-        linear: a decoder layout's linear-attention path (left out of a U with ReLU maps,
-            whose feature maps and normaliser would need maps over unbounded ranges).
     """
-    b = _Builder(lay, linear)
+    b = _Builder(lay)
     if lay.F:
         return _encoder(b, score_bound)
     y = _attention(b, [b.ch[c] for c in range(lay.D)], score_bound)
@@ -287,7 +285,8 @@ def _linear(
     phi = []
     for c in range(D):
         pos = E.relu(row[c]).named(b.n(f"row_pos{c}"))
-        phi.append((pos + elu * E.exp(row[c] - pos)).named(b.n(f"row_phi{c}")))
+        neg = E.exp(row[c] - pos).named(b.n(f"{PHI_EXP}{c}"))  # exp(min(x, 0)) <= 1
+        phi.append((pos + elu * neg).named(b.n(f"row_phi{c}")))
     qp = b.gather("p_qphi", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), phi)
     kp = b.gather("p_kphi", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), phi)
     e_lin = _dot([(qp[c] * um[c]).named(b.n(f"qphi_m{c}")) for c in range(D)], kp)
