@@ -28,12 +28,12 @@ from tests import fuzz_programs as fp
 REL = 1e-12  # sums over several keys may add the same terms in another order
 
 
-def streams_both_ways(model, ids, vals):
-    """The final residual streams ``[batch, pos, d_model]`` with plans and dense."""
+def streams_both_ways(model, ids, vals, executor="plan"):
+    """The final residual streams ``[batch, pos, d_model]`` with ``executor`` and dense."""
     net = model.model
     try:
         with torch.no_grad():
-            net.executor = "plan"
+            net.executor = executor
             planned = net(ids, vals)
             net.executor = "dense"
             dense = net(ids, vals)
@@ -50,13 +50,13 @@ def assert_close(planned, dense, rel=None):
     assert diff <= rel * scale, f"plan and dense differ by {diff:.3e} (scale {scale:.3e})"
 
 
-def run_both(model, xs):
-    """Decoded outputs (or the error each executor raises) with plans and dense."""
+def run_both(model, xs, executor="plan"):
+    """Decoded outputs (or the error each executor raises) with ``executor`` and dense."""
     net = model.model
     outs = []
     try:
-        for executor in ("plan", "dense"):
-            net.executor = executor
+        for name in (executor, "dense"):
+            net.executor = name
             try:
                 outs.append(model.run(xs))
             except ValueError as exc:  # a run-time check: both executors must raise it
@@ -309,25 +309,33 @@ def test_universal_simulator_both_ways(sizes, layer):
         else:
             target = spec.random_encoder_layer(h, d, 2 * d, seed=seed)
         X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-        try:
-            planned = U.simulate(target, X)
-            net.executor = "dense"
-            dense = U.simulate(target, X)
-        finally:
-            net.executor = "plan"
-        assert_close(planned, dense)
-        want = reference.reference(target, X)
-        assert float((planned - want).abs().max()) <= 1e-9 * (1 + float(want.abs().max()))
+        simulate_both(U, target, X, "plan")
+
+
+def simulate_both(U, target, X, executor: str) -> None:
+    """U with ``executor`` against its dense executor (to rounding) and the reference."""
+    net = U.model.model
+    try:
+        net.executor = executor
+        got = U.simulate(target, X)
+        net.executor = "dense"
+        dense = U.simulate(target, X)
+    finally:
+        net.executor = "auto"
+    assert_close(got, dense)
+    want = reference.reference(target, X)
+    assert float((got - want).abs().max()) <= 1e-9 * (1 + float(want.abs().max()))
 
 
 # -- the whole language, fuzzed ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("attention", ["hard", "softmax"])
-def test_fuzzed_programs_have_no_executor_differences(attention):
-    rng = random.Random(7 if attention == "hard" else 8)
+def compare_fuzzed(attention: str, executor: str, seed: int, cases: int) -> int:
+    """Runs fuzzed programs with ``executor`` and dense: the same outputs or the same kind
+    of error on every input. Returns how many inputs were compared."""
+    rng = random.Random(seed)
     compared = 0
-    for _ in range(150):
+    for _ in range(cases):
         case = fp.random_case(rng)
         try:
             model = fp.compile_case(case, attention)
@@ -335,18 +343,23 @@ def test_fuzzed_programs_have_no_executor_differences(attention):
             continue
         for xs in case.inputs:
             outs = []
-            for executor in ("plan", "dense"):
-                model.model.executor = executor
+            for name in (executor, "dense"):
+                model.model.executor = name
                 try:
                     outs.append(("ok", model.run(xs)))
                 except Exception as exc:  # noqa: BLE001 - both executors must agree
                     outs.append(("error", type(exc).__name__))
-            model.model.executor = "plan"
+            model.model.executor = "auto"
             assert outs[0][0] == outs[1][0], (case.source(), xs, outs)
             if outs[0][0] == "ok":
                 assert fp.same_row(outs[0][1], outs[1][1]), (case.source(), xs, outs)
             compared += 1
-    assert compared > 100
+    return compared
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_fuzzed_programs_have_no_executor_differences(attention):
+    assert compare_fuzzed(attention, "plan", 7 if attention == "hard" else 8, 150) > 100
 
 
 # -- the public switch and checkpoints -----------------------------------------------------
@@ -358,7 +371,7 @@ def reverse_model():
 
 def test_executor_switch_on_the_compiled_model():
     model = reverse_model()
-    assert model.executor == "plan"
+    assert model.executor == "auto"
     assert model.plan_summary()["static_heads"] != [[]] * model.config.n_layers
     model.executor = "dense"
     assert model.model.executor == "dense" and model.run("abc") == ["c", "b", "a"]
@@ -368,6 +381,7 @@ def test_executor_switch_on_the_compiled_model():
         model.run("abc", executor="fast")
     assert model.executor == "dense"  # a refused run leaves the setting as it was
     assert model.run("abc", executor="plan") == ["c", "b", "a"] and model.executor == "dense"
+    assert model.run("abc", executor="fused") == ["c", "b", "a"] and model.executor == "dense"
 
 
 def test_checkpoints_carry_the_plan_and_check_it(tmp_path):

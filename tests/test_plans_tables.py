@@ -161,6 +161,7 @@ def test_table_heads_match_dense(attention, causal, tables_always):
 def test_bos_only_rows(tables_always):
     for causal in (False, True):
         t = table_model(causal=causal)
+        t.executor = "plan"  # the plans themselves (short inputs would run feature-major)
         ids, vals = torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, 1, dtype=torch.float64)
         with torch.no_grad():
             planned = t(ids, vals)
@@ -267,3 +268,23 @@ def test_sort_unique_runs_its_token_head_over_classes_at_length_40():
         outs.append(model.run(xs))
     model.model.executor = "plan"
     assert outs[0] == outs[1] == rasp.evaluate(entry.factory(), xs)
+
+
+def test_distinct_rows_hash_one_hot_rows_without_the_fallback(monkeypatch):
+    """Rows of 0s and 1s (1.0 is 0x3ff0 followed by 48 zero bits) get distinct hashes: no
+    fallback to the slow ``torch.unique(dim=0)``. (A flag and a one-hot of 81, as in
+    sort_unique's comparison head at length 80: a plain product hash collided there.)"""
+    from attnsim.model import plan_core
+
+    real = torch.unique
+
+    def no_dim(*args, **kwargs):
+        assert "dim" not in kwargs, "distinct_rows fell back to torch.unique(dim=0)"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "unique", no_dim)
+    for dtype in (torch.float64, torch.float32):
+        pick = torch.randint(0, 81, (5000,), generator=torch.Generator().manual_seed(0))
+        q = torch.cat([torch.ones(5000, 1, dtype=dtype), torch.eye(81, dtype=dtype)[pick]], 1)
+        rows, inverse = plan_core.distinct_rows(q)
+        assert torch.equal(rows[inverse], q) and len(rows) == len(torch.unique(pick))

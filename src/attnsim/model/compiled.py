@@ -213,7 +213,8 @@ class CompiledModel:
             check: verify intermediate values against the compiler's assumptions and raise
                 if one is violated (a value outside a map's finite value set, a categorical
                 aggregate over several distinct values, None where a function needs a value).
-            executor: "plan" or "dense" for this run only (default: :attr:`executor`).
+            executor: "auto", "plan", "fused" or "dense" for this run only (default:
+                :attr:`executor`).
 
         Raises:
             TypeError: ``xs`` is not a sequence of tokens or a batch of them.
@@ -392,16 +393,19 @@ class CompiledModel:
 
     @property
     def executor(self) -> str:
-        """How the forward pass runs: "plan" (default: heads whose pattern only the input
-        length decides run as gathers and sparse sums, see :mod:`attnsim.model.plans`) or
-        "dense" (every head over [query, key]: the plain definition). Settable.
+        """How the forward pass runs: "auto" (the default: short inputs feature-major where
+        that costs less, see :mod:`attnsim.model.fused`, the others as "plan"), "plan"
+        (heads whose pattern only the input length decides run as gathers and sparse sums,
+        see :mod:`attnsim.model.plans`), "fused" (always feature-major, every head dense)
+        or "dense" (every head over [query, key]: the plain definition). All four give the
+        dense outputs to rounding. Settable.
 
         >>> from attnsim import rasp
         >>> from attnsim.compiler import compile_program
         >>> m = compile_program(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
         ...     rasp.Comparison.EQ), rasp.tokens), vocab=["a", "b"], max_seq_len=3)
         >>> m.executor, m.plan_summary()["static_heads"]
-        ('plan', [[0]])
+        ('auto', [[0]])
         >>> m.run(["a", "b"], executor="dense")  # for one run
         ['a', 'b']
         >>> m.executor = "dense"; m.run(["a", "b"])

@@ -64,7 +64,10 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     )
     gen = torch.Generator().manual_seed(w)
     mult = torch.randint(1, 1 << 62, (w,), generator=gen, dtype=torch.int64) * 2 + 1
-    key = (bits * mult).sum(dim=1)  # wraps around: a hash of the row's bits
+    # the high half folded into the low one first: a float's bits often end in zeros
+    # (1.0 is 0x3ff0 followed by 48 zero bits), which a product alone would keep
+    mixed = bits ^ (bits >> 32)
+    key = (mixed * mult).sum(dim=1)  # wraps around: a hash of the row's bits
     _, inverse = torch.unique(key, return_inverse=True)
     first = torch.zeros(int(inverse.max()) + 1, dtype=torch.long)
     first.scatter_(0, inverse, torch.arange(n))  # a row of each group

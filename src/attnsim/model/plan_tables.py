@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
 
 __all__ = [
@@ -189,7 +190,7 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
         if not bool(member.any(dim=-1).all()):
             return None
         return member.to(torch.int8).argmax(dim=-1)
-    rows, inverse = torch.unique(xs.reshape(b * n, -1), dim=0, return_inverse=True)
+    rows, inverse = plan_core.distinct_rows(xs.reshape(b * n, -1))  # hashed, then checked
     member = (rows[:, None, :] == p.classes.to(x.dtype)[None]).all(dim=-1)  # [rows, class]
     if not bool(member.any(dim=-1).all()):
         return None

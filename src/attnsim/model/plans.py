@@ -75,7 +75,9 @@ __all__ = [
     "planned_attention",
 ]
 
-EXECUTORS = ("plan", "dense")  # "plan": static heads as gathers; "dense": every head dense
+# "auto": short inputs feature-major where that costs less (attnsim.model.fused), else
+# "plan": static heads as gathers; "fused": always feature-major; "dense": the definition
+EXECUTORS = ("auto", "plan", "fused", "dense")
 
 _PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse sum
 

@@ -104,8 +104,8 @@ class SparseTransformer:
     Attributes:
         cfg: the :class:`ModelConfig` (the same as the dense form's).
         layers: per block, a :class:`SparseLayer`.
-        executor: "plan" (static heads as gathers, the default) or "dense" (every head over
-            ``[query, key]``, in row chunks).
+        executor: "auto" (the default) or "plan": static heads as gathers; or "dense"
+            (every head over ``[query, key]``, in row chunks).
 
     >>> from attnsim import compile_program, library
     >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
@@ -135,7 +135,7 @@ class SparseTransformer:
         # "pos_default" [P] (each column's value at most positions) and the other entries,
         # "pos_at" [T, 2] (position, column) + "pos_at_w" (see position_rows)
         self.embed = embed
-        self.executor = "plan"
+        self.executor = "auto"
         self.peak_columns = 0  # set by each forward pass
         self._heads = [HeadMaps(layer.heads) for layer in layers]
         self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
@@ -309,8 +309,11 @@ class SparseTransformer:
                 "a model in sparse storage records no hooks (run_with_cache); compile with "
                 "storage='dense' to read every head's scores and patterns"
             )
-        if self.executor not in ("plan", "dense"):
-            raise ValueError(f"executor must be one of ('plan', 'dense'), got {self.executor!r}")
+        if self.executor not in ("auto", "plan", "dense"):
+            raise ValueError(
+                "executor must be one of ('auto', 'plan', 'dense') for sparse storage (the "
+                f"feature-major 'fused' needs dense weights), got {self.executor!r}"
+            )
         n = token_ids.shape[1]
         if n > self.cfg.n_ctx:
             raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
@@ -322,7 +325,7 @@ class SparseTransformer:
                 f"this model reads vector tokens of width {self.cfg.token_width}: pass "
                 f"token_values [batch, pos, {self.cfg.token_width}], got {got}"
             )
-        plans = self.plans(n) if self.executor == "plan" else None
+        plans = self.plans(n) if self.executor in ("auto", "plan") else None
         return self._run(token_ids, token_values, streams, keep, plans, None)
 
     def _run(self, ids, vals, streams, keep, plans, found):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnsim.model import plan_core, plan_steps
+from attnsim.model import fused, plan_core, plan_steps
 from attnsim.model import plans as execution
 from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
@@ -478,9 +478,11 @@ class Transformer(nn.Module):
             Block(cfg, dtype, cfg.mlp_width(li), cfg.head_shape(li), cfg.bilinear_width(li))
             for li in range(cfg.n_layers)
         )
-        # "plan": heads whose pattern only the length decides run as gathers and sparse
-        # sums (see attnsim.model.plans); "dense": every head over [query, key]
-        self.executor = "plan"
+        # "auto": short inputs feature-major where it costs less (attnsim.model.fused),
+        # the others as "plan": heads whose pattern only the length decides run as gathers
+        # and sparse sums (see attnsim.model.plans); "fused": always feature-major;
+        # "dense": every head over [query, key]
+        self.executor = "auto"
         self._plans: dict = {}
         self._plans_key: tuple | None = None
 
@@ -543,27 +545,31 @@ class Transformer(nn.Module):
         n = token_ids.shape[1]
         if n > self.cfg.n_ctx:
             raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
-        x = self.W_E[token_ids]  # a new tensor: the sums below go in place
-        x += self.W_pos[:n]
-        if token_values is not None and self.cfg.numerical_tokens:
-            x += token_values.to(self.dtype)[..., None] * self.W_E_num
-        if self.cfg.token_width:
-            if token_values is None or token_values.shape[-1:] != (self.cfg.token_width,):
-                got = None if token_values is None else list(token_values.shape)
-                raise ValueError(
-                    f"this model reads vector tokens of width {self.cfg.token_width}: pass "
-                    f"token_values [batch, pos, {self.cfg.token_width}], got {got}"
-                )
-            x = x + token_values.to(self.dtype) @ self.W_E_vec
-        if cache is not None:
-            cache["hook_embed"] = x
-        _capture(streams, 0, x)
+        width = self.cfg.token_width
+        if width and (token_values is None or token_values.shape[-1:] != (width,)):
+            got = None if token_values is None else list(token_values.shape)
+            raise ValueError(
+                f"this model reads vector tokens of width {width}: pass "
+                f"token_values [batch, pos, {width}], got {got}"
+            )
         if self.executor not in execution.EXECUTORS:
             raise ValueError(
                 f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"
             )
+        if cache is None and fused.chosen(self, self.executor, n):
+            return fused.forward(self, token_ids, token_values, streams, keep)
+        x = self.W_E[token_ids]  # a new tensor: the sums below go in place
+        x += self.W_pos[:n]
+        if token_values is not None and self.cfg.numerical_tokens:
+            x += token_values.to(self.dtype)[..., None] * self.W_E_num
+        if width:
+            x = x + token_values.to(self.dtype) @ self.W_E_vec
+        if cache is not None:
+            cache["hook_embed"] = x
+        _capture(streams, 0, x)
         # a cache records every head's scores and pattern: that needs the dense path
-        plan = self.plans(n) if self.executor == "plan" and cache is None else None
+        planned = self.executor in ("auto", "plan")
+        plan = self.plans(n) if planned and cache is None else None
         steps = self.step_plans(n) if plan is not None else None
         for i, block in enumerate(self.blocks):
             x = block(

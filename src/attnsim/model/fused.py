@@ -1,0 +1,273 @@
+"""Short inputs, feature-major: the dense forward pass with the residual stream stored as
+``[d_model, pos, batch]``.
+
+For short inputs the cost of a compiled model's forward pass is the fixed cost of its torch
+operations, and the largest of those are the projections ``x W`` of a tall
+``[batch * pos, d_model]`` stream by a narrow ``[d_model, width]`` weight: MKL runs the
+same product about five times faster as ``W^T x^T``, with the long axis last (measured on
+the benchmark machine, one thread: ``[1536, 13] @ [13, 5]`` 23 us, ``[5, 13] @ [13, 1536]``
+4.8 us). Batched products of tiny ``[pos, pos]`` matrices cost more than their arithmetic
+too, so each head's scores and mixed values are broadcast sums over the few columns a head
+uses.
+
+The equations are the dense forward's (``Transformer`` with ``executor="dense"``): every
+active head over ``[query, key]`` (hard attention's mean over the keys within the tolerance
+of the best score, or softmax), then every ReLU, bilinear and declared unit. Only the order
+in which a sum's terms are added differs, so outputs agree with the dense forward to
+rounding (exactly, where every partial sum is exact, as in integer-valued programs).
+``executor="fused"`` runs every input this way; the default ``"auto"`` runs an input so
+where :func:`applies` says it costs less than the plans, and the plans otherwise. The
+weights are prepared once and kept until they change.
+
+>>> import torch
+>>> from attnsim import compile_program, library
+>>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+>>> ids, _ = m.encode(["abba", "abab"])
+>>> net = m.model
+>>> net.executor = "dense"; want = net(ids)
+>>> net.executor = "auto"
+>>> bool(applies(net, ids.shape[1])), bool(torch.equal(net(ids), want))
+(True, True)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnsim.model.config import AttentionMode
+
+__all__ = ["MAX_POSITIONS", "MAX_D_MODEL", "applies", "chosen", "forward"]
+
+MAX_POSITIONS = 32  # longer inputs: the plans (the work limits below decide before)
+MAX_D_MODEL = 1024
+MAX_WORK = 300_000  # multiply-adds per sequence (float64 counts twice)
+STATIC_WORK = 32_000  # ... for a model with heads the plans run as gathers
+STATIC_QUADRATIC = 2_800  # ... and those heads' [query, key] work at most this
+BROADCAST_VALUES = 1 << 21  # a head group's [head, width, query, key, batch] up to this
+ONE_HOT_VOCAB = 64  # wider models embed by a one-hot product up to this many tokens
+
+
+def chosen(net, executor: str, n: int) -> bool:
+    """Whether a forward pass on ``n`` positions runs feature-major: always with
+    ``executor="fused"``; with "auto" where :func:`applies` and no module of the model has
+    forward hooks (activation patching hooks the sublayers)."""
+    if executor == "fused":
+        return True
+    if executor != "auto" or not applies(net, n):
+        return False
+    mods = getattr(net, "_fused_modules", None)
+    if mods is None:
+        mods = net._fused_modules = list(net.modules())
+    return not any(m._forward_hooks or m._forward_pre_hooks for m in mods)
+
+
+def applies(net, n: int) -> bool:
+    """Whether the plan executor runs an input of ``n`` positions (BOS included)
+    feature-major: short inputs of a model whose work there is small, unless its plans make
+    the heads cheaper. The rule, calibrated on tracr's library at lengths 5 to 20 (one
+    thread, batch 256): heads that only add a constant (``ConstPlan``) always go planned;
+    with heads the plans run as gathers, feature-major only while the whole pass is under
+    ``STATIC_WORK`` multiply-adds per sequence and those heads' dense ``[query, key]`` work
+    under ``STATIC_QUADRATIC``; otherwise while the pass is under ``MAX_WORK``.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> hist = compile_program(library.make_hist(), vocab="ab", max_seq_len=5)
+    >>> length = compile_program(rasp.numerical(library.make_length()), vocab="ab", max_seq_len=5)
+    >>> applies(hist.model, 6), applies(length.model, 6), applies(hist.model, 40)
+    (True, False, False)
+    """
+    if n > MAX_POSITIONS or net.cfg.d_model > MAX_D_MODEL:
+        return False
+    key = _key(net)
+    got = getattr(net, "_fused_choice", None)
+    if got is None or got[0] != key:
+        got = net._fused_choice = (key, {})
+    if n not in got[1]:
+        got[1][n] = _cheaper(net, n, _layers(net, key))
+    return got[1][n]
+
+
+def _cheaper(net, n: int, layers: list) -> bool:
+    from attnsim.model.plans import ConstPlan
+
+    scale = 2 if net.cfg.dtype == "float64" else 1
+    work = 0
+    for att, units in layers:
+        if att is not None:
+            H, wq, wv, qkv, W_O = att
+            work += n * (qkv.numel() + W_O.numel()) + H * (2 * wq + 2 * wv) * n * n
+        work += sum(n * (w_in.numel() + w_out.numel()) for _, w_in, w_out in units)
+    work *= scale
+    plans = net.plans(n) or [() for _ in net.blocks]
+    quadratic, const, other = 0, 0, 0
+    for block, layer_plans in zip(net.blocks, plans):
+        heads, qk, ov = block.attn._plan()
+        done = set()
+        for p in layer_plans:
+            if isinstance(p, ConstPlan):
+                const += len(p.heads)
+                done.update(p.heads)
+            elif getattr(p, "gap", 0) is None:  # a gather plan (not a table or candidates)
+                quadratic += int(qk[p.head] + ov[p.head]) * n * n * scale
+                done.add(p.head)
+        other += len(set(heads.tolist()) - done)
+    if const and not quadratic and not other:  # constants only: the plans add them
+        return False
+    if quadratic:
+        return work <= STATIC_WORK and quadratic <= STATIC_QUADRATIC
+    return work <= MAX_WORK
+
+
+def _key(net) -> tuple:
+    params = getattr(net, "_fused_params", None)
+    if params is None:
+        params = net._fused_params = list(net.parameters())
+    return tuple((p.data_ptr(), p._version) for p in params)
+
+
+def _stack(W: torch.Tensor, heads: torch.Tensor, width: int) -> torch.Tensor:
+    """The heads' first ``width`` columns of ``W [head, d_model, d_head]``, stacked as
+    ``[head * width, d_model]``."""
+    return W[heads, :, :width].permute(0, 2, 1).reshape(-1, W.shape[1]).contiguous()
+
+
+def _prepare(net) -> list:
+    """Per layer: the attention's stacked projections and output, and the MLP's units,
+    transposed for products with the long axis last."""
+    layers = []
+    for block in net.blocks:
+        attn, mlp = block.attn, block.mlp
+        heads, qk, ov = attn._plan()
+        att = None
+        if len(heads):
+            wq, wv = max(1, int(qk[heads].max())), max(1, int(ov[heads].max()))
+
+            parts = [(attn.W_Q, wq), (attn.W_K, wq), (attn.W_V, wv)]
+            qkv = torch.cat([_stack(W, heads, width) for W, width in parts])
+            W_O = attn.W_O[heads, :wv].reshape(-1, attn.W_O.shape[2]).T.contiguous()
+            att = (len(heads), wq, wv, qkv.detach(), W_O.detach())
+        units = []
+        used = torch.nonzero((mlp.W_out != 0).any(dim=1)).flatten()
+        if len(used):
+            units.append(("relu", mlp.W_in[:, used].T.contiguous(), mlp.W_out[used].T.contiguous()))
+        groups = [("bilinear", mlp.W_bil_a, mlp.W_bil_b, mlp.W_bil_out)]
+        for kind in mlp.native_kinds:
+            groups.append((kind, *(getattr(mlp, f"W_{kind}_{p}") for p in ("in", "gate", "out"))))
+        for kind, a, b, w_out in groups:
+            if a.shape[1]:
+                both = torch.cat([a, b], dim=1).T.contiguous()
+                units.append((kind, both.detach(), w_out.T.contiguous().detach()))
+        layers.append((att, [(k, i.detach(), o.detach()) for k, i, o in units]))
+    return layers
+
+
+def _layers(net, key: tuple) -> list:
+    got = getattr(net, "_fused", None)
+    if got is None or got[0] != key:
+        got = net._fused = (key, _prepare(net))
+    return got[1]
+
+
+def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``W [rows, d] @ x [d, pos, batch]`` -> ``[rows, pos, batch]``."""
+    return (W @ x.reshape(x.shape[0], -1)).view(W.shape[0], *x.shape[1:])
+
+
+def _attention(cfg, att: tuple, x: torch.Tensor) -> torch.Tensor:
+    H, wq, wv, qkv, W_O = att
+    _, n, b = x.shape
+    proj = _mm(qkv, x)
+    q = proj[: H * wq].view(H, wq, n, b)
+    k = proj[H * wq : 2 * H * wq].view(H, wq, n, b)
+    v = proj[2 * H * wq :].view(H, wv, n, b)
+    if H * max(wq, wv) * b * n * n <= BROADCAST_VALUES:  # [H, query, key, B]
+        scores = (q[:, :, :, None, :] * k[:, :, None, :, :]).sum(dim=1)
+    else:
+        scores = torch.matmul(q.permute(0, 3, 2, 1), k.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+    if cfg.causal:
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)[:, :, None]  # [query, key, 1]
+        scores = scores.masked_fill(future, float("-inf"))
+    if cfg.attention is AttentionMode.HARD:
+        threshold = scores.amax(dim=2, keepdim=True) - cfg.hard_tolerance
+        weights = (scores >= threshold).to(x.dtype)
+        count = weights.sum(dim=2)  # [H, query, B]
+    else:
+        weights = torch.softmax(cfg.beta * scores, dim=2)
+        count = None
+    if H * wv * b * n * n <= BROADCAST_VALUES:
+        z = (weights[:, None] * v[:, :, None, :, :]).sum(dim=3)  # [H, wv, query, B]
+    else:
+        w = weights.permute(0, 3, 1, 2)  # [H, B, query, key]
+        z = torch.matmul(w, v.permute(0, 3, 2, 1)).permute(0, 3, 2, 1)
+    if count is not None:
+        z = z / count[:, None]
+    return _mm(W_O, z.reshape(H * wv, n, b))
+
+
+def _mlp(units: list, x: torch.Tensor) -> torch.Tensor | None:
+    from attnsim.model.transformer import NATIVE_FUNCTIONS
+
+    out = None
+    for kind, W_in, W_out in units:
+        pre = _mm(W_in, x)
+        if kind == "relu":
+            val = torch.relu(pre)
+        else:
+            a, b = pre.chunk(2, dim=0)
+            if kind == "bilinear":
+                val = a * b
+            else:  # the gate is 0 where the unit is unused (BOS): 0 * inf stays 0
+                val = torch.where(b != 0, NATIVE_FUNCTIONS[kind](a), torch.zeros_like(a)) * b
+        y = _mm(W_out, val)
+        out = y if out is None else out + y
+    return out
+
+
+def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
+    if streams is not None and stage in streams:
+        req = streams[stage]
+        view = x.permute(2, 1, 0)
+        cols = getattr(req, "cols", None)
+        streams[stage] = view[..., cols].clone() if cols is not None else view.contiguous()
+
+
+def forward(
+    net,
+    token_ids: torch.Tensor,
+    token_values: torch.Tensor | None,
+    streams: dict | None = None,
+    keep=None,
+) -> torch.Tensor:
+    """The final residual stream ``[batch, pos, d_model]`` (or its ``keep`` columns), as
+    the dense forward computes it, with the stream feature-major in between. Inputs are
+    checked by the caller (``Transformer.forward``)."""
+    cfg = net.cfg
+    b, n = token_ids.shape
+    key = _key(net)
+    E = getattr(net, "_fused_embed", None)
+    if E is None or E[0] != key:
+        E = net._fused_embed = (key, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
+    idx = token_ids.T.reshape(-1)
+    d, vocab = E[1].shape
+    if d > 16 and vocab <= ONE_HOT_VOCAB:  # measured faster there; exact (one 1 per column)
+        one_hot = (idx[None, :] == torch.arange(vocab)[:, None]).to(E[1].dtype)
+        x = (E[1] @ one_hot).view(d, n, b)
+    else:
+        x = torch.index_select(E[1], 1, idx).view(d, n, b)  # a new tensor
+    x += E[2][:, :n, None]
+    if token_values is not None and cfg.numerical_tokens:
+        x += net.W_E_num.detach()[:, None, None] * token_values.T.to(x.dtype)[None]
+    if cfg.token_width:
+        vals = token_values.to(x.dtype).transpose(0, 1).reshape(n * b, -1)
+        x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
+    _capture(streams, 0, x)
+    for i, (att, units) in enumerate(_layers(net, key)):
+        if att is not None:
+            x += _attention(cfg, att, x)
+        _capture(streams, 2 * i + 1, x)
+        y = _mlp(units, x)
+        if y is not None:
+            x += y
+        _capture(streams, 2 * i + 2, x)
+    out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
+    return out if keep is None else out[..., keep.cols]

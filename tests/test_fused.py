@@ -1,0 +1,166 @@
+"""The feature-major executor (``executor="fused"``, and "auto" on short inputs) against the
+dense forward: every library program (hard and softmax attention), causal models, matrix
+programs (numerical tokens, declared units), tasks, a small U (vector tokens, bilinear and
+native units) and fuzzed programs give the dense outputs to rounding; the stages a caller
+asks for, hooks and the rule that chooses between the executors."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from attnsim import library, rasp, simulator
+from attnsim.compiler import compile_program
+from attnsim.matrix import apply, programs
+from attnsim.model import fused
+from attnsim.model.stream import Columns
+from attnsim.simulator import spec
+from attnsim.tasks import parity
+from tests import fuzz_programs as fp
+from tests.test_plans import (
+    assert_close,
+    compare_fuzzed,
+    run_both,
+    simulate_both,
+    streams_both_ways,
+)
+
+
+@pytest.mark.parametrize("name", sorted(library.PROGRAMS))
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_library_programs_fused(name, attention):
+    entry = library.PROGRAMS[name]
+    model = compile_program(
+        entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len, attention=attention
+    )
+    rng = random.Random(hash(name) % 1000 + 1)
+    for n in (1, entry.max_seq_len // 2, entry.max_seq_len):
+        xs = [[rng.choice(entry.vocab) for _ in range(n)] for _ in range(8)]
+        a, b = run_both(model, xs, "fused")
+        if isinstance(a, str) or isinstance(b, str):  # a run-time check: both raise it
+            assert a == b
+        else:  # numerical outputs to rounding (the sums' order differs)
+            assert all(fp.same_row(g, w) for g, w in zip(a, b))
+            assert all(fp.same_row(g, w) for g, w in zip(a, rasp.evaluate(entry.factory(), xs)))
+        ids, vals = model.encode(xs)
+        assert_close(*streams_both_ways(model, ids, vals, "fused"))
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_causal_models_fused(attention):
+    """Causal masks: a key after the query is never seen (here, by the running mean)."""
+    prefix = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    program = rasp.numerical(rasp.Aggregate(prefix, rasp.numerical(rasp.tokens), default=0))
+    model = compile_program(
+        program, vocab=[0, 1, 2], max_seq_len=6, causal=True, attention=attention
+    )
+    rng = random.Random(3)
+    xs = [[rng.choice([0, 1, 2]) for _ in range(6)] for _ in range(8)]
+    a, b = run_both(model, xs, "fused")
+    np.testing.assert_allclose(np.array(a, float), np.array(b, float), rtol=1e-12)
+    want = [rasp.evaluate(program, x, causal=True) for x in xs]
+    np.testing.assert_allclose(np.array(a, float), np.array(want, float), rtol=1e-6)
+    ids, vals = model.encode(xs)
+    assert_close(*streams_both_ways(model, ids, vals, "fused"))
+
+
+@pytest.mark.parametrize("name, args", [("softmax", (3, 3)), ("inverse", (3,)), ("relu", ())])
+def test_matrix_programs_fused(name, args):
+    rng = np.random.default_rng(0)
+    shapes = {"softmax": [(3, 3)], "inverse": [(3, 3)], "relu": [(6,)]}[name]
+    from attnsim.matrix import layout
+
+    parts = [rng.normal(size=(6, *s)) + (2 * np.eye(3)[None] if len(s) == 2 else 0) for s in shapes]
+    seqs = layout.pack_batch(*parts)
+    model = apply.compiled_model(getattr(programs, name)(*args), seqs.shape[-1])
+    a, b = run_both(model, seqs.tolist(), "fused")
+    np.testing.assert_allclose(np.array(a, dtype=float), np.array(b, dtype=float), rtol=1e-12)
+    ids, vals = model.encode(seqs.tolist())
+    assert_close(*streams_both_ways(model, ids, vals, "fused"))
+
+
+def test_tasks_fused():
+    rng = random.Random(1)
+    model = compile_program(parity.parity(), vocab=[0, 1], max_seq_len=7, fixed_length=True)
+    xs = [[rng.choice([0, 1]) for _ in range(7)] for _ in range(16)]
+    a, b = run_both(model, xs, "fused")
+    assert a == b == [rasp.evaluate(parity.parity(), x) for x in xs]
+
+
+def test_a_small_universal_simulator_fused():
+    """Vector tokens, bilinear units, native exp and 1/x: U(2, 2, 1) run feature-major
+    (any length with executor="fused") against the dense executor and the reference."""
+    U = simulator.build(2, 2, 1, layer="encoder", max_ff=2, storage="dense")
+    target = spec.random_encoder_layer(1, 2, 2, seed=4)
+    X = torch.randn(2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    simulate_both(U, target, X, "fused")
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_fuzzed_programs_fused(attention):
+    assert compare_fuzzed(attention, "fused", 17 if attention == "hard" else 18, 120) > 80
+
+
+def test_stages_and_kept_columns_match_dense():
+    entry = library.PROGRAMS["make_sort_unique"]
+    model = compile_program(entry.factory(), vocab="abcd", max_seq_len=5)
+    net = model.model
+    ids, vals = model.encode(["dbca", "abcd"])
+    cols = torch.tensor([0, 3, 5])
+    got = {}
+    for executor in ("fused", "dense"):
+        net.executor = executor
+        streams = {0: None, 1: Columns(cols), 2 * net.cfg.n_layers: None}
+        final = net(ids, vals, streams=streams, keep=Columns(cols))
+        got[executor] = (streams, final)
+    net.executor = "auto"
+    (s_f, f_f), (s_d, f_d) = got["fused"], got["dense"]
+    assert f_f.shape == f_d.shape == (2, 5, 3)
+    assert_close(f_f, f_d)
+    for stage in s_d:
+        assert s_f[stage].shape == s_d[stage].shape
+        assert_close(s_f[stage], s_d[stage])
+
+
+def test_auto_chooses_by_the_rule_and_leaves_hooked_models_to_the_plans():
+    hist = compile_program(library.make_hist(), vocab="abc", max_seq_len=5)
+    length = compile_program(rasp.numerical(library.make_length()), vocab="ab", max_seq_len=5)
+    assert fused.applies(hist.model, 6) and not fused.applies(hist.model, 40)
+    assert not fused.applies(length.model, 6)  # one constant head: the plans add it
+    net = hist.model
+    assert fused.chosen(net, "auto", 6) and not fused.chosen(net, "plan", 6)
+    assert fused.chosen(net, "fused", 40)  # forced: any length
+    seen = []
+    handle = net.blocks[0].attn.register_forward_hook(lambda m, a, o: seen.append(1))
+    try:
+        assert not fused.chosen(net, "auto", 6)
+        assert hist.run("abca") == rasp.evaluate(library.make_hist(), "abca") and seen
+    finally:
+        handle.remove()
+    assert fused.chosen(net, "auto", 6)
+
+
+def test_changed_weights_are_prepared_again():
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    net = model.model
+    ids, _ = model.encode(["abba"])
+    net.executor = "fused"
+    before = net(ids).clone()
+    with torch.no_grad():
+        net.blocks[0].mlp.W_out.mul_(2.0)
+    after = net(ids)
+    net.executor = "dense"
+    assert not torch.equal(before, after)
+    assert_close(after, net(ids))
+    net.executor = "auto"
+
+
+def test_sparse_storage_refuses_fused():
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+    ids, vals = model.encode(["aba"])
+    model.model.executor = "fused"
+    with pytest.raises(ValueError, match="feature-major 'fused' needs dense weights"):
+        model.model(ids, vals)
