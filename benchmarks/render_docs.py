@@ -89,9 +89,10 @@ def simulator_cost(data: dict) -> str:
     out.append(
         "U is built for n = d (one head, and four heads where d allows), then simulates one "
         "random target of the full size with each executor; the same target runs directly in "
-        "torch (`scaled_dot_product_attention`) in the same process. The *plan* executor (the "
-        "default) runs the heads whose pattern only the input length decides as gathers and "
-        "sparse sums, and U's max head on its candidate keys; the *dense* executor computes "
+        "torch (`scaled_dot_product_attention`) in the same process. The *plan* executor (what "
+        "the default, auto, runs for inputs this long) runs the heads whose pattern only "
+        "the input length decides as gathers and sparse sums, and U's max head on its "
+        "candidate keys; the *dense* executor computes "
         "every head over [query, key] (not run at n = 64). Ratios are U / direct: wall time "
         "(medians) and forward FLOPs (dense: from the config, active heads and sequence "
         "length; plan: counted from the plan; direct attention analytically). Memory is the "
