@@ -164,3 +164,21 @@ def test_sparse_storage_refuses_fused():
     model.model.executor = "fused"
     with pytest.raises(ValueError, match="feature-major 'fused' needs dense weights"):
         model.model(ids, vals)
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_large_batches_take_batched_products(monkeypatch, attention, causal):
+    """Past ``BROADCAST_VALUES`` a head's scores and mixed values are batched products
+    (forced here with a limit of 0): the same outputs as dense."""
+    monkeypatch.setattr(fused, "BROADCAST_VALUES", 0)
+    entry = library.PROGRAMS["make_sort_unique"]
+    model = compile_program(
+        entry.factory(), vocab="abcd", max_seq_len=5, attention=attention, causal=causal
+    )
+    rng = random.Random(5)
+    xs = [[rng.choice("abcd") for _ in range(5)] for _ in range(7)]  # batch != positions
+    ids, vals = model.encode(xs)
+    assert_close(*streams_both_ways(model, ids, vals, "fused"))
+    a, b = run_both(model, xs, "fused")
+    assert a == b
