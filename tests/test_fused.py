@@ -182,3 +182,26 @@ def test_large_batches_take_batched_products(monkeypatch, attention, causal):
     assert_close(*streams_both_ways(model, ids, vals, "fused"))
     a, b = run_both(model, xs, "fused")
     assert a == b
+
+
+def test_weights_that_require_gradients_stay_on_the_plans():
+    """A model being trained keeps its gradients under "auto"; "fused" refuses it."""
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    net = model.model
+    ids, _ = model.encode(["abba"])
+    net.blocks[0].mlp.W_out.requires_grad_(True)
+    try:
+        assert not fused.chosen(net, "auto", ids.shape[1])
+        out = net(ids)
+        assert out.requires_grad
+        out.sum().backward()
+        assert net.blocks[0].mlp.W_out.grad is not None
+        net.executor = "fused"
+        with pytest.raises(ValueError, match="prepares its weights without gradients"):
+            net(ids)
+        with torch.no_grad():  # no gradients recorded: feature-major again
+            assert fused.chosen(net, "auto", ids.shape[1])
+            net(ids)
+    finally:
+        net.executor = "auto"
+        net.blocks[0].mlp.W_out.requires_grad_(False)

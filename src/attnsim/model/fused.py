@@ -50,10 +50,25 @@ ONE_HOT_VOCAB = 64  # wider models embed by a one-hot product up to this many to
 def chosen(net, executor: str, n: int) -> bool:
     """Whether a forward pass on ``n`` positions runs feature-major: always with
     ``executor="fused"``; with "auto" where :func:`applies` and no module of the model has
-    forward hooks (activation patching hooks the sublayers)."""
+    forward hooks (activation patching hooks the sublayers). Its prepared weights carry no
+    gradients, so a model with weights that require them (being trained) stays on the
+    other paths under "auto" and is refused under "fused".
+
+    Raises:
+        ValueError: ``executor="fused"`` while gradients are recorded for the weights.
+    """
+    if executor not in ("auto", "fused"):
+        return False
+    if torch.is_grad_enabled() and any(p.requires_grad for p in _params(net)):
+        if executor == "fused":
+            raise ValueError(
+                "executor='fused' prepares its weights without gradients; some weights of "
+                "this model require them: use executor='plan' or 'dense' to train it"
+            )
+        return False
     if executor == "fused":
         return True
-    if executor != "auto" or not applies(net, n):
+    if not applies(net, n):
         return False
     mods = getattr(net, "_fused_modules", None)
     if mods is None:
@@ -118,11 +133,15 @@ def _cheaper(net, n: int, layers: list) -> bool:
     return work <= MAX_WORK
 
 
-def _key(net) -> tuple:
+def _params(net) -> list:
     params = getattr(net, "_fused_params", None)
     if params is None:
         params = net._fused_params = list(net.parameters())
-    return tuple((p.data_ptr(), p._version) for p in params)
+    return params
+
+
+def _key(net) -> tuple:
+    return tuple((p.data_ptr(), p._version) for p in _params(net))
 
 
 def _stack(W: torch.Tensor, heads: torch.Tensor, width: int) -> torch.Tensor:
