@@ -205,3 +205,21 @@ def test_weights_that_require_gradients_stay_on_the_plans():
     finally:
         net.executor = "auto"
         net.blocks[0].mlp.W_out.requires_grad_(False)
+
+
+@pytest.mark.parametrize("storage", ["dense", "sparse"])
+def test_token_ids_outside_the_embedding_are_refused(storage):
+    """A raw forward pass on ids that are not rows of the embedding (a negative one would
+    index from the end, a one-hot embedding would give a zero row): a clear error on every
+    executor, never an answer."""
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage=storage)
+    ids, vals = model.encode(["abba"])
+    executors = ("auto", "plan", "dense") + (("fused",) if storage == "dense" else ())
+    for executor in executors:
+        model.model.executor = executor
+        for bad in (-1, model.model.cfg.d_vocab):
+            wrong = ids.clone()
+            wrong[0, 2] = bad
+            with pytest.raises(ValueError, match=f"token id {bad} is not a row"):
+                model.model(wrong, vals)
+    model.model.executor = "auto"

@@ -35,6 +35,8 @@ from __future__ import annotations
 import torch
 
 from attnsim.model.config import AttentionMode
+from attnsim.model.plans import ConstPlan, HeadPlan
+from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
 __all__ = ["MAX_POSITIONS", "MAX_D_MODEL", "applies", "chosen", "forward"]
 
@@ -56,6 +58,11 @@ def chosen(net, executor: str, n: int) -> bool:
 
     Raises:
         ValueError: ``executor="fused"`` while gradients are recorded for the weights.
+
+    >>> from attnsim import compile_program, library
+    >>> net = compile_program(library.make_hist(), vocab="ab", max_seq_len=5).model
+    >>> chosen(net, "auto", 6), chosen(net, "plan", 6), chosen(net, "fused", 60)
+    (True, False, True)
     """
     if executor not in ("auto", "fused"):
         return False
@@ -103,8 +110,6 @@ def applies(net, n: int) -> bool:
 
 
 def _cheaper(net, n: int, layers: list) -> bool:
-    from attnsim.model.plans import ConstPlan
-
     scale = 2 if net.cfg.dtype == "float64" else 1
     work = 0
     for att, units in layers:
@@ -122,7 +127,7 @@ def _cheaper(net, n: int, layers: list) -> bool:
             if isinstance(p, ConstPlan):
                 const += len(p.heads)
                 done.update(p.heads)
-            elif getattr(p, "gap", 0) is None:  # a gather plan (not a table or candidates)
+            elif isinstance(p, HeadPlan) and p.gap is None:  # a gather (not candidates)
                 quadratic += int(qk[p.head] + ov[p.head]) * n * n * scale
                 done.add(p.head)
         other += len(set(heads.tolist()) - done)
@@ -224,7 +229,7 @@ def _attention(cfg, att: tuple, x: torch.Tensor) -> torch.Tensor:
 
 
 def _mlp(units: list, x: torch.Tensor) -> torch.Tensor | None:
-    from attnsim.model.transformer import NATIVE_FUNCTIONS
+    from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
 
     out = None
     for kind, W_in, W_out in units:
@@ -242,14 +247,6 @@ def _mlp(units: list, x: torch.Tensor) -> torch.Tensor | None:
     return out
 
 
-def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
-    if streams is not None and stage in streams:
-        req = streams[stage]
-        view = x.permute(2, 1, 0)
-        cols = getattr(req, "cols", None)
-        streams[stage] = view[..., cols].clone() if cols is not None else view.contiguous()
-
-
 def forward(
     net,
     token_ids: torch.Tensor,
@@ -259,7 +256,16 @@ def forward(
 ) -> torch.Tensor:
     """The final residual stream ``[batch, pos, d_model]`` (or its ``keep`` columns), as
     the dense forward computes it, with the stream feature-major in between. Inputs are
-    checked by the caller (``Transformer.forward``)."""
+    checked by the caller (``Transformer.forward``); ``streams`` and ``keep`` as there.
+
+    >>> import torch
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> ids, _ = m.encode(["abba"])
+    >>> m.model.executor = "dense"
+    >>> bool(torch.allclose(forward(m.model, ids, None), m.model(ids)))
+    True
+    """
     cfg = net.cfg
     b, n = token_ids.shape
     key = _key(net)
@@ -279,14 +285,17 @@ def forward(
     if cfg.token_width:
         vals = token_values.to(x.dtype).transpose(0, 1).reshape(n * b, -1)
         x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
-    _capture(streams, 0, x)
+    if streams:
+        _capture(streams, 0, x.permute(2, 1, 0))
     for i, (att, units) in enumerate(_layers(net, key)):
         if att is not None:
             x += _attention(cfg, att, x)
-        _capture(streams, 2 * i + 1, x)
+        if streams:
+            _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
         y = _mlp(units, x)
         if y is not None:
             x += y
-        _capture(streams, 2 * i + 2, x)
+        if streams:
+            _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
     return out if keep is None else out[..., keep.cols]

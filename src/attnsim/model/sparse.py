@@ -61,6 +61,7 @@ from attnsim.model.sparse_ops import (
     split_qk,
     unit_writes,
 )
+from attnsim.model.stream import check_positions
 from attnsim.model.transformer import Columns
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
@@ -314,9 +315,7 @@ class SparseTransformer:
                 "executor must be one of ('auto', 'plan', 'dense') for sparse storage (the "
                 f"feature-major 'fused' needs dense weights), got {self.executor!r}"
             )
-        n = token_ids.shape[1]
-        if n > self.cfg.n_ctx:
-            raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
+        n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         if self.cfg.token_width and (
             token_values is None or token_values.shape[-1:] != (self.cfg.token_width,)
         ):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Columns", "expand_update"]
+__all__ = ["Columns", "expand_update", "check_positions"]
 
 
 class Columns:
@@ -56,3 +56,30 @@ def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tenso
             x[..., cols] += vals
     else:
         x += update
+
+
+def check_positions(token_ids: torch.Tensor, n_ctx: int, d_vocab: int) -> int:
+    """The number of positions of ``token_ids [batch, pos]`` (BOS included), after checking
+    that it fits the model and that every id is a row of its embedding (a negative id would
+    otherwise index from the end, and a one-hot embedding would give a zero row).
+
+    >>> check_positions(torch.tensor([[0, 2, 1]]), 4, 3)
+    3
+    >>> try:
+    ...     check_positions(torch.tensor([[0, 3]]), 4, 3)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:49])
+    token id 3 is not a row of this model's embedding
+    """
+    n = token_ids.shape[1]
+    if n > n_ctx:
+        raise ValueError(f"input has {n} positions (BOS included), the model {n_ctx}")
+    if token_ids.numel():
+        lo, hi = (int(v) for v in torch.aminmax(token_ids))
+        if lo < 0 or hi >= d_vocab:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"token id {bad} is not a row of this model's embedding (0 to {d_vocab - 1}); "
+                "encode inputs with the model's encode()"
+            )
+    return n

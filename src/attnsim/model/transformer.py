@@ -23,7 +23,7 @@ from attnsim.model import fused, plan_core, plan_steps
 from attnsim.model import plans as execution
 from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
-from attnsim.model.stream import Columns, _add, _capture, expand_update  # noqa: F401
+from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
 
 NATIVE_FUNCTIONS = {
     "exp": torch.exp,
@@ -542,9 +542,7 @@ class Transformer(nn.Module):
         return only these columns of the final stream).
         Returns the final residual stream [batch, pos, d_model] (or [batch, pos, len(keep)]).
         """
-        n = token_ids.shape[1]
-        if n > self.cfg.n_ctx:
-            raise ValueError(f"input has {n} positions (BOS included), the model {self.cfg.n_ctx}")
+        n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         width = self.cfg.token_width
         if width and (token_values is None or token_values.shape[-1:] != (width,)):
             got = None if token_values is None else list(token_values.shape)
