@@ -120,11 +120,10 @@ def random_decoder_target(
     max_logit: float,
     max_ff: int,
     X: torch.Tensor | None = None,
-    linear: bool = True,
 ) -> tuple[S.EncoderLayerSpec, torch.Tensor, int]:
     """A random layer of any kind a decoder U reads (norms LayerNorm, RMSNorm or none;
     gated or not; every activation; rotary where the head width is even; softmax, linear
-    (unless ``linear`` is False) or Linformer attention;
+    or Linformer attention;
     causal, pre-norm and biases drawn), its X and its seed. A draw whose head has all scores
     0 on X (a LayerNorm at d = 1 without bias, say), which no scale brings to the drawn
     largest score, is drawn again.
@@ -136,13 +135,13 @@ def random_decoder_target(
     """
     while True:
         try:
-            return _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X, linear)
+            return _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X)
         except ValueError as exc:
             if "all scores zero" not in str(exc):
                 raise
 
 
-def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X, linear_ok):
+def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X):
     h = int(rng.integers(1, max_heads + 1))
     d = int(rng.integers(1, max_d // h + 1)) * h
     n = int(rng.integers(1, max_n + 1)) if X is None else X.shape[0]
@@ -161,8 +160,6 @@ def _decoder_target(rng, max_n, max_d, max_heads, max_logit, max_ff, X, linear_o
             d_mlp = d_mlp + 1 if d_mlp < max_ff else d_mlp - 1
     # the attention's kind: softmax, linear or Linformer (which has no mask, rotary or phi)
     kind = ("softmax", "linear", "linformer")[int(rng.integers(3))]
-    if kind == "linear" and not linear_ok:
-        kind = "softmax"
     causal = kind != "linformer" and bool(rng.integers(2))
     linear = ("elu", "relu")[int(rng.integers(2))] if kind == "linear" else None
     rotary = kind != "linformer" and (d // h) % 2 == 0 and bool(rng.integers(2))

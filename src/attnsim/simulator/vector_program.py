@@ -53,7 +53,6 @@ class _Builder:
 
     def __init__(self, lay: VectorLayout) -> None:
         self.lay = lay
-        self.linear = lay.modern  # a decoder's linear-attention path
         self.coords = lay.coords
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
@@ -186,7 +185,7 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     m = m.named(b.n(ROW_MAX))
     e = E.exp(score - m - masked * mask_offset(score_bound)).named(b.n(EXP))
     eps = None
-    if b.linear:  # linear attention where the target has it (flags)
+    if lay.modern:  # linear attention where the target has it (flags)
         # the keys a query sees: a padded key may also be a future one (masked is 2 there)
         seen = ((1 - pad) * (1 - causal * future)).named(b.n("seen"))
         e, eps = _linear(b, row, um, seen, e, ell)
