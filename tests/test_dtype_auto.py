@@ -263,3 +263,19 @@ def test_float32_weights_are_the_float64_ones_rounded():
     for (name, a), (_, b) in zip(auto.model.state_dict().items(), f64.model.state_dict().items()):
         assert a.dtype == torch.float32 and b.dtype == torch.float64
         assert torch.equal(a, b.float()), name  # the float64 weights, rounded once
+
+
+def test_float32_selector_width_at_its_longest_length_decodes_every_width():
+    # max_seq_len 28 is the longest float32 length of a selector width: a step's rounding
+    # is relative to its input's whole range (an input far above a step's threshold gives
+    # a large pre-activation that the step's two units cancel), not to the values near it
+    m = _compile("make_length", 28)
+    assert m.model.dtype == torch.float32
+    xs = [["a"] * n for n in range(1, 29)]
+    got = [m.run([x])[0] for x in xs]
+    assert got == [[len(x)] * len(x) for x in xs]
+    e = library.PROGRAMS["make_hist"]
+    m = compile_program(e.factory(), vocab=e.vocab, max_seq_len=28)
+    assert m.model.dtype == torch.float32
+    xs = [[e.vocab[0]] * k + [e.vocab[1]] * (28 - k) for k in range(29)]
+    assert m.run(xs) == rasp.evaluate(e.factory(), xs)

@@ -111,12 +111,13 @@ def applies(net, n: int) -> bool:
 
 def _cheaper(net, n: int, layers: list) -> bool:
     scale = 2 if net.cfg.dtype == "float64" else 1
-    work = 0
+    work, d = 0, net.cfg.d_model
     for att, units in layers:
         if att is not None:
             H, wq, wv, qkv, W_O = att
-            work += n * (qkv.numel() + W_O.numel()) + H * (2 * wq + 2 * wv) * n * n
-        work += sum(n * (w_in.numel() + w_out.numel()) for _, w_in, w_out in units)
+            # the dense products' sizes (the rule was calibrated on them)
+            work += n * d * (qkv[0].shape[0] + W_O[0].shape[1]) + H * (2 * wq + 2 * wv) * n * n
+        work += sum(n * d * (w_in[0].shape[0] + w_out[0].shape[1]) for _, w_in, w_out in units)
     work *= scale
     plans = net.plans(n) or [() for _ in net.blocks]
     quadratic, const, other = 0, 0, 0
@@ -167,22 +168,55 @@ def _prepare(net) -> list:
             wq, wv = max(1, int(qk[heads].max())), max(1, int(ov[heads].max()))
 
             parts = [(attn.W_Q, wq), (attn.W_K, wq), (attn.W_V, wv)]
-            qkv = torch.cat([_stack(W, heads, width) for W, width in parts])
-            W_O = attn.W_O[heads, :wv].reshape(-1, attn.W_O.shape[2]).T.contiguous()
-            att = (len(heads), wq, wv, qkv.detach(), W_O.detach())
+            qkv = _reading(torch.cat([_stack(W, heads, width) for W, width in parts]))
+            W_O = _writing(attn.W_O[heads, :wv].reshape(-1, attn.W_O.shape[2]).T)
+            att = (len(heads), wq, wv, qkv, W_O)
         units = []
         used = torch.nonzero((mlp.W_out != 0).any(dim=1)).flatten()
         if len(used):
-            units.append(("relu", mlp.W_in[:, used].T.contiguous(), mlp.W_out[used].T.contiguous()))
+            units.append(("relu", mlp.W_in[:, used].T, mlp.W_out[used].T))
         groups = [("bilinear", mlp.W_bil_a, mlp.W_bil_b, mlp.W_bil_out)]
         for kind in mlp.native_kinds:
             groups.append((kind, *(getattr(mlp, f"W_{kind}_{p}") for p in ("in", "gate", "out"))))
         for kind, a, b, w_out in groups:
             if a.shape[1]:
-                both = torch.cat([a, b], dim=1).T.contiguous()
-                units.append((kind, both.detach(), w_out.T.contiguous().detach()))
-        layers.append((att, [(k, i.detach(), o.detach()) for k, i, o in units]))
+                units.append((kind, torch.cat([a, b], dim=1).T, w_out.T))
+        layers.append((att, [(k, _reading(i), _writing(o)) for k, i, o in units]))
     return layers
+
+
+def _reading(W: torch.Tensor) -> tuple:
+    """``W [rows, d_model]`` as ``(W on the residual rows it reads, those rows or None for
+    all)``: a product over the rows read only (the others would add exact zeros)."""
+    reads = torch.nonzero((W != 0).any(dim=0)).flatten()
+    if not len(reads):  # reads nothing: one row of zero weights keeps the shapes
+        reads = torch.zeros(1, dtype=torch.long)
+    if len(reads) * 4 > 3 * W.shape[1]:
+        return W.detach().contiguous(), None
+    return W[:, reads].detach().contiguous(), reads
+
+
+def _writing(W: torch.Tensor) -> tuple:
+    """``W [d_model, width]`` as ``(W on the residual rows it writes, those rows or None)``."""
+    writes = torch.nonzero((W != 0).any(dim=1)).flatten()
+    if len(writes) * 4 > 3 * W.shape[0]:
+        return W.detach().contiguous(), None
+    return W[writes].detach().contiguous(), writes
+
+
+def _read(W: tuple, x: torch.Tensor) -> torch.Tensor:
+    """``W x`` over the rows ``W`` reads (see :func:`_reading`): ``[rows, pos, batch]``."""
+    w, reads = W
+    return _mm(w, x if reads is None else x.index_select(0, reads))
+
+
+def _write(W: tuple, z: torch.Tensor, x: torch.Tensor) -> None:
+    """Adds ``W z`` to the stream ``x`` in place, on the rows ``W`` writes."""
+    w, writes = W
+    if writes is None:
+        x += _mm(w, z)
+    elif len(writes):
+        x.index_add_(0, writes, _mm(w, z))
 
 
 def _layers(net, key: tuple) -> list:
@@ -197,10 +231,11 @@ def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (W @ x.reshape(x.shape[0], -1)).view(W.shape[0], *x.shape[1:])
 
 
-def _attention(cfg, att: tuple, x: torch.Tensor) -> torch.Tensor:
+def _attention(cfg, att: tuple, x: torch.Tensor) -> None:
+    """Adds the attention sublayer's output to the stream ``x [d_model, pos, batch]``."""
     H, wq, wv, qkv, W_O = att
     _, n, b = x.shape
-    proj = _mm(qkv, x)
+    proj = _read(qkv, x)
     q = proj[: H * wq].view(H, wq, n, b)
     k = proj[H * wq : 2 * H * wq].view(H, wq, n, b)
     v = proj[2 * H * wq :].view(H, wv, n, b)
@@ -225,15 +260,16 @@ def _attention(cfg, att: tuple, x: torch.Tensor) -> torch.Tensor:
         z = torch.matmul(w, v.permute(0, 3, 2, 1)).permute(0, 3, 2, 1)
     if count is not None:
         z = z / count[:, None]
-    return _mm(W_O, z.reshape(H * wv, n, b))
+    _write(W_O, z.reshape(H * wv, n, b), x)
 
 
-def _mlp(units: list, x: torch.Tensor) -> torch.Tensor | None:
+def _mlp(units: list, x: torch.Tensor) -> None:
+    """Adds the MLP's output to the stream ``x``: every unit reads ``x`` before any adds."""
     from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
 
-    out = None
+    vals = []
     for kind, W_in, W_out in units:
-        pre = _mm(W_in, x)
+        pre = _read(W_in, x)
         if kind == "relu":
             val = torch.relu(pre)
         else:
@@ -242,9 +278,9 @@ def _mlp(units: list, x: torch.Tensor) -> torch.Tensor | None:
                 val = a * b
             else:  # the gate is 0 where the unit is unused (BOS): 0 * inf stays 0
                 val = torch.where(b != 0, NATIVE_FUNCTIONS[kind](a), torch.zeros_like(a)) * b
-        y = _mm(W_out, val)
-        out = y if out is None else out + y
-    return out
+        vals.append((W_out, val))
+    for W_out, val in vals:
+        _write(W_out, val, x)
 
 
 def forward(
@@ -289,12 +325,10 @@ def forward(
         _capture(streams, 0, x.permute(2, 1, 0))
     for i, (att, units) in enumerate(_layers(net, key)):
         if att is not None:
-            x += _attention(cfg, att, x)
+            _attention(cfg, att, x)
         if streams:
             _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
-        y = _mlp(units, x)
-        if y is not None:
-            x += y
+        _mlp(units, x)
         if streams:
             _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous

@@ -12,7 +12,16 @@ import torch
 
 from attnsim.model.config import AttentionMode, ModelConfig
 
-__all__ = ["select_keys", "candidate_keys", "candidate_mean", "mix"]
+__all__ = [
+    "select_keys",
+    "candidate_keys",
+    "candidate_mean",
+    "mix",
+    "distinct_rows",
+    "on_distinct_rows",
+    "relu_rows",
+    "batch_step",
+]
 
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
 
@@ -44,10 +53,31 @@ def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: b
     return pattern, torch.matmul(pattern, v)
 
 
+# the plan executor runs a batch in parts whose stream takes at most about this many bytes:
+# larger temporaries come from fresh pages of the system allocator each time (measured:
+# hist at length 160, batch 256, 61 ms per batch as one part, 26 ms in parts of 32)
+STREAM_BYTES = 1 << 23
+MIN_PART = 16  # sequences: smaller parts spend more on per-call costs than they save
+
+
+def batch_step(batch: int, n: int, d_model: int, itemsize: int) -> int:
+    """Sequences per part of a planned forward pass on ``batch`` sequences of ``n``
+    positions (``batch`` itself when one part is small enough).
+
+    >>> batch_step(256, 161, 168, 8), batch_step(256, 11, 18, 8)
+    (38, 256)
+    """
+    per = max(1, n * d_model * itemsize)
+    return min(batch, max(MIN_PART, STREAM_BYTES // per))
+
+
 def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, inverse)``: the distinct rows of ``q [pos, width]`` and each row's index
-    among them (``rows[inverse] == q``). Rows are grouped by a hash of their bits, checked
-    bit by bit afterwards; a collision (never seen) falls back to ``torch.unique(dim=0)``.
+    among them (``rows[inverse] == q``; a row may appear twice in ``rows``, never two
+    different rows under one index). Rows are grouped by a hash, checked exactly afterwards:
+    first their dot product with fixed random weights (one matrix-vector product), then,
+    where that puts two different rows together, a hash of their bits; where that fails too
+    (never seen), ``torch.unique(dim=0)``.
 
     >>> q = torch.tensor([[1.0, 2.0], [0.5, 2.0], [1.0, 2.0]], dtype=torch.float64)
     >>> rows, inverse = distinct_rows(q)
@@ -57,22 +87,85 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, w = q.shape
     if n == 0 or w == 0:
         return torch.unique(q, dim=0, return_inverse=True)
+    gen = torch.Generator().manual_seed(w)
+    weights = (1.0 + torch.rand(w, 1, generator=gen, dtype=torch.float64)).to(q.dtype)
+    got = _grouped(q, (q @ weights).flatten(), q)
+    if got is not None:
+        return got
     bits = (
         q.contiguous().view(torch.int64)
         if q.dtype == torch.float64
         else q.double().view(torch.int64)
     )
-    gen = torch.Generator().manual_seed(w)
     mult = torch.randint(1, 1 << 62, (w,), generator=gen, dtype=torch.int64) * 2 + 1
     # the high half folded into the low one first: a float's bits often end in zeros
     # (1.0 is 0x3ff0 followed by 48 zero bits), which a product alone would keep
     mixed = bits ^ (bits >> 32)
-    key = (mixed * mult).sum(dim=1)  # wraps around: a hash of the row's bits
+    got = _grouped(q, (mixed * mult).sum(dim=1), bits)  # wraps around: a hash of the bits
+    if got is not None:
+        return got
+    return torch.unique(q, dim=0, return_inverse=True)
+
+
+# a function of each row runs once per distinct row when these hold: rows in the batch,
+# the function's work per row (multiply-adds), the share of distinct rows
+DISTINCT_MIN_ROWS = 256
+DISTINCT_MIN_WORK = 1024
+DISTINCT_SHARE = 0.25
+
+
+def on_distinct_rows(xs: torch.Tensor, fn, owner, work: int) -> torch.Tensor:
+    """``fn(xs)`` for a row-wise function ``fn`` of ``xs [rows, width]``, computed once per
+    distinct row and gathered where the rows repeat (a categorical MLP reads few distinct
+    one-hot rows in a batch). ``work``: ``fn``'s multiply-adds per row. ``owner`` keeps
+    count of the batches whose rows were mostly distinct; after two, ``fn`` runs on every
+    row without looking. Each row's result is computed by the same arithmetic either way.
+
+    >>> xs = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).repeat(200, 1)
+    >>> class Owner: pass
+    >>> got = on_distinct_rows(xs, lambda u: u * 2.0, Owner(), 4096)
+    >>> torch.equal(got, xs * 2.0)
+    True
+    """
+    n = xs.shape[0]
+    misses = getattr(owner, "_distinct_misses", 0)
+    if owner is None or n < DISTINCT_MIN_ROWS or work < DISTINCT_MIN_WORK or misses >= 2:
+        return fn(xs)
+    rows, inverse = distinct_rows(xs)
+    if rows.shape[0] > DISTINCT_SHARE * n:
+        owner._distinct_misses = misses + 1
+        return fn(xs)
+    return fn(rows)[inverse]
+
+
+def relu_rows(
+    x: torch.Tensor, rows, w_in: torch.Tensor, w_out: torch.Tensor, owner=None
+) -> torch.Tensor:
+    """``relu(x[..., rows] @ w_in) @ w_out`` (``[batch, pos, columns]``), over slices of
+    positions so that a wide layer's hidden activations stay small, and with an ``owner``
+    (the MLP) once per distinct input row where rows repeat; each position's sums are the
+    same."""
+    xs = x[..., rows].reshape(-1, len(rows))
+    step = max(1, (1 << 21) // max(1, w_in.shape[1]))
+
+    def units(u: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(u, step)])
+
+    work = w_in.shape[1] * (len(rows) + w_out.shape[1])
+    part = on_distinct_rows(xs, units, owner, work)
+    return part.reshape(*x.shape[:-1], w_out.shape[1])
+
+
+def _grouped(q: torch.Tensor, key: torch.Tensor, exact: torch.Tensor):
+    """``(rows, inverse)`` grouping the rows of ``q`` by ``key [pos]``, or None when some
+    group holds rows that differ in ``exact`` (or a key is NaN)."""
+    if key.is_floating_point() and bool(torch.isnan(key).any()):
+        return None
     _, inverse = torch.unique(key, return_inverse=True)
     first = torch.zeros(int(inverse.max()) + 1, dtype=torch.long)
-    first.scatter_(0, inverse, torch.arange(n))  # a row of each group
-    if not torch.equal(bits[first][inverse], bits):  # two rows shared a hash
-        return torch.unique(q, dim=0, return_inverse=True)
+    first.scatter_(0, inverse, torch.arange(q.shape[0]))  # a row of each group
+    if not torch.equal(exact[first][inverse], exact):  # two different rows shared a key
+        return None
     return q[first], inverse
 
 

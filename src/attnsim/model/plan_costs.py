@@ -3,7 +3,8 @@ reports; see :mod:`attnsim.model.plans`)."""
 
 from __future__ import annotations
 
-from attnsim.model import plan_tables
+from attnsim.model import plan_keys, plan_tables
+from attnsim.model.plan_keys import KeyPlan, QueryPlan
 from attnsim.model.plan_tables import TablePlan
 from attnsim.model.plans import ConstPlan, _reads, _writes
 
@@ -44,6 +45,10 @@ def forward_flops(transformer, n: int) -> dict[str, int]:
                 continue
             if isinstance(p, TablePlan):
                 total += plan_tables.flops(a, p, n)
+                done.add(h)
+                continue
+            if isinstance(p, (KeyPlan, QueryPlan)):
+                total += plan_keys.flops(a, p, n)
                 done.add(h)
                 continue
             wv = max(1, int(ov_width[h]))

@@ -41,6 +41,9 @@ __all__ = [
     "classes_of",
     "run",
     "flops",
+    "RowTablePlan",
+    "row_table_plans",
+    "run_rows",
 ]
 
 
@@ -200,14 +203,76 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
 def run(attn, p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
     """A token-table head's mixed values ``[batch, pos, width]`` from sums over classes, or
     None when some position holds no known class in the directions the head reads."""
+    cls = classes_of(p, x)
+    if cls is None:
+        return None
+    return _mix(attn, p, x, cls)
+
+
+@dataclass(frozen=True)
+class RowTablePlan:
+    """A head whose queries and keys read only categorical directions that some sublayer
+    computes (a sort's comparison of computed keys): its classes are the distinct rows the
+    directions it reads take in a batch, found at run time, and it runs as a
+    :class:`TablePlan` over them where that costs less than the dense head.
+
+    Attributes:
+        head: the head's index in its layer.
+        rows: ``[m]`` int64 residual directions its queries and keys read.
+    """
+
+    head: int
+    rows: torch.Tensor
+
+
+def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
+    """Per layer, a :class:`RowTablePlan` for every active head not in ``skip[layer]``."""
+    from attnsim.model import plans
+
+    out = []
+    with torch.no_grad():
+        for layer, block in enumerate(transformer.blocks):
+            a = block.attn
+            qk_width = a._plan()[1]
+            found = []
+            for h in a.active_heads().tolist():
+                if h in skip[layer]:
+                    continue
+                wq = max(1, int(qk_width[h]))
+                reads = plans._reads(a.W_Q[h, :, :wq]) | plans._reads(a.W_K[h, :, :wq])
+                found.append(RowTablePlan(h, torch.nonzero(reads).flatten()))
+            out.append(tuple(found))
+    return tuple(out)
+
+
+def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
+    """A head's mixed values over the classes of its rows in this batch, or None where the
+    batch's rows take so many distinct values that the dense head costs less (then the
+    attention layer counts a miss: after two, the head runs dense without looking)."""
+
+    b, n, _ = x.shape
+    h = p.head
+    _, qk_width, ov_width = attn._plan()
+    wq, wv, m = max(1, int(qk_width[h])), max(1, int(ov_width[h])), int(p.rows.numel())
+    classes, inverse = plan_core.distinct_rows(x[..., p.rows].reshape(b * n, m))
+    c = int(classes.shape[0])
+    table = b * c * (min(c, n) + n) * (wv + 1) + 2 * c * m * wq + c * c * wq
+    dense = b * n * (4 * m * wq + n * (wq + wv + 1))
+    if table >= dense:
+        attn.candidate_misses[("rows", h)] = attn.candidate_misses.get(("rows", h), 0) + 1
+        return None
+    scores = (classes @ attn.W_Q[h, p.rows, :wq]) @ (classes @ attn.W_K[h, p.rows, :wq]).T
+    plan = TablePlan(h, p.rows, classes, scores, wv)
+    return _mix(attn, plan, x, inverse.view(b, n))
+
+
+def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    """The head's output from each position's class ``cls [batch, pos]``."""
     from attnsim.model import plans
 
     cfg = attn.cfg
     b, n, _ = x.shape
     c, wv = p.n_classes, p.value_width
-    cls = classes_of(p, x)
-    if cls is None:
-        return None
     onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     v = plans._project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
     hard = cfg.attention is AttentionMode.HARD
@@ -223,6 +288,10 @@ def run(attn, p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
     if not cfg.causal:
         count = onehot.sum(dim=1)  # [batch, class]
         sums = onehot.transpose(1, 2) @ v  # [batch, class, wv]
+        if c >= n:  # more classes than positions: per query, over the key classes
+            s = table[cls].masked_fill((count == 0)[:, None, :], inf)  # [batch, pos, class]
+            w = weights(s)
+            return (w @ sums) / (w @ count[..., None])
         s = table.expand(b, c, c).masked_fill((count == 0)[:, None, :], inf)
         w = weights(s)  # [batch, query class, key class]
         z = (w @ sums) / (w @ count[..., None])  # [batch, query class, wv]

@@ -32,6 +32,9 @@ length: it is computed once, on the stream the plans are built from, and added a
 **Token-table heads** (:mod:`attnsim.model.plan_tables`): a head whose queries and keys
 read only directions the token rows of the embedding write runs over classes of positions.
 
+**One-sided heads** (:mod:`attnsim.model.plan_keys`): a head whose keys (or queries) read
+static directions only runs over the distinct rows its other side takes in a batch.
+
 Shapes: batch, pos (BOS included), d_model; a head's plan holds ``offsets [pos + 1]`` and
 ``keys [nnz]``.
 
@@ -59,15 +62,19 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_core, plan_steps, plan_tables
+from attnsim.model import plan_core, plan_keys, plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
-from attnsim.model.plan_tables import TablePlan
+from attnsim.model.plan_keys import KeyPlan, QueryPlan
+from attnsim.model.plan_tables import RowTablePlan, TablePlan
 from attnsim.model.projection import Projection, _project  # noqa: F401 - used here and read by tests
 
 __all__ = [
     "HeadPlan",
     "ConstPlan",
     "TablePlan",
+    "KeyPlan",
+    "QueryPlan",
+    "RowTablePlan",
     "StaticAnalysis",
     "static_heads",
     "static_directions",
@@ -289,6 +296,11 @@ class StaticAnalysis:
     # per layer, the token-table heads (not static): their queries and keys read directions
     # that only the token row of the embedding writes (see :class:`TablePlan`)
     tables: tuple[tuple[TablePlan, ...], ...] = ()
+    # per layer, (head, side) of the one-sided heads (not static): their keys or their
+    # queries read static directions only (see attnsim.model.plan_keys)
+    sides: tuple[tuple[tuple[int, str], ...], ...] = ()
+    # per layer, the other heads that are not static: run over the classes of their rows
+    rows: tuple[tuple[RowTablePlan, ...], ...] = ()
 
     @classmethod
     def of(cls, transformer) -> StaticAnalysis:
@@ -300,7 +312,16 @@ class StaticAnalysis:
                 for i, b in enumerate(transformer.blocks)
             ]
             found = plan_tables.table_plans(transformer, heads)
-        return cls(masks, heads, parts, partial_heads(transformer, masks, heads), found)
+            sides = plan_keys.side_heads(transformer, masks, heads)
+        partial = partial_heads(transformer, masks, heads)
+        # a one-sided head runs over the distinct rows of its other side, not on candidates
+        partial = tuple(tuple(h for h in p if h not in dict(one)) for p, one in zip(partial, sides))
+        skip = [
+            set(hs) | {t.head for t in tb} | {h for h, _ in one}
+            for hs, tb, one in zip(heads, found, sides)
+        ]
+        rows = plan_tables.row_table_plans(transformer, skip)
+        return cls(masks, heads, parts, partial, found, sides, rows)
 
 
 def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...], ...]:
@@ -382,6 +403,9 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
             cands = tuple(p for p in cands if p is not None)
             found = analysis.tables[layer] if analysis.tables else ()
             found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))
+            one = analysis.sides[layer] if analysis.sides else ()
+            found += tuple(plan_keys.side_plan(block.attn, h, side, x) for h, side in one)
+            found += analysis.rows[layer] if analysis.rows else ()
             out.append(_const_plan(block.attn, x, plans, masks[2 * layer]) + cands + found)
             attn, mlp = analysis.parts[layer]
             x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
@@ -441,7 +465,11 @@ def planned_attention(
             planned.update(p.heads)
     plans = tuple(p for p in plans if not isinstance(p, ConstPlan))
     token = [p for p in plans if isinstance(p, TablePlan)]
-    plans = tuple(p for p in plans if not isinstance(p, TablePlan))
+    sided = [p for p in plans if isinstance(p, (KeyPlan, QueryPlan))]
+    by_rows = [p for p in plans if isinstance(p, RowTablePlan)]
+    plans = tuple(
+        p for p in plans if not isinstance(p, (TablePlan, KeyPlan, QueryPlan, RowTablePlan))
+    )
     cands = [p for p in plans if p.gap is not None]
     plans = tuple(p for p in plans if p.gap is None)
     planned.update(p.head for p in plans)
@@ -459,6 +487,10 @@ def planned_attention(
         z = plan_tables.run(attn, p, x)
         if z is not None:  # every position's class is known
             add(p.head, z)
+    for p in sided:  # None: too many distinct rows on the dynamic side, the head runs dense
+        z = plan_keys.run(attn, p, x)
+        if z is not None:
+            add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
     # would cost more than it saves (the outputs are the dense ones either way)
     misses = attn.candidate_misses
@@ -469,6 +501,11 @@ def planned_attention(
                 add(p.head, z)
             else:
                 misses[p.head] = misses.get(p.head, 0) + 1
+    for p in by_rows:  # None (too many classes) twice: the head runs dense from then on
+        if p.head not in planned and misses.get(("rows", p.head), 0) < 2:
+            z = plan_tables.run_rows(attn, p, x)
+            if z is not None:
+                add(p.head, z)
     if plans:
         _sum_planned(attn, x, plans, out, where)
         planned.update(p.head for p in plans)

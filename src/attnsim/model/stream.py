@@ -3,9 +3,44 @@ returns only the columns it writes), and the stages a caller asks to keep."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
 import torch
 
-__all__ = ["Columns", "expand_update", "check_positions"]
+__all__ = ["Columns", "expand_update", "check_positions", "new_stream"]
+
+HUGE_FROM = 1 << 25  # bytes from which a new stream asks for huge pages (Linux)
+_HUGE = 1 << 21
+_libc: list = []
+
+
+def new_stream(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``torch.empty(shape)`` for a large stream that is written once: on Linux its memory is
+    marked for transparent huge pages first (``madvise``), so that writing it takes one
+    page fault per 2 MiB instead of one per 4 KiB (measured: 53 MB in 3-9 ms instead of
+    21 ms). Where that is not available the tensor is the same, only slower to fill.
+
+    >>> new_stream((2, 3, 4), torch.float64).shape
+    torch.Size([2, 3, 4])
+    """
+    out = torch.empty(shape, dtype=dtype)
+    size = out.numel() * out.element_size()
+    if size < HUGE_FROM or not sys.platform.startswith("linux"):
+        return out
+    if not _libc:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _libc.append(libc)
+        except (OSError, AttributeError):
+            _libc.append(None)
+    if _libc[0] is not None:
+        start = (out.data_ptr() + _HUGE - 1) & ~(_HUGE - 1)
+        end = (out.data_ptr() + size) & ~(_HUGE - 1)
+        if end > start:
+            _libc[0].madvise(start, end - start, 14)  # MADV_HUGEPAGE; a refusal changes nothing
+    return out
 
 
 class Columns:

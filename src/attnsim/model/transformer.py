@@ -21,6 +21,7 @@ from torch import nn
 
 from attnsim.model import fused, plan_core, plan_steps
 from attnsim.model import plans as execution
+from attnsim.model import stream as residual
 from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
 from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
@@ -219,16 +220,6 @@ class Attention(nn.Module):
         return scores, pattern, z
 
 
-def _relu_rows(x: torch.Tensor, rows, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
-    """``relu(x[..., rows] @ w_in) @ w_out`` (``[batch, pos, columns]``), over slices of
-    positions so that a wide layer's hidden activations stay small; each position's sums are
-    the same."""
-    xs = x[..., rows].reshape(-1, len(rows))
-    step = max(1, (1 << 21) // max(1, w_in.shape[1]))
-    part = torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
-    return part.reshape(*x.shape[:-1], w_out.shape[1])
-
-
 class MLP(nn.Module):
     """ReLU units, bilinear (product) units and declared elementwise units, side by side."""
 
@@ -275,7 +266,7 @@ class MLP(nn.Module):
         rest = self._rest(steps)
         if rest is not None:
             rows, cols, w_in, w_out = rest
-            out[..., cols] = _relu_rows(x, rows, w_in, w_out)
+            out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
         return out
 
     def _relu_used(self) -> bool:
@@ -321,12 +312,14 @@ class MLP(nn.Module):
         if steps:  # the other units first, then the plans (as the full forward adds them)
             if rest is not None:
                 rows, cols, w_in, w_out = rest
-                out[..., where[cols]] = _relu_rows(x, rows, w_in, w_out)
+                out[..., where[cols]] = plan_core.relu_rows(x, rows, w_in, w_out, self)
             for p in steps:
                 plan_steps.run(self, p, x, out, where)
         elif plan is not None:  # the ReLU units over the rows they read, in slices of positions
             rows, cols = plan
-            out[..., where[cols]] = _relu_rows(x, rows, self.W_in[rows], self.W_out[:, cols])
+            out[..., where[cols]] = plan_core.relu_rows(
+                x, rows, self.W_in[rows], self.W_out[:, cols], self
+            )
         if self.W_bil_a.shape[1]:
             proj, cols, w_out = slices["bilinear"]
             a, b = proj(x).chunk(2, dim=-1)
@@ -388,7 +381,7 @@ class MLP(nn.Module):
             w_in, w_out = self.W_in[rows], self.W_out[:, cols]
             out = torch.zeros_like(x)
             if cache is None:  # a wide layer (a ReLU-realised map) runs in slices
-                out[..., cols] = _relu_rows(x, rows, w_in, w_out)
+                out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
             else:  # the same 2-D products as the sliced pass, keeping the activations
                 post = torch.relu(x[..., rows].reshape(-1, len(rows)) @ w_in)
                 out[..., cols] = (post @ w_out).reshape(*x.shape[:-1], len(cols))
@@ -556,7 +549,26 @@ class Transformer(nn.Module):
             )
         if cache is None and fused.chosen(self, self.executor, n):
             return fused.forward(self, token_ids, token_values, streams, keep)
-        x = self.W_E[token_ids]  # a new tensor: the sums below go in place
+        planned = self.executor in ("auto", "plan")
+        b = token_ids.shape[0]
+        step = plan_core.batch_step(b, n, self.cfg.d_model, self.dtype.itemsize)
+        if planned and cache is None and streams is None and step < b:
+            out = residual.new_stream((b, n, self.cfg.d_model), self.dtype)
+            for i in range(0, b, step):  # each part's stream is a slice of the output
+                p, vals = slice(i, i + step), token_values
+                self._run(token_ids[p], vals if vals is None else vals[p], None, None, n, out[p])
+            return out if keep is None else out[..., keep.cols]
+        x = self._run(token_ids, token_values, cache, streams, n)
+        return x if keep is None else x[..., keep.cols]
+
+    def _run(self, token_ids, token_values, cache, streams, n: int, out=None) -> torch.Tensor:
+        # the forward pass past the checks; out: where the stream goes (a new tensor if None)
+        width = self.cfg.token_width
+        if out is None:
+            x = self.W_E[token_ids]  # a new tensor: the sums below go in place
+        else:
+            x = out
+            torch.index_select(self.W_E, 0, token_ids.reshape(-1), out=x.view(-1, x.shape[-1]))
         x += self.W_pos[:n]
         if token_values is not None and self.cfg.numerical_tokens:
             x += token_values.to(self.dtype)[..., None] * self.W_E_num
@@ -579,4 +591,6 @@ class Transformer(nn.Module):
                 None if plan is None else plan[i],
                 () if steps is None else steps[i],
             )
-        return x if keep is None else x[..., keep.cols]
+        if out is not None and x is not out:  # a layer without plans adds out of place
+            out.copy_(x)
+        return x

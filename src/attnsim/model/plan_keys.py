@@ -1,0 +1,194 @@
+"""One-sided heads: attention whose keys, or whose queries, the input cannot change.
+
+Many compiled heads compare a computed value with the position on one side only:
+``Select(indices, target, ==)`` reads the value at a computed position (its keys are
+static), and sort's ``Select(target_pos, indices, ==)`` puts each value at the position it
+computed (its queries are static). "Static" directions are those whose value at every
+position is the same for every input of a length (see
+:func:`attnsim.model.plans.static_directions`); without a causal mask such a head runs over
+the few distinct rows its other side takes in a batch instead of over ``[batch, pos, pos]``
+scores:
+
+- **static keys** (:class:`KeyPlan`): a query's pattern depends on its query row alone; the
+  pattern is computed once per distinct query row, ``[rows, pos]``, and where every row
+  selects one key (hard attention) the head is a gather, bit for bit the dense result.
+- **static queries** (:class:`QueryPlan`): the keys fall into classes (their distinct rows);
+  each sequence's values are summed per class, the scores are a table ``[pos, class]``, and
+  a query attends over the classes present in its sequence, as a token-table head does (see
+  :class:`attnsim.model.plan_tables.TablePlan`); where every query selects one class (hard
+  attention) its output is that class's mean, one gather.
+
+>>> from attnsim import compile_program, library, rasp
+>>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
+...                     vocab=[1, 2, 3], max_seq_len=3)
+>>> [type(p).__name__ for p in m.model.plans(4)[1]]  # the sort's placing head
+['QueryPlan']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnsim.model import plan_core
+from attnsim.model.config import AttentionMode
+
+__all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops"]
+
+# a batch's dynamic side runs over its distinct rows while these are at most this share of
+# the positions (more distinct rows: the dense scores cost about as much, and run instead)
+MAX_ROW_SHARE = 0.5
+MAX_CLASS_VALUES = 1 << 21  # sequences x classes x (width + pos) per pass of a static-query head
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """A static-key head for one input length.
+
+    Attributes:
+        head: the head's index in its layer.
+        q_rows: ``[m]`` int64 residual directions its queries read.
+        keys: ``[pos, width]`` its keys (the same on every input of this length).
+    """
+
+    head: int
+    q_rows: torch.Tensor
+    keys: torch.Tensor
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A static-query head for one input length.
+
+    Attributes:
+        head: the head's index in its layer.
+        k_rows: ``[m]`` int64 residual directions its keys read.
+        queries: ``[pos, width]`` its queries (the same on every input of this length).
+    """
+
+    head: int
+    k_rows: torch.Tensor
+    queries: torch.Tensor
+
+
+def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], ...]:
+    """Per layer, ``(head, side)`` for the active heads that are not static and whose keys
+    (side ``"keys"``) or queries (``"queries"``) read static directions only, the other side
+    some other direction; none in a causal model."""
+    from attnsim.model.plans import _reads
+
+    if transformer.cfg.causal:
+        return tuple(() for _ in transformer.blocks)
+    out = []
+    with torch.no_grad():
+        for layer, block in enumerate(transformer.blocks):
+            a, static = block.attn, masks[2 * layer]
+            width = a._plan()[1]
+            found = []
+            for h in a.active_heads().tolist():
+                if h in heads[layer]:
+                    continue
+                wq = max(1, int(width[h]))
+                k_reads, q_reads = _reads(a.W_K[h, :, :wq]), _reads(a.W_Q[h, :, :wq])
+                if bool((static | ~k_reads).all()) and bool(q_reads.any()):
+                    found.append((h, "keys"))
+                elif bool((static | ~q_reads).all()) and bool(k_reads.any()):
+                    found.append((h, "queries"))
+            out.append(tuple(found))
+    return tuple(out)
+
+
+def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
+    """Head h's plan from the static stream ``x [1, pos, d_model]``: its static side as the
+    dense forward computes it."""
+    from attnsim.model.plans import _reads
+
+    wq = max(1, int(attn._plan()[1][h]))
+    W_Q, W_K = attn.W_Q[h, :, :wq], attn.W_K[h, :, :wq]
+    if side == "keys":
+        return KeyPlan(head=h, q_rows=torch.nonzero(_reads(W_Q)).flatten(), keys=x[0] @ W_K)
+    return QueryPlan(head=h, k_rows=torch.nonzero(_reads(W_K)).flatten(), queries=x[0] @ W_Q)
+
+
+def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
+    """The head's mixed values ``[batch, pos, width]``, or None when the dynamic side takes so
+    many distinct rows in the batch that the dense scores cost about as much."""
+    from attnsim.model.plans import _project
+
+    b, n, _ = x.shape
+    h = p.head
+    reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
+    rows, inverse = plan_core.distinct_rows(x[..., reads].reshape(b * n, -1))
+    c = rows.shape[0]
+    if c > max(8, MAX_ROW_SHARE * b * n):
+        return None
+    wv = max(1, int(attn._plan()[2][h]))
+    v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
+    if isinstance(p, KeyPlan):
+        q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]  # the other rows of W_Q are 0
+        return _by_query(attn.cfg, q @ p.keys.T, inverse.view(b, n), v)
+    k = rows @ attn.W_K[h, reads, : p.queries.shape[1]]
+    table, cls = p.queries @ k.T, inverse.view(b, n)
+    step = max(1, MAX_CLASS_VALUES // (c * (wv + n)))  # sequences per pass
+    if step >= b:
+        return _by_key(attn.cfg, table, cls, v)
+    z = torch.empty_like(v)
+    for start in range(0, b, step):
+        part = slice(start, start + step)
+        z[part] = _by_key(attn.cfg, table, cls[part], v[part])
+    return z
+
+
+def _by_query(cfg, scores: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Static keys: ``scores [rows, pos]`` of each distinct query row, ``cls [batch, pos]``
+    each query's row."""
+    b, n, wv = v.shape
+    if cfg.attention is AttentionMode.HARD:
+        chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+        count = chosen.sum(dim=-1)
+        if bool((count == 1).all()):  # one key per query: the mean of one value is that value
+            key = chosen.to(torch.int8).argmax(dim=-1)[cls].view(b, n, 1)
+            return v.gather(1, key.expand(b, n, wv))
+        z = torch.bmm(chosen.to(v.dtype)[cls], v)  # the sums, then one division by the count
+        return z / count.to(v.dtype)[cls][..., None]
+    return torch.bmm(torch.softmax(cfg.beta * scores, dim=-1)[cls], v)
+
+
+def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Static queries: ``table [pos, classes]`` the score of each query for each key class,
+    ``cls [batch, pos]`` each key's class. Per sequence, the keys' values are summed by
+    class and a query attends over the classes present (as the dense sum, grouped)."""
+    b, n, wv = v.shape
+    c = table.shape[1]
+    count = torch.zeros(b, c, dtype=v.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
+    sums = torch.zeros(b, c, wv, dtype=v.dtype).scatter_add_(1, cls[..., None].expand(b, n, wv), v)
+    s = table.expand(b, n, c).masked_fill((count == 0)[:, None, :], float("-inf"))
+    top = s.amax(dim=-1, keepdim=True)
+    if cfg.attention is AttentionMode.HARD:
+        chosen = s >= top - cfg.hard_tolerance  # [batch, query, class]
+        if bool((chosen.sum(dim=-1) == 1).all()):  # one class per query: its mean
+            best = chosen.to(torch.int8).argmax(dim=-1)  # [batch, query]
+            z = sums.gather(1, best[..., None].expand(b, n, wv))
+            return z / count.gather(1, best)[..., None]
+        w = chosen.to(v.dtype)
+    else:
+        w = torch.exp(cfg.beta * (s - top))  # softmax's terms; an absent class weighs 0
+    return (w @ sums) / (w @ count[..., None])
+
+
+def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
+    """FLOPs of one one-sided head on ``n`` positions, batch 1, counting every row of its
+    dynamic side as distinct: the row look-up, the scores against the static side, the
+    values, the sums over the selected keys (or classes) and the outputs."""
+    from attnsim.model.plans import _reads, _writes
+
+    static = p.keys if isinstance(p, KeyPlan) else p.queries
+    m = int((p.q_rows if isinstance(p, KeyPlan) else p.k_rows).numel())
+    wq = int(static.shape[1])
+    wv = max(1, int(attn._plan()[2][p.head]))
+    rows_v = int(_reads(attn.W_V[p.head, :, :wv]).sum())
+    cols_o = int(_writes(attn.W_O[p.head, :wv]).sum())
+    lookup = n * m * max(1, n.bit_length())
+    mix = 2 * n * n * wq + 2 * n * n * (wv + 1)
+    return lookup + 2 * n * m * wq + mix + 2 * n * rows_v * wv + 2 * n * wv * cols_o
