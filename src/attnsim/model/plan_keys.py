@@ -145,10 +145,11 @@ def _by_query(cfg, scores: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> 
     each query's row."""
     b, n, wv = v.shape
     if cfg.attention is AttentionMode.HARD:
-        chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+        top, key = scores.max(dim=-1, keepdim=True)
+        chosen = scores >= top - cfg.hard_tolerance
         count = chosen.sum(dim=-1)
-        if bool((count == 1).all()):  # one key per query: the mean of one value is that value
-            key = chosen.to(torch.int8).argmax(dim=-1)[cls].view(b, n, 1)
+        if bool((count == 1).all()):  # one key per query (the best): that value, exactly
+            key = key[..., 0][cls].view(b, n, 1)
             return v.gather(1, key.expand(b, n, wv))
         z = torch.bmm(chosen.to(v.dtype)[cls], v)  # the sums, then one division by the count
         return z / count.to(v.dtype)[cls][..., None]
@@ -164,11 +165,11 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
     count = torch.zeros(b, c, dtype=v.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
     sums = torch.zeros(b, c, wv, dtype=v.dtype).scatter_add_(1, cls[..., None].expand(b, n, wv), v)
     s = table.expand(b, n, c).masked_fill((count == 0)[:, None, :], float("-inf"))
-    top = s.amax(dim=-1, keepdim=True)
+    top, best = s.max(dim=-1, keepdim=True)
     if cfg.attention is AttentionMode.HARD:
         chosen = s >= top - cfg.hard_tolerance  # [batch, query, class]
-        if bool((chosen.sum(dim=-1) == 1).all()):  # one class per query: its mean
-            best = chosen.to(torch.int8).argmax(dim=-1)  # [batch, query]
+        if bool((chosen.sum(dim=-1) == 1).all()):  # one class per query (the best): its mean
+            best = best[..., 0]  # [batch, query]
             z = sums.gather(1, best[..., None].expand(b, n, wv))
             return z / count.gather(1, best)[..., None]
         w = chosen.to(v.dtype)

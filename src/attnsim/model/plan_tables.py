@@ -194,7 +194,17 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
             return None
         return member.to(torch.int8).argmax(dim=-1)
     rows, inverse = plan_core.distinct_rows(xs.reshape(b * n, -1))  # hashed, then checked
-    member = (rows[:, None, :] == p.classes.to(x.dtype)[None]).all(dim=-1)  # [rows, class]
+    classes = p.classes.to(x.dtype)
+    # each row's class by a dot product with fixed weights (sorted, then searched), checked
+    # exactly; where that finds no equal class, every class is compared
+    w = torch.rand(classes.shape[1], 1, generator=torch.Generator().manual_seed(1)) + 1.0
+    w = w.to(x.dtype)
+    key_c, order = (classes @ w).flatten().sort()
+    at = torch.searchsorted(key_c, (rows @ w).flatten()).clamp_(max=len(key_c) - 1)
+    found = order[at]
+    if bool((classes[found] == rows).all()):
+        return found[inverse].reshape(b, n)
+    member = (rows[:, None, :] == classes[None]).all(dim=-1)  # [rows, class]
     if not bool(member.any(dim=-1).all()):
         return None
     return member.to(torch.int8).argmax(dim=-1)[inverse].reshape(b, n)
@@ -273,7 +283,6 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor
     cfg = attn.cfg
     b, n, _ = x.shape
     c, wv = p.n_classes, p.value_width
-    onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     v = plans._project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
     hard = cfg.attention is AttentionMode.HARD
     table = p.scores.to(x.dtype) if hard else cfg.beta * p.scores.to(x.dtype)
@@ -285,17 +294,19 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor
             return (s >= top - cfg.hard_tolerance).to(x.dtype)
         return torch.exp(s - top)  # softmax's terms; an absent class (-inf) weighs 0
 
-    if not cfg.causal:
-        count = onehot.sum(dim=1)  # [batch, class]
-        sums = onehot.transpose(1, 2) @ v  # [batch, class, wv]
+    if not cfg.causal:  # per sequence, each class's count and sum of values
+        count = torch.zeros(b, c, dtype=x.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
+        sums = torch.zeros(b, c, wv, dtype=x.dtype)
+        sums.scatter_add_(1, cls[..., None].expand(b, n, wv), v)
         if c >= n:  # more classes than positions: per query, over the key classes
-            s = table[cls].masked_fill((count == 0)[:, None, :], inf)  # [batch, pos, class]
+            s = table[cls].masked_fill_((count == 0)[:, None, :], inf)  # [batch, pos, class]
             w = weights(s)
             return (w @ sums) / (w @ count[..., None])
         s = table.expand(b, c, c).masked_fill((count == 0)[:, None, :], inf)
         w = weights(s)  # [batch, query class, key class]
         z = (w @ sums) / (w @ count[..., None])  # [batch, query class, wv]
         return z.gather(1, cls[..., None].expand(b, n, wv))
+    onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     z = torch.empty(b, n, wv, dtype=x.dtype)
     step = max(1, plans._PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
     for start in range(0, b, step):

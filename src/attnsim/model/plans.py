@@ -478,7 +478,7 @@ def planned_attention(
         wv = max(1, int(ov_width[h]))
         W_O = attn.W_O[h, :wv]
         cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-        out[..., where[cols]] += z @ W_O[:, cols]
+        out[..., where[cols]] += _project(z, W_O[:, cols])
         planned.add(h)
 
     # a token-table head's class sums are exact for every input whose classes are known:

@@ -51,7 +51,13 @@ def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     matter, so it reads only its rows; the others keep the full sum over d_model (a matrix
     product's columns do not depend on which other columns it computes)."""
     nonzero = W != 0
-    few = nonzero.sum(dim=0) <= 2  # [width]
+    terms = nonzero.sum(dim=0)  # [width]
+    if bool((terms == 1).all()):  # one term per column: a gather, scaled (the same product)
+        rows = nonzero.to(torch.int8).argmax(dim=0)
+        scale = W[rows, torch.arange(W.shape[1])]
+        picked = x[..., rows]
+        return picked if bool((scale == 1).all()) else picked * scale
+    few = terms <= 2
     if bool(few.all()):
         rows = torch.nonzero(nonzero.any(dim=1)).flatten()
         return x[..., rows] @ W[rows]
