@@ -143,6 +143,37 @@ def test_auto_chooses_by_the_rule_and_leaves_hooked_models_to_the_plans():
     assert fused.chosen(net, "auto", 6)
 
 
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_layers_of_one_key_gathers_run_as_gathers(attention):
+    # shift_by's head and reverse's last head select one key per query on every input of a
+    # length: feature-major they are gathers (hard attention), the same stream as dense
+    for program, vocab in (
+        (library.shift_by(2, rasp.tokens), list("abc")),
+        (library.make_reverse(rasp.tokens), list("abcd")),
+    ):
+        m = compile_program(program, vocab=vocab, max_seq_len=8, attention=attention)
+        net = m.model
+        gathers = fused._gathers(net, fused._key(net), 9)
+        assert (gathers[-1] is not None) == (attention == "hard")
+        xs = [[random.Random(i).choice(vocab) for _ in range(8)] for i in range(30)]
+        ids, vals = m.encode(xs)
+        assert_close(*streams_both_ways(m, ids, vals, "fused"))
+        net.executor = "fused"
+        try:
+            assert m.run(xs) == rasp.evaluate(program, xs)
+        finally:
+            net.executor = "auto"
+    # a model of gathers runs feature-major at 21 positions; one with a constant head and
+    # gathers while its pass is small
+    shift = compile_program(library.shift_by(2, rasp.tokens), vocab=list("abc"), max_seq_len=20)
+    assert fused.applies(shift.model, 21)
+    rev5, rev10 = (
+        compile_program(library.make_reverse(rasp.tokens), vocab=list("abcd"), max_seq_len=n)
+        for n in (5, 10)
+    )
+    assert fused.applies(rev5.model, 6) and not fused.applies(rev10.model, 11)
+
+
 def test_changed_weights_are_prepared_again():
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     net = model.model

@@ -226,3 +226,22 @@ def test_flops_count_the_new_plans():
     net.plans = lambda n: None  # every head dense
     dense = plan_costs.forward_flops(net, 13)["attention"]
     assert 0 < planned < dense
+
+
+def test_weights_that_record_gradients_run_the_batch_in_one_part(monkeypatch):
+    model = compile_program(library.make_hist(), vocab=list("abc"), max_seq_len=8)
+    net = model.model
+    net.executor = "plan"
+    ids, vals = model.encode(random_inputs(list("abc"), 8, 40, 4))
+    monkeypatch.setattr(plan_core, "STREAM_BYTES", 1)
+    W = net.blocks[0].mlp.W_out
+    W.requires_grad_(True)
+    try:
+        out = net(ids, vals)
+        out.sum().backward()
+        assert W.grad is not None and out.requires_grad
+        with torch.no_grad():
+            assert torch.equal(out, net(ids, vals))  # in parts: the same stream
+    finally:
+        W.requires_grad_(False)
+        W.grad = None

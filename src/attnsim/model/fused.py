@@ -42,8 +42,9 @@ __all__ = ["MAX_POSITIONS", "MAX_D_MODEL", "applies", "chosen", "forward"]
 
 MAX_POSITIONS = 32  # longer inputs: the plans (the work limits below decide before)
 MAX_D_MODEL = 1024
-MAX_WORK = 300_000  # multiply-adds per sequence (float64 counts twice)
+MAX_WORK = 400_000  # multiply-adds per sequence (float64 counts twice)
 STATIC_WORK = 32_000  # ... for a model with heads the plans run as gathers
+CONST_WORK = 64_000  # ... for a model of constant heads and gathers
 STATIC_QUADRATIC = 2_800  # ... and those heads' [query, key] work at most this
 BROADCAST_VALUES = 1 << 21  # a head group's [head, width, query, key, batch] up to this
 ONE_HOT_VOCAB = 64  # wider models embed by a one-hot product up to this many tokens
@@ -87,10 +88,13 @@ def applies(net, n: int) -> bool:
     """Whether the plan executor runs an input of ``n`` positions (BOS included)
     feature-major: short inputs of a model whose work there is small, unless its plans make
     the heads cheaper. The rule, calibrated on tracr's library at lengths 5 to 20 (one
-    thread, batch 256): heads that only add a constant (``ConstPlan``) always go planned;
-    with heads the plans run as gathers, feature-major only while the whole pass is under
-    ``STATIC_WORK`` multiply-adds per sequence and those heads' dense ``[query, key]`` work
-    under ``STATIC_QUADRATIC``; otherwise while the pass is under ``MAX_WORK``.
+    thread, batch 256): a layer whose every head is a one-key gather on its plan runs as
+    gathers feature-major too (no ``[query, key]`` work); heads that only add a constant
+    (``ConstPlan``) go planned, unless the rest are such gathers and the pass is under
+    ``CONST_WORK`` multiply-adds per sequence; with other heads the plans run as gathers,
+    feature-major only while the whole pass is under ``STATIC_WORK`` and those heads' dense
+    ``[query, key]`` work under ``STATIC_QUADRATIC``; otherwise while the pass is under
+    ``MAX_WORK``.
 
     >>> from attnsim import compile_program, library, rasp
     >>> hist = compile_program(library.make_hist(), vocab="ab", max_seq_len=5)
@@ -105,24 +109,28 @@ def applies(net, n: int) -> bool:
     if got is None or got[0] != key:
         got = net._fused_choice = (key, {})
     if n not in got[1]:
-        got[1][n] = _cheaper(net, n, _layers(net, key))
+        got[1][n] = _cheaper(net, n, _layers(net, key), _gathers(net, key, n))
     return got[1][n]
 
 
-def _cheaper(net, n: int, layers: list) -> bool:
+def _cheaper(net, n: int, layers: list, gathers: list) -> bool:
     scale = 2 if net.cfg.dtype == "float64" else 1
     work, d = 0, net.cfg.d_model
-    for att, units in layers:
+    for (att, units), gathered in zip(layers, gathers):
         if att is not None:
             H, wq, wv, qkv, W_O = att
-            # the dense products' sizes (the rule was calibrated on them)
-            work += n * d * (qkv[0].shape[0] + W_O[0].shape[1]) + H * (2 * wq + 2 * wv) * n * n
+            # the dense products' sizes (the rule was calibrated on them); a layer of
+            # gathers has no [query, key] work
+            work += n * d * (qkv[0].shape[0] + W_O[0].shape[1])
+            work += 0 if gathered is not None else H * (2 * wq + 2 * wv) * n * n
         work += sum(n * d * (w_in[0].shape[0] + w_out[0].shape[1]) for _, w_in, w_out in units)
     work *= scale
     plans = net.plans(n) or [() for _ in net.blocks]
     quadratic, const, other = 0, 0, 0
-    for block, layer_plans in zip(net.blocks, plans):
+    for block, layer_plans, gathered in zip(net.blocks, plans, gathers):
         heads, qk, ov = block.attn._plan()
+        if gathered is not None:  # gathers feature-major too
+            continue
         done = set()
         for p in layer_plans:
             if isinstance(p, ConstPlan):
@@ -132,8 +140,9 @@ def _cheaper(net, n: int, layers: list) -> bool:
                 quadratic += int(qk[p.head] + ov[p.head]) * n * n * scale
                 done.add(p.head)
         other += len(set(heads.tolist()) - done)
-    if const and not quadratic and not other:  # constants only: the plans add them
-        return False
+    if const and not quadratic and not other:  # constants (the plans add them), gathers
+        gathered = any(g is not None for g in gathers)
+        return gathered and work <= CONST_WORK
     if quadratic:
         return work <= STATIC_WORK and quadratic <= STATIC_QUADRATIC
     return work <= MAX_WORK
@@ -219,6 +228,30 @@ def _write(W: tuple, z: torch.Tensor, x: torch.Tensor) -> None:
         x.index_add_(0, writes, _mm(w, z))
 
 
+def _gathers(net, key: tuple, n: int) -> list:
+    """Per layer, ``[head, pos]`` the one key each query selects on every input of ``n``
+    positions where the plans say so for every active head of the layer (hard attention),
+    else None; kept per length until the weights change."""
+    got = getattr(net, "_fused_gathers", None)
+    if got is None or got[0] != key:
+        got = net._fused_gathers = (key, {})
+    if n not in got[1]:
+        plans = net.plans(n) if net.cfg.attention is AttentionMode.HARD else None
+        plans = plans or [() for _ in net.blocks]
+        out = []
+        for block, layer_plans in zip(net.blocks, plans):
+            heads = block.attn._plan()[0].tolist()
+            found = {
+                p.head: p.keys
+                for p in layer_plans
+                if isinstance(p, HeadPlan) and p.gather and p.gap is None
+            }
+            ok = heads and all(h in found for h in heads)
+            out.append(torch.stack([found[h] for h in heads]) if ok else None)
+        got[1][n] = out
+    return got[1][n]
+
+
 def _layers(net, key: tuple) -> list:
     got = getattr(net, "_fused", None)
     if got is None or got[0] != key:
@@ -231,14 +264,20 @@ def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (W @ x.reshape(x.shape[0], -1)).view(W.shape[0], *x.shape[1:])
 
 
-def _attention(cfg, att: tuple, x: torch.Tensor) -> None:
-    """Adds the attention sublayer's output to the stream ``x [d_model, pos, batch]``."""
+def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = None) -> None:
+    """Adds the attention sublayer's output to the stream ``x [d_model, pos, batch]``;
+    ``keys [head, pos]``: every head of the layer selects that one key per query on every
+    input of this length (its plan, hard attention), so its mean is that key's value."""
     H, wq, wv, qkv, W_O = att
     _, n, b = x.shape
     proj = _read(qkv, x)
+    v = proj[2 * H * wq :].view(H, wv, n, b)
+    if keys is not None:  # the mean of one value is that value: no scores needed
+        z = torch.stack([v[h].index_select(1, keys[h]) for h in range(H)])
+        _write(W_O, z.reshape(H * wv, n, b), x)
+        return
     q = proj[: H * wq].view(H, wq, n, b)
     k = proj[H * wq : 2 * H * wq].view(H, wq, n, b)
-    v = proj[2 * H * wq :].view(H, wv, n, b)
     if H * max(wq, wv) * b * n * n <= BROADCAST_VALUES:  # [H, query, key, B]
         scores = (q[:, :, :, None, :] * k[:, :, None, :, :]).sum(dim=1)
     else:
@@ -323,9 +362,10 @@ def forward(
         x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
     if streams:
         _capture(streams, 0, x.permute(2, 1, 0))
+    gathers = _gathers(net, key, n)
     for i, (att, units) in enumerate(_layers(net, key)):
         if att is not None:
-            _attention(cfg, att, x)
+            _attention(cfg, att, x, gathers[i])
         if streams:
             _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
         _mlp(units, x)

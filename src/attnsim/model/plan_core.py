@@ -21,6 +21,7 @@ __all__ = [
     "on_distinct_rows",
     "relu_rows",
     "batch_step",
+    "part_size",
 ]
 
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
@@ -69,6 +70,14 @@ def batch_step(batch: int, n: int, d_model: int, itemsize: int) -> int:
     """
     per = max(1, n * d_model * itemsize)
     return min(batch, max(MIN_PART, STREAM_BYTES // per))
+
+
+def part_size(net, b: int, n: int, split: bool) -> int:
+    """Sequences per part of a planned pass (``b``: one part; weights that record gradients
+    run in one, their stream is not written into slices)."""
+    if not split or (torch.is_grad_enabled() and any(p.requires_grad for p in net.parameters())):
+        return b
+    return batch_step(b, n, net.cfg.d_model, net.dtype.itemsize)
 
 
 def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

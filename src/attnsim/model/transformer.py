@@ -549,10 +549,10 @@ class Transformer(nn.Module):
             )
         if cache is None and fused.chosen(self, self.executor, n):
             return fused.forward(self, token_ids, token_values, streams, keep)
-        planned = self.executor in ("auto", "plan")
         b = token_ids.shape[0]
-        step = plan_core.batch_step(b, n, self.cfg.d_model, self.dtype.itemsize)
-        if planned and cache is None and streams is None and step < b:
+        split = self.executor in ("auto", "plan") and cache is None and streams is None
+        step = plan_core.part_size(self, b, n, split)
+        if step < b:
             out = residual.new_stream((b, n, self.cfg.d_model), self.dtype)
             for i in range(0, b, step):  # each part's stream is a slice of the output
                 p, vals = slice(i, i + step), token_values
