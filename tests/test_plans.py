@@ -233,8 +233,10 @@ def test_a_head_with_static_queries_runs_over_key_classes_on_any_input():
     # keys' classes (their distinct rows) and a table of scores, exact where the token
     # values cross the gap too
     t = candidate_model(dynamic_query=False)
-    (plan,) = t.plans(13)[0]
+    cand, plan = t.plans(13)[0]  # its candidates first, then the key classes
+    assert cand.gap is not None
     assert isinstance(plan, P.QueryPlan) and plan.queries.shape == (13, 3)
+    t.blocks[0].attn.candidate_misses[0] = 2  # as after two failed certificates
     ids = torch.zeros(3, 13, dtype=torch.long)
     vals = torch.tensor(
         [
@@ -243,7 +245,12 @@ def test_a_head_with_static_queries_runs_over_key_classes_on_any_input():
             [0.0] + [1.0] * 12,  # ties: every query of a block selects both keys
         ]
     )
+    from attnsim.model import plan_keys
+
     with torch.no_grad():
+        x = t.W_E[ids] + t.W_pos[:13] + vals[..., None] * t.W_E_num
+        assert plan_keys.run(t.blocks[0].attn, plan, x) is not None  # few key classes
+        t.executor = "plan"
         a = t(ids, vals)
         t.executor = "dense"
         b = t(ids, vals)

@@ -21,8 +21,8 @@ scores:
 >>> from attnsim import compile_program, library, rasp
 >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
 ...                     vocab=[1, 2, 3], max_seq_len=3)
->>> [type(p).__name__ for p in m.model.plans(4)[1]]  # the sort's placing head
-['QueryPlan']
+>>> [type(p).__name__ for p in m.model.plans(4)[1]]  # the placing head: candidates first
+['HeadPlan', 'QueryPlan']
 """
 
 from __future__ import annotations

@@ -314,8 +314,6 @@ class StaticAnalysis:
             found = plan_tables.table_plans(transformer, heads)
             sides = plan_keys.side_heads(transformer, masks, heads)
         partial = partial_heads(transformer, masks, heads)
-        # a one-sided head runs over the distinct rows of its other side, not on candidates
-        partial = tuple(tuple(h for h in p if h not in dict(one)) for p, one in zip(partial, sides))
         skip = [
             set(hs) | {t.head for t in tb} | {h for h, _ in one}
             for hs, tb, one in zip(heads, found, sides)
@@ -487,10 +485,6 @@ def planned_attention(
         z = plan_tables.run(attn, p, x)
         if z is not None:  # every position's class is known
             add(p.head, z)
-    for p in sided:  # None: too many distinct rows on the dynamic side, the head runs dense
-        z = plan_keys.run(attn, p, x)
-        if z is not None:
-            add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
     # would cost more than it saves (the outputs are the dense ones either way)
     misses = attn.candidate_misses
@@ -501,6 +495,14 @@ def planned_attention(
                 add(p.head, z)
             else:
                 misses[p.head] = misses.get(p.head, 0) + 1
+    # None twice (too many distinct rows on the dynamic side): the head stops trying
+    for p in sided:
+        if p.head not in planned and misses.get(("side", p.head), 0) < 2:
+            z = plan_keys.run(attn, p, x)
+            if z is not None:
+                add(p.head, z)
+            else:
+                misses[("side", p.head)] = misses.get(("side", p.head), 0) + 1
     for p in by_rows:  # None (too many classes) twice: the head runs dense from then on
         if p.head not in planned and misses.get(("rows", p.head), 0) < 2:
             z = plan_tables.run_rows(attn, p, x)
