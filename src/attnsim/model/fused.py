@@ -286,8 +286,8 @@ def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = Non
         future = torch.ones(n, n, dtype=torch.bool).triu(1)[:, :, None]  # [query, key, 1]
         scores = scores.masked_fill(future, float("-inf"))
     if cfg.attention is AttentionMode.HARD:
-        threshold = scores.amax(dim=2, keepdim=True) - cfg.hard_tolerance
-        weights = (scores >= threshold).to(x.dtype)
+        threshold = scores.amax(dim=2, keepdim=True).sub_(cfg.hard_tolerance)
+        weights = scores.ge_(threshold)  # in place: 1.0 where selected, else 0.0
         count = weights.sum(dim=2)  # [H, query, B]
     else:
         weights = torch.softmax(cfg.beta * scores, dim=2)
@@ -298,7 +298,7 @@ def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = Non
         w = weights.permute(0, 3, 1, 2)  # [H, B, query, key]
         z = torch.matmul(w, v.permute(0, 3, 2, 1)).permute(0, 3, 2, 1)
     if count is not None:
-        z = z / count[:, None]
+        z = z.div_(count[:, None])  # z is a new tensor
     _write(W_O, z.reshape(H * wv, n, b), x)
 
 
