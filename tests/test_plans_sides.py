@@ -245,3 +245,24 @@ def test_weights_that_record_gradients_run_the_batch_in_one_part(monkeypatch):
     finally:
         W.requires_grad_(False)
         W.grad = None
+
+
+def test_parts_carry_numerical_and_vector_token_values(monkeypatch):
+    # numerical token values ([batch, pos]) and vector tokens ([batch, pos, width]) are cut
+    # into the same parts as the ids; numpy and the interpreter are the oracles
+    import numpy as np
+
+    monkeypatch.setattr(plan_core, "STREAM_BYTES", 1)  # parts of MIN_PART sequences
+    rng = np.random.default_rng(5)
+    prog = rasp.numerical(rasp.token_channel(0) * rasp.token_channel(1) + rasp.token_channel(2))
+    m = compile_program(prog, vocab=None, max_seq_len=6)
+    X = rng.normal(size=(40, 6, 3))
+    for executor in ("plan", "dense"):
+        got = np.array(m.run(X, executor=executor))
+        np.testing.assert_allclose(got, X[..., 0] * X[..., 1] + X[..., 2], rtol=1e-12)
+    frac = library.make_frac_prevs(rasp.tokens == "x")
+    m = compile_program(frac, vocab=list("xyz"), max_seq_len=8)
+    xs = random_inputs(list("xyz"), 8, 50, 6)
+    want = rasp.evaluate(frac, xs)
+    got = m.run(xs, executor="plan")
+    assert np.allclose(np.array(got, float), np.array(want, float), rtol=1e-12)

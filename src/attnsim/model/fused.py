@@ -12,9 +12,12 @@ uses.
 
 The equations are the dense forward's (``Transformer`` with ``executor="dense"``): every
 active head over ``[query, key]`` (hard attention's mean over the keys within the tolerance
-of the best score, or softmax), then every ReLU, bilinear and declared unit. Only the order
-in which a sum's terms are added differs, so outputs agree with the dense forward to
-rounding (exactly, where every partial sum is exact, as in integer-valued programs).
+of the best score, or softmax), then every ReLU, bilinear and declared unit, each product
+over the residual rows its weights read and write. A layer whose every head selects one key
+per query on every input of the length (its plan, hard attention) takes that key's value,
+as the dense mean of one value is. Only the order in which a sum's terms are added differs,
+so outputs agree with the dense forward to rounding (exactly, where every partial sum is
+exact, as in integer-valued programs).
 ``executor="fused"`` runs every input this way; the default ``"auto"`` runs an input so
 where :func:`applies` says it costs less than the plans, and the plans otherwise. The
 weights are prepared once and kept until they change.

@@ -74,7 +74,13 @@ def batch_step(batch: int, n: int, d_model: int, itemsize: int) -> int:
 
 def part_size(net, b: int, n: int, split: bool) -> int:
     """Sequences per part of a planned pass (``b``: one part; weights that record gradients
-    run in one, their stream is not written into slices)."""
+    run in one, their stream is not written into slices).
+
+    >>> from attnsim import compile_program, library
+    >>> net = compile_program(library.make_hist(), vocab="ab", max_seq_len=160).model
+    >>> part_size(net, 256, 161, True) < 256, part_size(net, 256, 161, False)
+    (True, 256)
+    """
     if not split or (torch.is_grad_enabled() and any(p.requires_grad for p in net.parameters())):
         return b
     return batch_step(b, n, net.cfg.d_model, net.dtype.itemsize)
@@ -153,7 +159,13 @@ def relu_rows(
     """``relu(x[..., rows] @ w_in) @ w_out`` (``[batch, pos, columns]``), over slices of
     positions so that a wide layer's hidden activations stay small, and with an ``owner``
     (the MLP) once per distinct input row where rows repeat; each position's sums are the
-    same."""
+    same.
+
+    >>> x = torch.tensor([[[1.0, -2.0], [3.0, 4.0]]], dtype=torch.float64)
+    >>> w_in = torch.eye(2, dtype=torch.float64)
+    >>> relu_rows(x, torch.tensor([0, 1]), w_in, torch.ones(2, 1, dtype=torch.float64)).tolist()
+    [[[1.0], [7.0]]]
+    """
     xs = x[..., rows].reshape(-1, len(rows))
     step = max(1, (1 << 21) // max(1, w_in.shape[1]))
 

@@ -75,7 +75,15 @@ class QueryPlan:
 def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], ...]:
     """Per layer, ``(head, side)`` for the active heads that are not static and whose keys
     (side ``"keys"``) or queries (``"queries"``) read static directions only, the other side
-    some other direction; none in a causal model."""
+    some other direction; none in a causal model.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
+    ...                     vocab=[1, 2, 3], max_seq_len=3)
+    >>> from attnsim.model.plans import static_directions, static_heads
+    >>> side_heads(m.model, static_directions(m.model), static_heads(m.model))
+    ((), ((0, 'queries'),))
+    """
     from attnsim.model.plans import _reads
 
     if transformer.cfg.causal:
@@ -101,7 +109,15 @@ def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], 
 
 def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
     """Head h's plan from the static stream ``x [1, pos, d_model]``: its static side as the
-    dense forward computes it."""
+    dense forward computes it (:meth:`Transformer.plans` builds these per length).
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
+    ...                     vocab=[1, 2, 3], max_seq_len=3)
+    >>> plan = m.model.plans(4)[1][-1]
+    >>> type(plan).__name__, plan.queries.shape[0]  # one static query per position
+    ('QueryPlan', 4)
+    """
     from attnsim.model.plans import _reads
 
     wq = max(1, int(attn._plan()[1][h]))
@@ -113,7 +129,23 @@ def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
 
 def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     """The head's mixed values ``[batch, pos, width]``, or None when the dynamic side takes so
-    many distinct rows in the batch that the dense scores cost about as much."""
+    many distinct rows in the batch that the dense scores cost about as much.
+
+    >>> import torch
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
+    ...                     vocab=[1, 2, 3], max_seq_len=3)
+    >>> net, ids = m.model, m.encode([[3, 1, 2], [2, 3, 1]])[0]
+    >>> streams = {2: None}
+    >>> _ = net(ids, streams=streams)  # the stream before layer 1's attention
+    >>> attn, x = net.blocks[1].attn, streams[2]
+    >>> z = run(attn, net.plans(4)[1][-1], x)
+    >>> heads = torch.tensor([0])
+    >>> dense = attn.dense_heads(x, heads)  # the dense head's output, through W_O
+    >>> W_O = attn.W_O[0, : z.shape[-1]]
+    >>> bool(torch.allclose(z @ W_O, dense))
+    True
+    """
     from attnsim.model.plans import _project
 
     b, n, _ = x.shape
@@ -181,7 +213,14 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
 def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
     """FLOPs of one one-sided head on ``n`` positions, batch 1, counting every row of its
     dynamic side as distinct: the row look-up, the scores against the static side, the
-    values, the sums over the selected keys (or classes) and the outputs."""
+    values, the sums over the selected keys (or classes) and the outputs.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
+    ...                     vocab=[1, 2, 3], max_seq_len=3)
+    >>> flops(m.model.blocks[1].attn, m.model.plans(4)[1][-1], 4) > 0
+    True
+    """
     from attnsim.model.plans import _reads, _writes
 
     static = p.keys if isinstance(p, KeyPlan) else p.queries

@@ -236,7 +236,14 @@ class RowTablePlan:
 
 
 def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
-    """Per layer, a :class:`RowTablePlan` for every active head not in ``skip[layer]``."""
+    """Per layer, a :class:`RowTablePlan` for every active head not in ``skip[layer]``.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort(rasp.tokens, rasp.tokens, max_seq_len=4,
+    ...                                       min_key=1), vocab=[1, 2], max_seq_len=4)
+    >>> [[p.head for p in layer] for layer in row_table_plans(m.model, [()] * 3)]
+    [[], [0], [0]]
+    """
     from attnsim.model import plans
 
     out = []
@@ -258,7 +265,23 @@ def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
 def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
     """A head's mixed values over the classes of its rows in this batch, or None where the
     batch's rows take so many distinct values that the dense head costs less (then the
-    attention layer counts a miss: after two, the head runs dense without looking)."""
+    attention layer counts a miss: after two, the head runs dense without looking).
+
+    >>> import torch
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_sort(rasp.tokens, rasp.tokens, max_seq_len=4,
+    ...                                       min_key=1), vocab=[1, 2], max_seq_len=4)
+    >>> net, ids = m.model, m.encode([[2, 1, 2, 1], [1, 1, 2, 2]])[0]
+    >>> streams = {2: None}
+    >>> _ = net(ids, streams=streams)
+    >>> attn, x = net.blocks[1].attn, streams[2]
+    >>> reads = (attn.W_Q[0] != 0).any(1) | (attn.W_K[0] != 0).any(1)
+    >>> p = RowTablePlan(0, torch.nonzero(reads).flatten())
+    >>> z = run_rows(attn, p, x)
+    >>> W_O = attn.W_O[0, : z.shape[-1]]
+    >>> bool(torch.allclose(z @ W_O, attn.dense_heads(x, torch.tensor([0]))))
+    True
+    """
 
     b, n, _ = x.shape
     h = p.head
