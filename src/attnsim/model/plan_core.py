@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.projection import columns
 
 __all__ = [
     "select_keys",
@@ -92,7 +93,8 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     different rows under one index). Rows are grouped by a hash, checked exactly afterwards:
     first their dot product with fixed random weights (one matrix-vector product), then,
     where that puts two different rows together, a hash of their bits; where that fails too
-    (never seen), ``torch.unique(dim=0)``.
+    (never seen), ``torch.unique(dim=0)``. Rows with one non-zero entry each, a 1 (one-hot
+    rows), are grouped by where it sits: ``rows`` is then the identity, every unit row.
 
     >>> q = torch.tensor([[1.0, 2.0], [0.5, 2.0], [1.0, 2.0]], dtype=torch.float64)
     >>> rows, inverse = distinct_rows(q)
@@ -102,6 +104,11 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, w = q.shape
     if n == 0 or w == 0:
         return torch.unique(q, dim=0, return_inverse=True)
+    if n >= w:  # one-hot rows (a categorical S-op's block): each row's class is its 1
+        at = (q @ torch.arange(w, dtype=q.dtype)).long().clamp_(0, w - 1)  # where, if so
+        unit = torch.eye(w, dtype=q.dtype)
+        if torch.equal(unit[at], q):  # checked exactly
+            return unit, at
     gen = torch.Generator().manual_seed(w)
     weights = (1.0 + torch.rand(w, 1, generator=gen, dtype=torch.float64)).to(q.dtype)
     got = _grouped(q, (q @ weights).flatten(), q)
@@ -166,7 +173,7 @@ def relu_rows(
     >>> relu_rows(x, torch.tensor([0, 1]), w_in, torch.ones(2, 1, dtype=torch.float64)).tolist()
     [[[1.0], [7.0]]]
     """
-    xs = x[..., rows].reshape(-1, len(rows))
+    xs = columns(x, rows).reshape(-1, len(rows))
     step = max(1, (1 << 21) // max(1, w_in.shape[1]))
 
     def units(u: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
+from attnsim.model.projection import columns
 
 __all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops"]
 
@@ -151,7 +152,7 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     b, n, _ = x.shape
     h = p.head
     reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
-    rows, inverse = plan_core.distinct_rows(x[..., reads].reshape(b * n, -1))
+    rows, inverse = plan_core.distinct_rows(columns(x, reads).reshape(b * n, -1))
     c = rows.shape[0]
     if c > max(8, MAX_ROW_SHARE * b * n):
         return None
@@ -194,8 +195,23 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
     class and a query attends over the classes present (as the dense sum, grouped)."""
     b, n, wv = v.shape
     c = table.shape[1]
-    count = torch.zeros(b, c, dtype=v.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
-    sums = torch.zeros(b, c, wv, dtype=v.dtype).scatter_add_(1, cls[..., None].expand(b, n, wv), v)
+    at = (cls + torch.arange(b)[:, None] * c).view(-1)  # each key's (sequence, class)
+    count = torch.bincount(at, minlength=b * c).to(v.dtype).view(b, c)
+    flat = v.reshape(b * n, wv)
+    if cfg.attention is AttentionMode.HARD and c:
+        # each query's best class in the table, alone above the tolerance: where it is
+        # present in every sequence, it is the one class each query selects
+        top, best = table.max(dim=1)  # [pos]
+        second = table.scatter(1, best[:, None], float("-inf")).amax(dim=1)
+        seen = count[:, best]  # [batch, pos]: keys of each query's best class
+        if bool((second < top - cfg.hard_tolerance).all()) and bool((seen > 0).all()):
+            if bool((seen == 1).all()):  # one key: the mean of one value is that value
+                key = torch.empty(b * c, dtype=torch.long).scatter_(0, at, torch.arange(b * n))
+                key = key.view(b, c)[:, best].reshape(-1)
+                return flat.index_select(0, key).view(b, n, wv)
+            sums = torch.zeros(b * c, wv, dtype=v.dtype).index_add_(0, at, flat).view(b, c, wv)
+            return sums[:, best] / seen[..., None]
+    sums = torch.zeros(b * c, wv, dtype=v.dtype).index_add_(0, at, flat).view(b, c, wv)
     s = table.expand(b, n, c).masked_fill((count == 0)[:, None, :], float("-inf"))
     top, best = s.max(dim=-1, keepdim=True)
     if cfg.attention is AttentionMode.HARD:

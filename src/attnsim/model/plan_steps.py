@@ -36,7 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run"]
+from attnsim.model import plan_core
+from attnsim.model.projection import add_columns, set_columns
+
+__all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run", "compact"]
 
 MAX_UNITS = 1024  # larger groups (ReLU-realised maps) keep their dense units
 MIN_UNITS = 32  # smaller groups cost less as they are (measured: 20 units, 256 x 11)
@@ -220,7 +223,9 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
     k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
     flat = p.flat[k]
     flat_out = out[:, 1:]  # a view: one value per position on a plateau
-    if bool(flat.any()):
+    if bool(flat.all()):  # every position on a plateau: its few outputs, one scatter
+        flat_out.scatter_add_(2, cols[p.flat_col[k]], p.flat_value[k])
+    elif bool(flat.any()):
         bi, pi = torch.nonzero(flat, as_tuple=True)
         kk = k[bi, pi]
         flat_out.index_put_(
@@ -255,3 +260,54 @@ def flops(p: StepPlan | ConstUnits, n: int) -> int:
     if isinstance(p, ConstUnits):
         return n * p.cols.numel()
     return n * (2 * p.cols.numel() + p.bounds.numel().bit_length())
+
+
+def compact(
+    mlp, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None, steps: tuple = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MLP's output on ``x`` as ``(cols, values)``: only the columns some unit writes,
+    each summed in the order the full forward sums it (``plan``: the rows the ReLU units
+    read and the columns they write; ``steps``: the step plans of the plan executor, with
+    the other ReLU units over their rows and columns)."""
+    from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
+
+    slices = mlp._unit_slices()
+    got = getattr(mlp, "_written", None)
+    # cached with the weights' slices, the plan and the step plans
+    if got is None or got[0] is not slices or got[1] is not plan or got[4] is not steps:
+        groups = [slices[k] for k in (["bilinear"] if mlp.W_bil_a.shape[1] else [])]
+        groups += [slices[k] for k in mlp.native_kinds]
+        rest = mlp._rest(steps) if steps else None
+        relu = (rest if steps else plan) if rest is not None or not steps else None
+        parts = [relu[1]] if relu is not None else []
+        parts += [p.cols for p in steps]
+        none = torch.zeros(0, dtype=torch.long)
+        written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
+        where = torch.full((x.shape[-1],), -1, dtype=torch.long)
+        where[written] = torch.arange(len(written))
+        got = mlp._written = (slices, plan, written, where, steps, rest)
+    written, where, rest = got[2], got[3], got[5]
+    out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
+    if steps:  # the other units first, then the plans (as the full forward adds them)
+        if rest is not None:
+            rows, cols, w_in, w_out = rest
+            set_columns(out, where[cols], plan_core.relu_rows(x, rows, w_in, w_out, mlp))
+        for p in steps:
+            run(mlp, p, x, out, where)
+    elif plan is not None:  # the ReLU units over the rows they read, in slices of positions
+        rows, cols = plan
+        set_columns(
+            out,
+            where[cols],
+            plan_core.relu_rows(x, rows, mlp.W_in[rows], mlp.W_out[:, cols], mlp),
+        )
+    if mlp.W_bil_a.shape[1]:
+        proj, cols, w_out = slices["bilinear"]
+        a, b = proj(x).chunk(2, dim=-1)
+        add_columns(out, where[cols], (a * b) @ w_out)
+    for kind in mlp.native_kinds:
+        proj, cols, w_out = slices[kind]
+        pre, gate = proj(x).chunk(2, dim=-1)
+        val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
+        add_columns(out, where[cols], val @ w_out)
+    return written, out

@@ -31,6 +31,7 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
+from attnsim.model.projection import columns
 
 __all__ = [
     "TablePlan",
@@ -76,6 +77,11 @@ class TablePlan:
         classes: ``[classes, m]`` the distinct values those directions can hold.
         scores: ``[classes, classes]`` the score of a query of class a for a key of class b.
         value_width: the used width of its values.
+        of_id: ``[2, d_vocab]`` int64 or None: the class of each token id at position 0 (row
+            0) and past it (row 1), -1 where that row is no class. Set where the stream's
+            token directions are the embedding's rows exactly (no numerical or vector token
+            channels, whose non-finite values would reach them); the classes are then read
+            from the token ids, with no comparison of rows.
     """
 
     head: int
@@ -83,6 +89,7 @@ class TablePlan:
     classes: torch.Tensor
     scores: torch.Tensor
     value_width: int
+    of_id: torch.Tensor | None = None
 
     @property
     def n_classes(self) -> int:
@@ -155,9 +162,19 @@ def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
                 x = torch.zeros(classes.shape[0], W_E.shape[1], dtype=W_E.dtype)
                 x[:, rows] = classes
                 scores = (x @ W_Q) @ (x @ W_K).T  # [class, class], as the dense scores
-                found.append(TablePlan(h, rows, classes, scores, max(1, int(ov_width[h]))))
+                first = W_E[:, rows] + W_pos[0, rows]  # any token id at position 0
+                of_id = torch.stack([_class_index(first, classes), _class_index(later, classes)])
+                plain = not transformer.cfg.numerical_tokens and not transformer.cfg.token_width
+                wv = max(1, int(ov_width[h]))
+                found.append(TablePlan(h, rows, classes, scores, wv, of_id if plain else None))
             out.append(tuple(found))
     return tuple(out)
+
+
+def _class_index(rows: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """``[len(rows)]`` int64: the class equal to each row, -1 where none is."""
+    same = (rows[:, None, :] == classes[None]).all(dim=-1)  # [rows, class]
+    return torch.where(same.any(dim=-1), same.to(torch.int8).argmax(dim=-1), -1)
 
 
 def pays(p: TablePlan, n: int, attn) -> bool:
@@ -167,6 +184,8 @@ def pays(p: TablePlan, n: int, attn) -> bool:
     wq = int(attn._plan()[1][p.head])
     m, c, wv = int(p.rows.numel()), p.n_classes, p.value_width
     sums, dense = c * (2 * wv + 2), n * (max(1, wq) + wv + 2)
+    if p.of_id is not None:  # the classes are read from the token ids
+        return sums < dense
     if c * m <= DIRECT_LOOKUP:  # compared directly: c m per position
         return c * m + sums < dense
     # sorted first: its fixed cost pays from about 40 positions (measured on sort_unique)
@@ -187,7 +206,7 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
     True
     """
     b, n, _ = x.shape
-    xs = x[..., p.rows]
+    xs = columns(x, p.rows)
     if p.n_classes * p.rows.numel() <= DIRECT_LOOKUP:  # few small classes: compare directly
         member = (xs[:, :, None, :] == p.classes.to(x.dtype)).all(dim=-1)  # [b, pos, class]
         if not bool(member.any(dim=-1).all()):
@@ -210,10 +229,35 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
     return member.to(torch.int8).argmax(dim=-1)[inverse].reshape(b, n)
 
 
-def run(attn, p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
+def classes_of_ids(p: TablePlan, ids: torch.Tensor) -> torch.Tensor | None:
+    """Each position's class ``[batch, pos]`` read from the token ids ``[batch, pos]`` (see
+    ``TablePlan.of_id``), or None where some id's row is no class.
+
+    >>> p = TablePlan(0, torch.tensor([0]), torch.tensor([[0.0], [1.0]]), torch.zeros(2, 2),
+    ...               1, torch.tensor([[0, -1, 1], [1, 0, 1]]))
+    >>> classes_of_ids(p, torch.tensor([[0, 1, 2, 1]])).tolist()
+    [[0, 0, 1, 0]]
+    >>> classes_of_ids(p, torch.tensor([[1, 2]])) is None  # id 1 at position 0: no class
+    True
+    """
+    cls = p.of_id[1][ids]
+    if ids.shape[1]:
+        cls[:, 0] = p.of_id[0][ids[:, 0]]
+    return None if bool((cls < 0).any()) else cls
+
+
+def run(
+    attn, p: TablePlan, x: torch.Tensor, ids: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """A token-table head's mixed values ``[batch, pos, width]`` from sums over classes, or
-    None when some position holds no known class in the directions the head reads."""
-    cls = classes_of(p, x)
+    None when some position holds no known class in the directions the head reads. With the
+    token ids ``ids [batch, pos]`` of ``x`` (and a plan whose ``of_id`` is set) the classes
+    are read from them."""
+    cls = None
+    if ids is not None and p.of_id is not None:
+        cls = classes_of_ids(p, ids)
+    if cls is None:
+        cls = classes_of(p, x)
     if cls is None:
         return None
     return _mix(attn, p, x, cls)
@@ -287,7 +331,7 @@ def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
     h = p.head
     _, qk_width, ov_width = attn._plan()
     wq, wv, m = max(1, int(qk_width[h])), max(1, int(ov_width[h])), int(p.rows.numel())
-    classes, inverse = plan_core.distinct_rows(x[..., p.rows].reshape(b * n, m))
+    classes, inverse = plan_core.distinct_rows(columns(x, p.rows).reshape(b * n, m))
     c = int(classes.shape[0])
     table = b * c * (min(c, n) + n) * (wv + 1) + 2 * c * m * wq + c * c * wq
     dense = b * n * (4 * m * wq + n * (wq + wv + 1))
@@ -321,13 +365,15 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor
         count = torch.zeros(b, c, dtype=x.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
         sums = torch.zeros(b, c, wv, dtype=x.dtype)
         sums.scatter_add_(1, cls[..., None].expand(b, n, wv), v)
+        both = torch.cat([sums, count[..., None]], dim=-1)  # [batch, class, wv + 1]
         if c >= n:  # more classes than positions: per query, over the key classes
-            s = table[cls].masked_fill_((count == 0)[:, None, :], inf)  # [batch, pos, class]
-            w = weights(s)
-            return (w @ sums) / (w @ count[..., None])
+            s = table.index_select(0, cls.view(-1)).view(b, n, c)  # [batch, pos, class]
+            w = weights(s.masked_fill_((count == 0)[:, None, :], inf))
+            num = w @ both  # the sums and the counts of the classes each query selects
+            return num[..., :wv] / num[..., wv:]
         s = table.expand(b, c, c).masked_fill((count == 0)[:, None, :], inf)
-        w = weights(s)  # [batch, query class, key class]
-        z = (w @ sums) / (w @ count[..., None])  # [batch, query class, wv]
+        num = weights(s) @ both  # [batch, query class, wv + 1]
+        z = num[..., :wv] / num[..., wv:]  # [batch, query class, wv]
         return z.gather(1, cls[..., None].expand(b, n, wv))
     onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     z = torch.empty(b, n, wv, dtype=x.dtype)

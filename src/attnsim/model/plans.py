@@ -66,7 +66,7 @@ from attnsim.model import plan_core, plan_keys, plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_keys import KeyPlan, QueryPlan
 from attnsim.model.plan_tables import RowTablePlan, TablePlan
-from attnsim.model.projection import Projection, _project  # noqa: F401 - used here and read by tests
+from attnsim.model.projection import Projection, _project, add_columns, columns  # noqa: F401 - read by tests
 
 __all__ = [
     "HeadPlan",
@@ -437,13 +437,14 @@ def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
 
 
 def planned_attention(
-    attn, x: torch.Tensor, plans: tuple, compact: bool = False
+    attn, x: torch.Tensor, plans: tuple, compact: bool = False, ids: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
     and sparse sums, a certified candidate head on its candidates, a token-table head over
     its classes, the other active heads dense. With ``compact``: ``(cols, values)``, the
     columns the layer's heads can write and the output there ``[batch, pos, len(cols)]``
-    (every other column of the output is 0), so that the caller adds only those.
+    (every other column of the output is 0), so that the caller adds only those. ``ids``:
+    the token ids of ``x``, from which token-table heads read their classes where they can.
 
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
@@ -476,13 +477,13 @@ def planned_attention(
         wv = max(1, int(ov_width[h]))
         W_O = attn.W_O[h, :wv]
         cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-        out[..., where[cols]] += _project(z, W_O[:, cols])
+        add_columns(out, where[cols], _project(z, W_O[:, cols]))
         planned.add(h)
 
     # a token-table head's class sums are exact for every input whose classes are known:
     # they go before its candidates, whose certificate may fail
     for p in token:
-        z = plan_tables.run(attn, p, x)
+        z = plan_tables.run(attn, p, x, ids)
         if z is not None:  # every position's class is known
             add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
@@ -542,7 +543,7 @@ def _sum_planned(attn, x: torch.Tensor, plans: tuple, out: torch.Tensor, where) 
         v = v_all[..., col : col + w]  # [batch, pos, w]
         z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
         col += w
-    out[..., where[cols]] += z_all @ W_O[:, cols]
+    add_columns(out, where[cols], z_all @ W_O[:, cols])
 
 
 def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tuple:
@@ -590,8 +591,9 @@ def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
     reads = _reads(W_Q) | _reads(W_K)
     stat = torch.nonzero(reads & p.static_rows).flatten()  # the few rows the scores read
     dyn = torch.nonzero(reads & ~p.static_rows).flatten()
-    q_s, k_s = x[..., stat] @ W_Q[stat], x[..., stat] @ W_K[stat]
-    q_d, k_d = x[..., dyn] @ W_Q[dyn], x[..., dyn] @ W_K[dyn]
+    xs, xd = columns(x, stat), columns(x, dyn)
+    q_s, k_s = xs @ W_Q[stat], xs @ W_K[stat]
+    q_d, k_d = xd @ W_Q[dyn], xd @ W_K[dyn]
     v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
     return plan_core.candidate_mean(
         cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v

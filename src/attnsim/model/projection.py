@@ -36,13 +36,75 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not len(self.m):
-            return x[..., self.rows] @ self.W_f
+            return columns(x, self.rows) @ self.W_f
         if not len(self.f):
             return x @ self.W_m
         out = torch.empty(*x.shape[:-1], self.width, dtype=x.dtype)
-        out[..., self.f] = x[..., self.rows] @ self.W_f
+        out[..., self.f] = columns(x, self.rows) @ self.W_f
         out[..., self.m] = x @ self.W_m
         return out
+
+
+RUNS = 8  # columns in fewer runs than this are copied run by run (an index is slower)
+
+
+def _block(cols: torch.Tensor) -> slice | None:
+    """``cols`` as a slice where they are consecutive and increasing, else None."""
+    k = cols.numel()
+    if k and int(cols[-1]) - int(cols[0]) == k - 1 and (k < 3 or bool((cols.diff() == 1).all())):
+        return slice(int(cols[0]), int(cols[0]) + k)
+    return None
+
+
+def columns(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``x[..., rows]``: a view where ``rows`` are consecutive and increasing (read it, do
+    not write it), else one gather.
+
+    >>> x = torch.arange(6.0).view(1, 6)
+    >>> columns(x, torch.tensor([2, 3, 4])).tolist(), columns(x, torch.tensor([4, 0])).tolist()
+    ([[2.0, 3.0, 4.0]], [[4.0, 0.0]])
+    >>> columns(x, torch.tensor([5, 0, 1, 3])).tolist()  # runs [5], [0, 1], [3]
+    [[5.0, 0.0, 1.0, 3.0]]
+    """
+    block = _block(rows)
+    if block is not None:
+        return x[..., block]
+    if rows.numel() > 1:  # a few runs of consecutive columns: copied run by run
+        starts = torch.nonzero(rows.diff() != 1).flatten() + 1
+        if starts.numel() < RUNS:
+            edges = [0, *starts.tolist(), rows.numel()]
+            firsts = rows[edges[:-1]].tolist()
+            runs = [x[..., f : f + (b - a)] for f, a, b in zip(firsts, edges[:-1], edges[1:])]
+            return torch.cat(runs, dim=-1)
+    return torch.index_select(x, -1, rows)
+
+
+def add_columns(x: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor) -> None:
+    """``x[..., cols] += vals`` in place (into a view where ``cols`` are consecutive and
+    increasing; the same sums either way).
+
+    >>> x = torch.zeros(1, 4); add_columns(x, torch.tensor([1, 2]), torch.ones(1, 2))
+    >>> add_columns(x, torch.tensor([3, 0]), torch.tensor([[2.0, 3.0]])); x.tolist()
+    [[3.0, 1.0, 1.0, 2.0]]
+    """
+    block = _block(cols)
+    if block is not None:
+        x[..., block] += vals
+    else:
+        x[..., cols] += vals
+
+
+def set_columns(x: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor) -> None:
+    """``x[..., cols] = vals`` (into a view where ``cols`` are consecutive and increasing).
+
+    >>> x = torch.zeros(1, 3); set_columns(x, torch.tensor([0, 1]), torch.ones(1, 2)); x.tolist()
+    [[1.0, 1.0, 0.0]]
+    """
+    block = _block(cols)
+    if block is not None:
+        x[..., block] = vals
+    else:
+        x[..., cols] = vals
 
 
 def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -55,17 +117,17 @@ def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     if bool((terms == 1).all()):  # one term per column: a gather, scaled (the same product)
         rows = nonzero.to(torch.int8).argmax(dim=0)
         scale = W[rows, torch.arange(W.shape[1])]
-        picked = x[..., rows]
+        picked = columns(x, rows)
         return picked if bool((scale == 1).all()) else picked * scale
     few = terms <= 2
     if bool(few.all()):
         rows = torch.nonzero(nonzero.any(dim=1)).flatten()
-        return x[..., rows] @ W[rows]
+        return columns(x, rows) @ W[rows]
     if not bool(few.any()):
         return x @ W
     out = torch.empty(*x.shape[:-1], W.shape[1], dtype=x.dtype)
     f, m = torch.nonzero(few).flatten(), torch.nonzero(~few).flatten()
     rows = torch.nonzero(nonzero[:, f].any(dim=1)).flatten()
-    out[..., f] = x[..., rows] @ W[rows][:, f]
+    out[..., f] = columns(x, rows) @ W[rows][:, f]
     out[..., m] = x @ W[:, m]
     return out

@@ -23,7 +23,7 @@ from attnsim.model import fused, plan_core, plan_steps
 from attnsim.model import plans as execution
 from attnsim.model import stream as residual
 from attnsim.model.config import ModelConfig
-from attnsim.model.projection import Projection
+from attnsim.model.projection import Projection, columns
 from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
 
 NATIVE_FUNCTIONS = {
@@ -111,11 +111,17 @@ class Attention(nn.Module):
         return torch.sort(self._plan()[0]).values
 
     def forward(
-        self, x: torch.Tensor, cache: dict | None, prefix: str, plan: tuple | None = None
+        self,
+        x: torch.Tensor,
+        cache: dict | None,
+        prefix: str,
+        plan: tuple | None = None,
+        ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # x: [batch, pos, d_model]; plan: this layer's execution plan (attnsim.model.plans)
+        # x: [batch, pos, d_model]; plan: this layer's execution plan (attnsim.model.plans);
+        # ids: the token ids of x, where token-table heads may read their classes from them
         if plan is not None:  # the heads whose pattern is static as gathers and sparse sums
-            return execution.planned_attention(self, x, plan, compact=True)
+            return execution.planned_attention(self, x, plan, compact=True, ids=ids)
         if cache is None:
             return self.dense_heads(x, self._plan()[0])
         heads, qk_width, ov_width = self._plan()
@@ -186,7 +192,7 @@ class Attention(nn.Module):
                 reads.any(dim=(0, 2)) | (self.W_V[hs, :, :wv] != 0).any(dim=(0, 2))
             )
             rows = rows.flatten()
-            _, _, z = self._heads(x[..., rows], hs, wq, wv, False, rows)
+            _, _, z = self._heads(columns(x, rows), hs, wq, wv, False, rows)
             out += torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv][:, :, cols])
         return out
 
@@ -289,47 +295,9 @@ class MLP(nn.Module):
     def _compact(
         self, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None, steps: tuple = ()
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The forward pass's output as ``(cols, values)``: only the columns some unit
-        writes, each summed in the order the full forward sums it (``steps``: the step
-        plans of the plan executor, with the other ReLU units over their rows and columns)."""
-        slices = self._unit_slices()
-        got = getattr(self, "_written", None)
-        # cached with the weights' slices, the plan and the step plans
-        if got is None or got[0] is not slices or got[1] is not plan or got[4] is not steps:
-            groups = [slices[k] for k in (["bilinear"] if self.W_bil_a.shape[1] else [])]
-            groups += [slices[k] for k in self.native_kinds]
-            rest = self._rest(steps) if steps else None
-            relu = (rest if steps else plan) if rest is not None or not steps else None
-            parts = [relu[1]] if relu is not None else []
-            parts += [p.cols for p in steps]
-            none = torch.zeros(0, dtype=torch.long)
-            written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
-            where = torch.full((x.shape[-1],), -1, dtype=torch.long)
-            where[written] = torch.arange(len(written))
-            got = self._written = (slices, plan, written, where, steps, rest)
-        written, where, rest = got[2], got[3], got[5]
-        out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
-        if steps:  # the other units first, then the plans (as the full forward adds them)
-            if rest is not None:
-                rows, cols, w_in, w_out = rest
-                out[..., where[cols]] = plan_core.relu_rows(x, rows, w_in, w_out, self)
-            for p in steps:
-                plan_steps.run(self, p, x, out, where)
-        elif plan is not None:  # the ReLU units over the rows they read, in slices of positions
-            rows, cols = plan
-            out[..., where[cols]] = plan_core.relu_rows(
-                x, rows, self.W_in[rows], self.W_out[:, cols], self
-            )
-        if self.W_bil_a.shape[1]:
-            proj, cols, w_out = slices["bilinear"]
-            a, b = proj(x).chunk(2, dim=-1)
-            out[..., where[cols]] += (a * b) @ w_out
-        for kind in self.native_kinds:
-            proj, cols, w_out = slices[kind]
-            pre, gate = proj(x).chunk(2, dim=-1)
-            val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
-            out[..., where[cols]] += val @ w_out
-        return written, out
+        """The forward pass's output as ``(cols, values)`` (see
+        :func:`attnsim.model.plan_steps.compact`)."""
+        return plan_steps.compact(self, x, plan, steps)
 
     def _unit_slices(self) -> dict:
         """For the bilinear units and each kind of declared unit: (the rows they read, the
@@ -383,7 +351,7 @@ class MLP(nn.Module):
             if cache is None:  # a wide layer (a ReLU-realised map) runs in slices
                 out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
             else:  # the same 2-D products as the sliced pass, keeping the activations
-                post = torch.relu(x[..., rows].reshape(-1, len(rows)) @ w_in)
+                post = torch.relu(columns(x, rows).reshape(-1, len(rows)) @ w_in)
                 out[..., cols] = (post @ w_out).reshape(*x.shape[:-1], len(cols))
                 post = post.reshape(*x.shape[:-1], -1)
         if cache is not None:
@@ -435,13 +403,14 @@ class Block(nn.Module):
         stage: int = 1,
         plan: tuple | None = None,
         steps: tuple = (),
+        ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if cache is not None:
             cache[f"{prefix}.hook_resid_pre"] = x
         if plan is None:
             x = x + self.attn(x, cache, f"{prefix}.attn", plan)
         else:  # the planned path owns its stream: the update is added in place
-            _add(x, self.attn(x, cache, f"{prefix}.attn", plan))
+            _add(x, self.attn(x, cache, f"{prefix}.attn", plan, ids))
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
         _capture(streams, stage, x)
@@ -564,11 +533,12 @@ class Transformer(nn.Module):
     def _run(self, token_ids, token_values, cache, streams, n: int, out=None) -> torch.Tensor:
         # the forward pass past the checks; out: where the stream goes (a new tensor if None)
         width = self.cfg.token_width
-        if out is None:
-            x = self.W_E[token_ids]  # a new tensor: the sums below go in place
+        flat = token_ids.reshape(-1)
+        if out is None:  # a new tensor (the sums below go in place); a row gather
+            x = torch.index_select(self.W_E, 0, flat).view(*token_ids.shape, -1)
         else:
             x = out
-            torch.index_select(self.W_E, 0, token_ids.reshape(-1), out=x.view(-1, x.shape[-1]))
+            torch.index_select(self.W_E, 0, flat, out=x.view(-1, x.shape[-1]))
         x += self.W_pos[:n]
         if token_values is not None and self.cfg.numerical_tokens:
             x += token_values.to(self.dtype)[..., None] * self.W_E_num
@@ -590,6 +560,7 @@ class Transformer(nn.Module):
                 2 * i + 1,
                 None if plan is None else plan[i],
                 () if steps is None else steps[i],
+                token_ids,
             )
         if out is not None and x is not out:  # a layer without plans adds out of place
             out.copy_(x)
