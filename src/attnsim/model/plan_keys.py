@@ -16,7 +16,11 @@ scores:
   each sequence's values are summed per class, the scores are a table ``[pos, class]``, and
   a query attends over the classes present in its sequence, as a token-table head does (see
   :class:`attnsim.model.plan_tables.TablePlan`); where every query selects one class (hard
-  attention) its output is that class's mean, one gather.
+  attention) its output is that class's mean, one gather. When each query's best class in
+  the table lies above all others by more than the tolerance and is present in every
+  sequence (a sort's placing head on distinct keys), the classes' scores are not compared
+  per sequence at all, and where each such class holds one key the output is that key's
+  value, gathered.
 
 >>> from attnsim import compile_program, library, rasp
 >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
