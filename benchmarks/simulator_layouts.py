@@ -45,14 +45,15 @@ from attnsim.simulator.verify import relative_error
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 # the largest n = d built per layout (default run / --full)
-BUILT = {"scalar": (8, 16), "vector": (128, 128)}
-# why the vector layout stops at 128: measured once (n = d = 256, 262,144 positions), the
-# compiler's size check refuses it before building: value inference may hold a static
-# selector at full length ([pos, pos] bools, about 128 GiB)
-VECTOR_LIMIT = (
-    "the compiler's size check refuses n = d = 256 (262,144 positions: a static selector at "
-    "full length would take about 128 GiB)"
-)
+BUILT = {"scalar": (64, 64), "vector": (128, 128)}
+# why each layout stops there: measured once, the compiler's size check refuses the next
+# size before building (value inference may hold a static selector at full length,
+# [pos, pos] bools)
+LIMIT = {
+    "vector": "the compiler's size check refuses n = d = 256 (262,144 positions: a static "
+    "selector at full length would take about 128 GiB)",
+    "scalar": "the compiler's size check refuses n = d = 128 (281,869 positions: about 148 GiB)",
+}
 MINILM = (12, 384, 12, 1536)
 
 
@@ -242,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "layout": layout,
                         "d": d,
-                        "reason": VECTOR_LIMIT
-                        if layout == "vector" and limit == BUILT["vector"][1]
+                        "reason": LIMIT[layout]
+                        if limit == BUILT[layout][1]
                         else f"beyond this run's builds (n = d <= {limit})",
                     }
                 )

@@ -311,3 +311,58 @@ def test_memory_bound_of_a_sparse_build_is_not_the_dense_scores():
     sparse = memory_needed(config, "sparse")
     assert sparse == memory_needed(config) == (2 * config.layout.width + 300) * positions * 8
     assert sparse < 2**30
+
+
+def _count_one_sided(monkeypatch):
+    """Counts the sparse path's one-sided heads by the side that is static, and whether
+    each ran over distinct rows (True) or gave way to the dense head (False)."""
+    from attnsim.model import plan_keys
+
+    ran: list[tuple[str, bool]] = []
+    real = plan_keys.run_projected
+
+    def counted(cfg, static, q, k, v):
+        z = real(cfg, static, q, k, v)
+        ran.append((static, z is not None))
+        return z
+
+    monkeypatch.setattr(plan_keys, "run_projected", counted)
+    return ran
+
+
+def test_sparse_u_runs_its_one_sided_heads_over_distinct_rows(monkeypatch):
+    """The scalar encoder U's LayerNorm heads (static queries, keys that read the target's
+    flags) fail their candidate certificate: in sparse storage they run over the distinct
+    rows of their keys, not over [query, key]; against torch's layer and the dense storage."""
+    ran = _count_one_sided(monkeypatch)
+    kw = {"layer": "encoder", "layout": "scalar", "max_ff": 8}
+    dense = universal.build(4, 4, 2, storage="dense", **kw)
+    sparse = universal.build(4, 4, 2, storage="sparse", **kw)
+    for seed in range(3):
+        target = sampling.random_encoder_layer(2, 4, 8, seed=seed, activation="gelu")
+        X = torch.tensor(np.random.default_rng(seed).standard_normal((4, 4)))
+        with torch.no_grad():
+            want = to_torch(target)(X[None])[0]
+        got = sparse.simulate(target, X)
+        assert torch.allclose(got, dense.simulate(target, X), rtol=1e-12, atol=1e-12)
+        assert float((got - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
+    assert ("queries", True) in ran
+
+
+def test_sparse_heads_with_static_keys_gather_at_computed_positions(monkeypatch):
+    """``Select(indices, target, ==)``: static keys; in sparse storage the head runs once per
+    distinct query row. Against the dense storage and the interpreter."""
+    ran = _count_one_sided(monkeypatch)
+    n = 6
+    target = rasp.Map(lambda x: (x + 1) % n, rasp.tokens).named("target")
+    sel = rasp.Select(rasp.indices, target, rasp.Comparison.EQ).named("at")
+    program = rasp.Aggregate(sel, rasp.tokens).named("gathered")
+    kw = {"vocab": list(range(n)), "max_seq_len": n}
+    dense = compile_program(program, storage="dense", **kw)
+    sparse = compile_program(program, storage="sparse", **kw)
+    rng = np.random.default_rng(2)
+    xs = [[int(t) for t in rng.integers(0, n, size=n)] for _ in range(10)]
+    for _ in range(2):  # the second pass after any candidate certificate gave up
+        assert [sparse.run(x) for x in xs] == [dense.run(x) for x in xs]
+    assert [sparse.run(x) for x in xs] == [rasp.evaluate(program, [x])[0] for x in xs]
+    assert ("keys", True) in ran

@@ -157,8 +157,7 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     h = p.head
     reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
     rows, inverse = plan_core.distinct_rows(columns(x, reads).reshape(b * n, -1))
-    c = rows.shape[0]
-    if c > max(8, MAX_ROW_SHARE * b * n):
+    if rows.shape[0] > max(8, MAX_ROW_SHARE * b * n):
         return None
     wv = max(1, int(attn._plan()[2][h]))
     v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
@@ -166,14 +165,47 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
         q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]  # the other rows of W_Q are 0
         return _by_query(attn.cfg, q @ p.keys.T, inverse.view(b, n), v)
     k = rows @ attn.W_K[h, reads, : p.queries.shape[1]]
-    table, cls = p.queries @ k.T, inverse.view(b, n)
-    step = max(1, MAX_CLASS_VALUES // (c * (wv + n)))  # sequences per pass
+    return _static_queries(attn.cfg, p.queries @ k.T, inverse.view(b, n), v)
+
+
+def run_projected(cfg, static: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """A one-sided head from its projected queries and keys ``q, k [batch, pos, width]``
+    and values ``v [batch, pos, wv]`` (the sparse storage's heads), ``static`` the side
+    that is the same on every input of this length ("keys" or "queries"; its first sequence
+    is read): its mixed values ``[batch, pos, wv]``, or None where the other side takes too
+    many distinct rows (then the dense head costs about as much).
+
+    >>> import torch
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q = torch.arange(4.0, dtype=torch.float64).view(1, 4, 1)  # static queries
+    >>> k = torch.tensor([[[0.0], [3.0], [3.0], [1.0]]], dtype=torch.float64)
+    >>> v = torch.tensor([[[1.0], [2.0], [4.0], [8.0]]], dtype=torch.float64)
+    >>> dense = torch.softmax(cfg.beta * q @ k.transpose(1, 2), dim=-1) @ v
+    >>> bool(torch.allclose(run_projected(cfg, "queries", q, k, v), dense))
+    True
+    """
+    b, n, _ = v.shape
+    dynamic = k if static == "queries" else q
+    rows, inverse = plan_core.distinct_rows(dynamic.reshape(b * n, -1))
+    if rows.shape[0] > max(8, MAX_ROW_SHARE * b * n):
+        return None
+    if static == "keys":
+        return _by_query(cfg, rows @ k[0].T, inverse.view(b, n), v)
+    return _static_queries(cfg, q[0] @ rows.T, inverse.view(b, n), v)
+
+
+def _static_queries(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """:func:`_by_key` over the batch in passes of about ``MAX_CLASS_VALUES`` values."""
+    b, n, wv = v.shape
+    step = max(1, MAX_CLASS_VALUES // (table.shape[1] * (wv + n)))  # sequences per pass
     if step >= b:
-        return _by_key(attn.cfg, table, cls, v)
+        return _by_key(cfg, table, cls, v)
     z = torch.empty_like(v)
     for start in range(0, b, step):
         part = slice(start, start + step)
-        z[part] = _by_key(attn.cfg, table, cls[part], v[part])
+        z[part] = _by_key(cfg, table, cls[part], v[part])
     return z
 
 

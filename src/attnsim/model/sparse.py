@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnsim.model import plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.sparse_ops import (
     HeadMaps,
@@ -141,7 +142,7 @@ class SparseTransformer:
         self._heads = [HeadMaps(layer.heads) for layer in layers]
         self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
         self._plans: dict[int, list] = {}
-        self._misses: dict[tuple[int, int], int] = {}
+        self._misses: dict[tuple, int] = {}  # (layer, head) and ("side", layer, head)
 
     # -- what it is ----------------------------------------------------------------------
     @property
@@ -415,7 +416,12 @@ class SparseTransformer:
         where = torch.full((len(e["pos_dirs"]),), -1, dtype=torch.long)
         where[js] = torch.arange(len(js))
         at, w = e["pos_at"], e["pos_at_w"]
-        sel = (where[at[:, 1]] >= 0) & (at[:, 0] < n)
+        cache = self.__dict__.setdefault("_position_entries", {})
+        key = tuple(js.tolist())
+        if key not in cache:  # the listed entries of these columns, found once
+            cache[key] = torch.nonzero(where[at[:, 1]] >= 0).flatten()
+        sel = cache[key]
+        sel = sel[at[sel, 0] < n]
         out[where[at[sel, 1]], at[sel, 0]] = w[sel]
         return out
 
@@ -530,9 +536,10 @@ class SparseTransformer:
                     if z is None:
                         self._misses[(li, h)] = self._misses.get((li, h), 0) + 1
                 if z is None:
-                    z = dense_head(
-                        cfg, rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot)), rows_last(v)
-                    )
+                    q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
+                    z = self._one_sided(li, h, static_mask, q, k, rows_last(v))
+                    if z is None:
+                        z = dense_head(cfg, q, k, rows_last(v))
                 z = z.permute(2, 0, 1)
             out[hm.O_at[h]] += hm.O[h](z, torch.arange(z.shape[0]))
         if mask is not None:
@@ -540,6 +547,22 @@ class SparseTransformer:
             store.write(hm.written[keepc], out[keepc])
         else:
             store.write(hm.written, out)
+
+    def _one_sided(self, li: int, h: int, static, q, k, v) -> torch.Tensor | None:
+        """Head h of layer li over the distinct rows of its dynamic side where the other
+        reads static directions only, not causal (:func:`plan_keys.run_projected`); else
+        None, as where the rows are too many (after two such passes it stops trying)."""
+        hm, miss = self._heads[li], ("side", li, h)
+        if self.cfg.causal or self._misses.get(miss, 0) >= 2:
+            return None
+        q_static = bool(static[hm.Q[h].dirs].all())
+        k_static = bool(static[hm.K[h].dirs].all())
+        if q_static == k_static:  # both: run from plans; neither: no static side
+            return None
+        z = plan_keys.run_projected(self.cfg, "queries" if q_static else "keys", q, k, v)
+        if z is None:
+            self._misses[miss] = self._misses.get(miss, 0) + 1
+        return z
 
     def _mlp(self, store, li: int, mask) -> None:
         x, slot = store.data, store.slot
@@ -551,11 +574,8 @@ class SparseTransformer:
             if mask is not None:  # the static pass: units that read dynamic directions add 0
                 act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))
             out = um.O(act, torch.arange(um.n))
-            if mask is not None:
-                keepc = mask[um.written]
-                store.write(um.written[keepc], out[keepc])
-            else:
-                store.write(um.written, out)
+            keepc = slice(None) if mask is None else mask[um.written]
+            store.write(um.written[keepc], out[keepc])
 
     # -- plans ---------------------------------------------------------------------------
     def plans(self, n: int) -> list | None:
