@@ -288,6 +288,28 @@ def simulator_layouts(data: dict) -> str:
             ],
         )
     )
+    filled = [r for r in rows if r.get("stream_cells_peak")]
+    if filled:
+        out += [
+            "",
+            "Sparse storage keeps the directions alive at each stage; at its peak the store "
+            "holds these cells (live columns x positions), of which these are non-zero (a "
+            "store by position role could save at most their ratio):",
+            "",
+            table(
+                ["layout", "n = d", "peak cells", "peak non-zero", "ratio"],
+                [
+                    [
+                        r["layout"],
+                        r["n"],
+                        f"{r['stream_cells_peak']:,}",
+                        f"{r['stream_nonzero_peak']:,}",
+                        r["stream_cells_peak"] / max(1, r["stream_nonzero_peak"]),
+                    ]
+                    for r in filled
+                ],
+            ),
+        ]
     skipped = data.get("not_built", [])
     if skipped:
         reasons: dict[str, list[str]] = {}  # reason -> the sizes it covers

@@ -34,6 +34,7 @@ import torch
 from _common import Run, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
+from attnsim.model import sparse_ops
 from attnsim.model.memory import ModelTooLargeError
 from attnsim.simulator import reference, sampling, universal
 from attnsim.simulator.layout import Layout
@@ -96,6 +97,10 @@ def measure(
     warm = time.perf_counter() - t0
     with torch.no_grad():
         direct = time_direct(lambda: module(X[None]))
+    fill = None
+    if U.model.storage == "sparse":  # a third pass, counted (not timed)
+        with StreamFill() as fill:
+            U.simulate(target, X)
     r = U.report()
     return {
         "layout": layout,
@@ -122,8 +127,37 @@ def measure(
         # stream they take (float64, every position)
         "peak_live_columns": getattr(U.model.model, "peak_columns", None),
         "stream_mb": _stream_mb(U),
+        # sparse storage: the store's peak cells and peak non-zero entries (StreamFill)
+        "stream_cells_peak": None if fill is None else fill.cells,
+        "stream_nonzero_peak": None if fill is None else fill.nonzero,
         "max_abs_score": max_abs_score(target, X),
     }
+
+
+class StreamFill:
+    """Over one forward pass in sparse storage: the most cells the store holds at once (its
+    live columns times the positions) and the most non-zero entries among them, read at
+    every stage before its columns are released. Their ratio bounds what a store by
+    position role could save over the store by live columns (at most that factor)."""
+
+    def __enter__(self) -> StreamFill:
+        self.cells = self.nonzero = 0
+        self._real = real = sparse_ops.Store.release
+
+        def release(store, stage: int) -> None:
+            free = torch.zeros(store.data.shape[0], dtype=torch.bool)
+            free[[0, *store.free]] = True  # row 0 holds zeros and is never live
+            per_row = torch.count_nonzero(store.data, dim=(1, 2))
+            cells = int((~free).sum()) * store.data.shape[1] * store.data.shape[2]
+            self.cells = max(self.cells, cells)
+            self.nonzero = max(self.nonzero, int(per_row[~free].sum()))
+            real(store, stage)
+
+        sparse_ops.Store.release = release
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sparse_ops.Store.release = self._real
 
 
 def _stream_mb(U) -> float:
