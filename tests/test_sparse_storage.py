@@ -366,3 +366,33 @@ def test_sparse_heads_with_static_keys_gather_at_computed_positions(monkeypatch)
         assert [sparse.run(x) for x in xs] == [dense.run(x) for x in xs]
     assert [sparse.run(x) for x in xs] == [rasp.evaluate(program, [x])[0] for x in xs]
     assert ("keys", True) in ran
+
+
+def test_sparse_units_run_once_per_distinct_input_row(monkeypatch):
+    """reverse at max_seq_len 40 in sparse storage: its map of (length, index) pairs reads
+    few distinct one-hot rows in a batch, so its units run once per distinct row; the
+    outputs equal the dense storage's and the interpreter's, the streams entry by entry."""
+    from attnsim.model import plan_core
+
+    grouped = []
+    real = plan_core.repeated_rows
+
+    def counted(n, get_rows, owner, work):
+        got = real(n, get_rows, owner, work)
+        grouped.append(got is not None)
+        return got
+
+    monkeypatch.setattr(plan_core, "repeated_rows", counted)
+    program = library.make_reverse(rasp.tokens)
+    kw = {"vocab": "abc", "max_seq_len": 40}
+    dense = compile_program(program, storage="dense", **kw)
+    sparse = compile_program(program, storage="sparse", **kw)
+    rng = np.random.default_rng(5)
+    xs = [[str(c) for c in rng.choice(list("abc"), size=40)] for _ in range(12)]
+    xs += [[str(c) for c in rng.choice(list("abc"), size=int(rng.integers(1, 40)))]]
+    grouped.clear()
+    got = sparse.run(xs[:12])  # one batch of 12 x 41 positions: the rows repeat
+    assert any(grouped), "no unit map ran over distinct rows"
+    want = [rasp.evaluate(program, [x])[0] for x in xs]
+    assert got == want[:12] == dense.run(xs[:12])
+    assert [sparse.run(x) for x in xs] == want

@@ -130,10 +130,12 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # a function of each row runs once per distinct row when these hold: rows in the batch,
-# the function's work per row (multiply-adds), the share of distinct rows
+# the function's work per row (multiply-adds), and the work saved on the repeated rows
+# exceeds what grouping costs (about GROUP_WORK + 4 x width per row: a product, a sort,
+# an exact check and a gather)
 DISTINCT_MIN_ROWS = 256
 DISTINCT_MIN_WORK = 1024
-DISTINCT_SHARE = 0.25
+GROUP_WORK = 64
 
 
 def on_distinct_rows(xs: torch.Tensor, fn, owner, work: int) -> torch.Tensor:
@@ -149,15 +151,33 @@ def on_distinct_rows(xs: torch.Tensor, fn, owner, work: int) -> torch.Tensor:
     >>> torch.equal(got, xs * 2.0)
     True
     """
-    n = xs.shape[0]
+    grouped = repeated_rows(xs.shape[0], lambda: xs, owner, work)
+    if grouped is None:
+        return fn(xs)
+    rows, inverse = grouped
+    return fn(rows)[inverse]
+
+
+def repeated_rows(n: int, get_rows, owner, work: int):
+    """``(rows, inverse)``, the distinct rows of ``get_rows() [n, width]``, where computing a
+    row-wise function of ``work`` multiply-adds per row once per distinct row pays (see
+    :func:`on_distinct_rows`), else None (``owner`` counts the batches whose rows were
+    mostly distinct; after two it stops looking, and ``get_rows`` is not called).
+
+    >>> class Owner: pass
+    >>> rows, inverse = repeated_rows(300, lambda: torch.ones(300, 2), Owner(), 4096)
+    >>> rows.tolist(), int(inverse.max())
+    ([[1.0, 1.0]], 0)
+    """
     misses = getattr(owner, "_distinct_misses", 0)
     if owner is None or n < DISTINCT_MIN_ROWS or work < DISTINCT_MIN_WORK or misses >= 2:
-        return fn(xs)
+        return None
+    xs = get_rows()
     rows, inverse = distinct_rows(xs)
-    if rows.shape[0] > DISTINCT_SHARE * n:
+    if (n - rows.shape[0]) * work <= n * (GROUP_WORK + 4 * xs.shape[1]):
         owner._distinct_misses = misses + 1
-        return fn(xs)
-    return fn(rows)[inverse]
+        return None
+    return rows, inverse
 
 
 def relu_rows(

@@ -60,6 +60,7 @@ from attnsim.model.sparse_ops import (
     run_candidates,
     run_plan,
     split_qk,
+    unit_output,
     unit_writes,
 )
 from attnsim.model.stream import check_positions
@@ -570,12 +571,13 @@ class SparseTransformer:
         for um, ok in zip(self._units[li], ok_all):
             if not um.n:
                 continue
-            act = um.activation(x, slot)
-            if mask is not None:  # the static pass: units that read dynamic directions add 0
-                act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))
-            out = um.O(act, torch.arange(um.n))
-            keepc = slice(None) if mask is None else mask[um.written]
-            store.write(um.written[keepc], out[keepc])
+            if mask is None:  # once per distinct input row where the rows repeat
+                store.write(um.written, unit_output(um, x, slot))
+                continue
+            act = um.activation(x, slot)  # the static pass: dynamic units add 0
+            act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))
+            keep = mask[um.written]
+            store.write(um.written[keep], um.O(act, torch.arange(um.n))[keep])
 
     # -- plans ---------------------------------------------------------------------------
     def plans(self, n: int) -> list | None:

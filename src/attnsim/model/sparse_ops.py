@@ -255,6 +255,39 @@ class UnitMaps:
         return f * b
 
 
+def unit_output(um: UnitMaps, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """The units' summed output ``[written, batch, pos]`` on the stream ``x``; where the
+    rows of the directions they read repeat (a categorical map's few one-hot inputs), once
+    per distinct row (:func:`attnsim.model.plan_core.repeated_rows`), each row's terms
+    summed as on the whole stream.
+
+    >>> from attnsim.model.sparse import SparseUnits
+    >>> idx, w = torch.tensor([[0, 0]]), torch.tensor([2.0], dtype=torch.float64)
+    >>> um = UnitMaps(SparseUnits("relu", 1, idx, w, idx[:0], w[:0], torch.tensor([[0, 1]]), w))
+    >>> x = torch.tensor([[-1.0, 3.0] * 200, [0.0, 0.0] * 200], dtype=torch.float64)[:, None]
+    >>> unit_output(um, x, torch.arange(2))[0, 0, :4].tolist()  # 2 relu(2 x) at each position
+    [0.0, 12.0, 0.0, 12.0]
+    """
+    _, b, n = x.shape
+    reads = getattr(um, "_reads", None)
+    if reads is None:  # the directions read, and a slot map onto rows 1.. of a small store
+        dirs = torch.tensor(sorted(um.reads), dtype=torch.long)
+        local = torch.zeros(slot.shape[0], dtype=torch.long)
+        local[dirs] = torch.arange(1, len(dirs) + 1)
+        reads = um._reads = (dirs, local)
+    dirs, local = reads
+    work = len(um.A.dirs) + len(um.B.dirs) + len(um.O.dirs)
+    grouped = plan_core.repeated_rows(
+        b * n, lambda: x[slot[dirs]].reshape(len(dirs), b * n).T, um, work
+    )
+    if grouped is None:
+        return um.O(um.activation(x, slot), torch.arange(um.n))
+    rows, inverse = grouped  # [distinct, len(dirs)]
+    small = torch.cat([torch.zeros(1, rows.shape[0], dtype=x.dtype), rows.T])[:, None]
+    out = um.O(um.activation(small, local), torch.arange(um.n))  # [written, 1, distinct]
+    return out[:, 0, inverse].view(-1, b, n)
+
+
 @dataclass(frozen=True)
 class Plan:
     """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`.
