@@ -256,19 +256,24 @@ class UnitMaps:
 
 
 def unit_output(um: UnitMaps, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
-    """The units' summed output ``[written, batch, pos]`` on the stream ``x``; where the
-    rows of the directions they read repeat (a categorical map's few one-hot inputs), once
-    per distinct row (:func:`attnsim.model.plan_core.repeated_rows`), each row's terms
-    summed as on the whole stream.
+    """The units' summed output ``[written, batch, pos]`` on the stream ``x``; in a batch
+    of several sequences, where the rows of the directions they read repeat (a categorical
+    map's few one-hot inputs), once per distinct row
+    (:func:`attnsim.model.plan_core.repeated_rows`), each row's terms summed as on the
+    whole stream. (One long sequence, U's, reads real-valued rows that rarely repeat:
+    looking would cost a pass over them.)
 
     >>> from attnsim.model.sparse import SparseUnits
     >>> idx, w = torch.tensor([[0, 0]]), torch.tensor([2.0], dtype=torch.float64)
     >>> um = UnitMaps(SparseUnits("relu", 1, idx, w, idx[:0], w[:0], torch.tensor([[0, 1]]), w))
-    >>> x = torch.tensor([[-1.0, 3.0] * 200, [0.0, 0.0] * 200], dtype=torch.float64)[:, None]
+    >>> x = torch.tensor([[-1.0, 3.0] * 200, [0.0, 0.0] * 200], dtype=torch.float64)
+    >>> x = x.view(2, 2, 200)  # [dirs, batch, pos]
     >>> unit_output(um, x, torch.arange(2))[0, 0, :4].tolist()  # 2 relu(2 x) at each position
     [0.0, 12.0, 0.0, 12.0]
     """
     _, b, n = x.shape
+    if b == 1:
+        return um.O(um.activation(x, slot), torch.arange(um.n))
     reads = getattr(um, "_reads", None)
     if reads is None:  # the directions read, and a slot map onto rows 1.. of a small store
         dirs = torch.tensor(sorted(um.reads), dtype=torch.long)
