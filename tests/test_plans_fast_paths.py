@@ -91,13 +91,46 @@ def test_a_token_other_than_bos_at_position_0():
     assert_close(*streams_both_ways(model, ids, vals))
 
 
-def test_models_with_numerical_tokens_do_not_read_classes_from_ids():
+def test_models_with_numerical_tokens_do_not_read_classes_from_ids(monkeypatch):
     """A numerical token channel can carry a non-finite value into every direction (0 *
-    inf): such models look their classes up from the rows."""
-    program = library.make_frac_prevs(rasp.tokens == "x")
-    model = compile_program(program, vocab=list("xyz"), max_seq_len=6)
-    for p in table_plans_of(model, 6):
-        assert p.of_id is None or not model.model.cfg.numerical_tokens
+    inf): such a model's token-table heads (forced here at every length) look their classes
+    up from the rows; the stream is the dense one."""
+    from tests.test_plans_tables import table_model
+
+    t = table_model()
+    tables = [p for p in P.StaticAnalysis.of(t).tables[0]]
+    assert tables and all(p.of_id is None for p in tables)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 1]] * 2)
+    vals = torch.randn(2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    vals[:, 0] = 0.0
+    monkeypatch.setattr(plan_tables, "pays", lambda p, n, attn: True)
+    with torch.no_grad():
+        t.executor = "plan"
+        planned = t(ids, vals)
+        assert any(isinstance(p, P.TablePlan) for p in t.plans(6)[0])
+        t.executor = "dense"
+        dense = t(ids, vals)
+        t.executor = "plan"
+    assert torch.allclose(planned, dense, rtol=1e-12, atol=1e-12)
+
+
+def test_run_projected_refuses_causal_heads_and_unknown_sides():
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=1,
+        n_heads=1,
+        d_head=1,
+        d_mlp=0,
+        d_bilinear=0,
+        n_ctx=4,
+        d_vocab=2,
+        causal=True,
+    )
+    q = k = v = torch.zeros(1, 4, 1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="causal"):
+        plan_keys.run_projected(cfg, "queries", q, k, v)
+    with pytest.raises(ValueError, match="'keys' or 'queries'"):
+        plan_keys.run_projected(hard_cfg(), "values", q, k, v)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

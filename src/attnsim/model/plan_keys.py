@@ -157,15 +157,31 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     h = p.head
     reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
     rows, inverse = plan_core.distinct_rows(columns(x, reads).reshape(b * n, -1))
-    if rows.shape[0] > max(8, MAX_ROW_SHARE * b * n):
+    if _too_many(rows, b * n):
         return None
     wv = max(1, int(attn._plan()[2][h]))
     v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
-    if isinstance(p, KeyPlan):
-        q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]  # the other rows of W_Q are 0
-        return _by_query(attn.cfg, q @ p.keys.T, inverse.view(b, n), v)
+    cls = inverse.view(b, n)
+    if isinstance(p, KeyPlan):  # the distinct query rows, projected (other rows of W_Q are 0)
+        q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]
+        return _mix_side(attn.cfg, "keys", p.keys, q, cls, v)
     k = rows @ attn.W_K[h, reads, : p.queries.shape[1]]
-    return _static_queries(attn.cfg, p.queries @ k.T, inverse.view(b, n), v)
+    return _mix_side(attn.cfg, "queries", p.queries, k, cls, v)
+
+
+def _too_many(rows: torch.Tensor, positions: int) -> bool:
+    """Whether the dynamic side's distinct rows are so many that the dense head costs
+    about as much."""
+    return rows.shape[0] > max(8, MAX_ROW_SHARE * positions)
+
+
+def _mix_side(cfg, static: str, fixed: torch.Tensor, rows: torch.Tensor, cls, v) -> torch.Tensor:
+    """The head's output from its static side ``fixed [pos, width]`` and the projected
+    distinct rows ``rows [classes, width]`` of the other side (``cls [batch, pos]``: each
+    position's row)."""
+    if static == "keys":
+        return _by_query(cfg, rows @ fixed.T, cls, v)
+    return _static_queries(cfg, fixed @ rows.T, cls, v)
 
 
 def run_projected(cfg, static: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
@@ -174,6 +190,10 @@ def run_projected(cfg, static: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
     that is the same on every input of this length ("keys" or "queries"; its first sequence
     is read): its mixed values ``[batch, pos, wv]``, or None where the other side takes too
     many distinct rows (then the dense head costs about as much).
+
+    Raises:
+        ValueError: a causal model (a masked head's pattern is not a function of the
+            row), or ``static`` other than "keys" and "queries".
 
     >>> import torch
     >>> from attnsim.model.config import ModelConfig
@@ -186,14 +206,19 @@ def run_projected(cfg, static: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
     >>> bool(torch.allclose(run_projected(cfg, "queries", q, k, v), dense))
     True
     """
+    if cfg.causal:
+        raise ValueError(
+            "run_projected: a causal head's pattern depends on each query's position as "
+            "well as its row; run it dense (one-sided plans are for heads without a mask)"
+        )
+    if static not in ("keys", "queries"):
+        raise ValueError(f"run_projected: static must be 'keys' or 'queries', got {static!r}")
     b, n, _ = v.shape
-    dynamic = k if static == "queries" else q
+    dynamic, fixed = (k, q[0]) if static == "queries" else (q, k[0])
     rows, inverse = plan_core.distinct_rows(dynamic.reshape(b * n, -1))
-    if rows.shape[0] > max(8, MAX_ROW_SHARE * b * n):
+    if _too_many(rows, b * n):
         return None
-    if static == "keys":
-        return _by_query(cfg, rows @ k[0].T, inverse.view(b, n), v)
-    return _static_queries(cfg, q[0] @ rows.T, inverse.view(b, n), v)
+    return _mix_side(cfg, static, fixed, rows, inverse.view(b, n), v)
 
 
 def _static_queries(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

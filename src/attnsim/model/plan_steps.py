@@ -213,11 +213,7 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
     """
     cols = p.cols if where is None else where[p.cols]
     if isinstance(p, ConstUnits):
-        c = cols
-        if len(c) and int(c[-1] - c[0]) == len(c) - 1:  # a block of columns: a view
-            out[..., int(c[0]) : int(c[-1]) + 1] += p.values
-        else:
-            out[..., c] += p.values
+        add_columns(out, cols, p.values)
         return
     t = x[:, 1:, p.row]  # [batch, pos - 1]
     k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
@@ -268,7 +264,20 @@ def compact(
     """An MLP's output on ``x`` as ``(cols, values)``: only the columns some unit writes,
     each summed in the order the full forward sums it (``plan``: the rows the ReLU units
     read and the columns they write; ``steps``: the step plans of the plan executor, with
-    the other ReLU units over their rows and columns)."""
+    the other ReLU units over their rows and columns).
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4).model
+    >>> ids = torch.tensor([[0, 1, 2, 2, 1]])
+    >>> x = m.W_E[ids] + m.W_pos[:5]
+    >>> x = x + m.blocks[0].attn.dense_heads(x, m.blocks[0].attn.active_heads())
+    >>> mlp = m.blocks[0].mlp
+    >>> cols, vals = compact(mlp, x, mlp._plan())  # its ReLU units' rows and columns
+    >>> full = mlp(x, None, "")  # the MLP's dense forward
+    >>> rest = torch.ones(full.shape[-1], dtype=torch.bool).index_fill(0, cols, False)
+    >>> torch.equal(full[..., cols], vals), bool((full[..., rest] == 0).all())
+    (True, True)
+    """
     from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
 
     slices = mlp._unit_slices()

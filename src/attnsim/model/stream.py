@@ -8,6 +8,8 @@ import sys
 
 import torch
 
+from attnsim.model.projection import _block, add_columns
+
 __all__ = ["Columns", "expand_update", "check_positions", "new_stream"]
 
 HUGE_FROM = 1 << 25  # bytes from which a new stream asks for huge pages (Linux)
@@ -83,12 +85,10 @@ def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tenso
     x + value, as the full addition gives it)."""
     if isinstance(update, tuple):
         cols, vals = update
-        if len(cols) and int(cols[-1] - cols[0]) == len(cols) - 1:  # a block: a view
-            x[..., int(cols[0]) : int(cols[-1]) + 1] += vals
-        elif 2 * len(cols) > x.shape[-1]:  # most columns: one full addition is cheaper
-            x += expand_update(update, x)
-        else:
-            x[..., cols] += vals
+        if _block(cols) is None and 2 * len(cols) > x.shape[-1]:  # most columns, scattered:
+            x += expand_update(update, x)  # one full addition is cheaper
+        else:  # a block of columns into a view, a few by index
+            add_columns(x, cols, vals)
     else:
         x += update
 
