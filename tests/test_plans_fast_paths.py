@@ -115,17 +115,7 @@ def test_models_with_numerical_tokens_do_not_read_classes_from_ids(monkeypatch):
 
 
 def test_run_projected_refuses_causal_heads_and_unknown_sides():
-    cfg = ModelConfig(
-        n_layers=1,
-        d_model=1,
-        n_heads=1,
-        d_head=1,
-        d_mlp=0,
-        d_bilinear=0,
-        n_ctx=4,
-        d_vocab=2,
-        causal=True,
-    )
+    cfg = hard_cfg(causal=True)
     q = k = v = torch.zeros(1, 4, 1, dtype=torch.float64)
     with pytest.raises(ValueError, match="causal"):
         plan_keys.run_projected(cfg, "queries", q, k, v)
@@ -178,9 +168,17 @@ def dense_static_query_head(cfg, table, cls, v):
     return (chosen @ v) / chosen.sum(dim=-1, keepdim=True)
 
 
-def hard_cfg():
+def hard_cfg(causal: bool = False):
     return ModelConfig(
-        n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0, n_ctx=8, d_vocab=1
+        n_layers=1,
+        d_model=1,
+        n_heads=1,
+        d_head=1,
+        d_mlp=0,
+        d_bilinear=0,
+        n_ctx=8,
+        d_vocab=1,
+        causal=causal,
     )
 
 
