@@ -393,6 +393,18 @@ CASES: dict[str, Case] = {
     "max_seq_len_a_million_is_a_memory_error": Case(
         lambda: compiled(hist(), "ab", max_seq_len=10**6), MemoryError, r"needs about"
     ),
+    "static_selector_too_large_in_sparse_storage": Case(
+        lambda: compile_program(
+            rasp.SelectorWidth(rasp.Select(rasp.indices, rasp.indices, C.LEQ)),
+            vocab="ab",
+            max_seq_len=300_000,
+            fixed_length=True,
+            storage="sparse",
+        ),
+        ModelTooLargeError,
+        r"evaluating the static selector '.*' at max_seq_len=300000 \(\[300000, 300000\] "
+        r"masks\) needs about [\d.]+ GiB.*lower max_seq_len",
+    ),
     "simulator_too_large_to_build": Case(
         lambda: __import__("attnsim").simulator.build(1000, 1000, 8),
         MemoryError,

@@ -335,18 +335,24 @@ def test_sparse_u_runs_its_one_sided_heads_over_distinct_rows(monkeypatch):
     flags) fail their candidate certificate: in sparse storage they run over the distinct
     rows of their keys, not over [query, key]; against torch's layer and the dense storage."""
     ran = _count_one_sided(monkeypatch)
-    kw = {"layer": "encoder", "layout": "scalar", "max_ff": 8}
+    check_encoder_u("scalar", rows=4)
+    assert ("queries", True) in ran
+
+
+def check_encoder_u(layout: str, rows: int) -> None:
+    """The encoder U (4, 4, 2) in sparse storage against torch's layer and the dense storage,
+    on three random layers with ``rows`` rows of X."""
+    kw = {"layer": "encoder", "layout": layout, "max_ff": 8}
     dense = universal.build(4, 4, 2, storage="dense", **kw)
     sparse = universal.build(4, 4, 2, storage="sparse", **kw)
     for seed in range(3):
         target = sampling.random_encoder_layer(2, 4, 8, seed=seed, activation="gelu")
-        X = torch.tensor(np.random.default_rng(seed).standard_normal((4, 4)))
+        X = torch.tensor(np.random.default_rng(seed).standard_normal((rows, 4)))
         with torch.no_grad():
             want = to_torch(target)(X[None])[0]
         got = sparse.simulate(target, X)
         assert torch.allclose(got, dense.simulate(target, X), rtol=1e-12, atol=1e-12)
         assert float((got - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
-    assert ("queries", True) in ran
 
 
 def test_sparse_heads_with_static_keys_gather_at_computed_positions(monkeypatch):

@@ -261,19 +261,26 @@ def assemble_sparse(
     # position columns (static S-ops): each one's most common value, and the other entries
     dirs = list(lowered.static_embed)
     embed["pos_dirs"] = torch.tensor([ix(d) for d in dirs], dtype=torch.long)
-    defaults, at, at_w = [], [], []
-    for j, d in enumerate(dirs):
+    defaults, others = [], []
+    for d in dirs:
         col = np.asarray(lowered.static_embed[d], dtype=np.float64)  # positions 1..
         sample = col[:: max(1, len(col) // 64)]  # the default: the mode of a sample
         vals, counts = np.unique(sample, return_counts=True)
-        default = float(vals[np.argmax(counts)]) if len(vals) else 0.0
-        other = np.flatnonzero(col != default)
-        defaults.append(default)
-        at.append(np.stack([other + 1, np.full(len(other), j)], axis=1))
-        at_w.append(col[other])
+        defaults.append(float(vals[np.argmax(counts)]) if len(vals) else 0.0)
+        others.append(np.flatnonzero(col != defaults[-1]).astype(np.int32))
+    # the other entries, written in place (a list of parts and their concatenation would
+    # hold them twice: the universal simulator's embedding has tens of millions)
+    total = sum(len(o) for o in others)
+    pos_at, pos_at_w = torch.empty(total, 2, dtype=torch.long), torch.empty(total, dtype=f64)
+    start = 0
+    for j, (d, other) in enumerate(zip(dirs, others)):
+        stop = start + len(other)
+        pos_at[start:stop, 0] = torch.from_numpy(other) + 1
+        pos_at[start:stop, 1] = j
+        pos_at_w[start:stop] = torch.from_numpy(np.asarray(lowered.static_embed[d])[other])
+        start = stop
     embed["pos_default"] = torch.tensor(defaults, dtype=f64)
-    embed["pos_at"] = torch.from_numpy(np.concatenate(at + [np.zeros((0, 2), np.int64)]))
-    embed["pos_at_w"] = torch.from_numpy(np.concatenate(at_w + [np.zeros(0)]))
+    embed["pos_at"], embed["pos_at_w"] = pos_at, pos_at_w
     out = []
     for layer in layers:
         qk = [(h, ix(q), ix(k), w) for h, head in enumerate(layer.heads) for q, k, w in head.qk]

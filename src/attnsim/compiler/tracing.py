@@ -79,17 +79,20 @@ def needs_full_length(graph: Graph) -> bool:
 
 
 def check_size(graph: Graph, max_seq_len: int, itemsize: int, storage: str = "auto") -> None:
-    """Refuses a max_seq_len whose [pos, pos] arrays cannot fit, before making any.
+    """Refuses a max_seq_len whose attention scores cannot fit, before making any.
 
-    Attention holds scores for every (query, key) pair; value inference evaluates static
-    selectors at full length. The weights are checked again once their sizes are known.
+    Dense attention holds scores for every (query, key) pair. Sparse storage runs attention
+    from plans and in row chunks, so nothing ``[pos, pos]`` is counted for it here. A static
+    selector evaluated at full length (``[pos, pos]`` bools) is charged where value inference
+    evaluates one (:meth:`ValueInference.static_matrix`), so a program that never needs one
+    (the universal simulator's) is not refused for it. The weights are checked again once
+    their sizes are known.
 
     Args:
         graph: the traced program.
         max_seq_len: the longest input.
         itemsize: bytes per number of the model's dtype (8 for float64, 4 for float32).
-        storage: "sparse" runs attention from plans and in row chunks: only a static
-            selector at full length (``[pos, pos]`` bools) is counted then.
+        storage: "sparse", "dense" or "auto".
 
     Raises:
         ModelTooLargeError: the arrays would not fit in this machine's memory.
@@ -98,11 +101,38 @@ def check_size(graph: Graph, max_seq_len: int, itemsize: int, storage: str = "au
     attends = any(
         isinstance(n, (E.Aggregate, E.SelectorWidth, E.LengthType)) for n in graph.nodes.values()
     )
-    needed = 2 * max_seq_len * max_seq_len  # the evaluator's masks and a selector, as bool
-    if attends and storage != "sparse":
-        needed = max(needed, memory.attention_bytes(n_ctx, 1, itemsize))
+    if not attends or storage == "sparse":
+        return
+    needed = memory.attention_bytes(n_ctx, 1, itemsize)
     memory.check_fits(
         needed,
         f"compiling with max_seq_len={max_seq_len} (attention over {n_ctx} positions)",
         "lower max_seq_len: the [max_seq_len + 1]^2 attention scores grow with its square",
     )
+
+
+def check_masks(e: E.RASPExpr, known: dict, max_seq_len: int) -> None:
+    """Refuses to evaluate ``e`` at full length when a selector it reads (and ``known``, the
+    evaluator's memo, does not hold yet) needs ``[pos, pos]`` masks that cannot fit: the
+    selector and one mask of its size (causal, a negation, a conjunction). A static S-op
+    that reads no selector never makes one.
+
+    Raises:
+        ModelTooLargeError: the masks would not fit in this machine's memory.
+    """
+    stack, seen = [e], set()
+    while stack:
+        node = stack.pop()
+        if node.uid in seen or node.uid in known:
+            continue
+        seen.add(node.uid)
+        if isinstance(node, E.Selector):
+            L = max_seq_len
+            memory.check_fits(
+                2 * L * L,
+                f"evaluating the static selector {node.label!r} at max_seq_len={L} "
+                f"([{L}, {L}] masks)",
+                "lower max_seq_len: a static selector's masks grow with its square",
+            )
+            return
+        stack.extend(node.children)

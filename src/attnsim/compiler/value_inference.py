@@ -38,8 +38,7 @@ MAX_MEAN_VALUES = 200_000  # the most candidate values of a numerical mean or su
 
 def dedupe(values) -> tuple:
     """Distinct values in first-seen order (True, 1 and 1.0 kept apart)."""
-    seen: set = set()
-    out = []
+    seen, out = set(), []
     for v in values:
         k = (type(v), v)
         if k not in seen:
@@ -140,18 +139,16 @@ class ValueInference:
 
     @property
     def _evaluator(self) -> I._Evaluator:
-        # made on first use: it holds [max_seq_len, max_seq_len] masks, which a program
-        # without static S-ops never needs
+        # made on first use: a program without static S-ops never needs it
         if self._evaluator_obj is None:
             self._evaluator_obj = I._Evaluator(np.zeros((1, self.L)), causal=self.causal)
         return self._evaluator_obj
 
     # -- static --------------------------------------------------------------------------
     def is_static(self, e: E.RASPExpr) -> bool:
-        got = self._static.get(e.uid)
-        if got is None:
-            got = self._static[e.uid] = self._compute_static(e)
-        return got
+        if e.uid not in self._static:
+            self._static[e.uid] = self._compute_static(e)
+        return self._static[e.uid]
 
     def _compute_static(self, e: E.RASPExpr) -> bool:
         if isinstance(e, (E.IndicesType, E.Full, E.ConstantSOp, E.ConstantSelector)):
@@ -174,11 +171,15 @@ class ValueInference:
 
     def static_values(self, e: E.RASPExpr) -> list:
         """The value at each position 0..max_seq_len-1 of a static S-op."""
+        val = self.static_array(e)
+        return val.tolist() if isinstance(val, np.ndarray) else list(val.to_objects()[0])
+
+    def static_array(self, e: E.RASPExpr) -> np.ndarray | I.Cat:
+        """A static S-op at full length: float64 ``[L]`` (the evaluator's own) or a Cat."""
         assert self.is_static(e), e
+        tracing.check_masks(e, self._evaluator.memo, self.L)  # refuses masks that cannot fit
         val = self._evaluator.eval(e)
-        if isinstance(val, np.ndarray):
-            return np.asarray(val[0], dtype=np.float64).tolist()
-        return list(val.to_objects()[0])
+        return np.asarray(val[0], dtype=np.float64) if isinstance(val, np.ndarray) else val
 
     def static_counts(self, sel: E.Selector) -> np.ndarray:
         """Keys selected per query of a static selector at full length, ``[pos]``; an
@@ -209,6 +210,7 @@ class ValueInference:
     def static_matrix(self, sel: E.Selector) -> np.ndarray:
         """The selection matrix ``[query, key]`` of a static selector at full length."""
         assert self.is_static(sel), sel
+        tracing.check_masks(sel, self._evaluator.memo, self.L)
         return np.asarray(self._evaluator.eval(sel)[0], dtype=bool)
 
     # -- values ------------------------------------------------------------------------------
@@ -289,10 +291,9 @@ class ValueInference:
         >>> vi.may_be_none(rasp.tokens), vi.may_be_none(rasp.Aggregate(sel, rasp.tokens))
         (False, True)
         """
-        got = self._none.get(e.uid)
-        if got is None:
-            got = self._none[e.uid] = self._compute_none(e)
-        return got
+        if e.uid not in self._none:
+            self._none[e.uid] = self._compute_none(e)
+        return self._none[e.uid]
 
     def _compute_none(self, e: E.SOp) -> bool:
         if E.is_numerical(e):

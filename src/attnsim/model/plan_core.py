@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from attnsim.model import plan_curve
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.projection import columns
 
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
+CURVE_FROM = 2048  # keys from which a hard head looks for a parabola (plan_curve)
 
 
 def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):
@@ -236,6 +238,46 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
         rows_q, inverse = q, None
     else:
         rows_q, inverse = distinct_rows(q)
+    curve = _curve(cfg, k)
+    if curve is None:
+        count, key, weight = _select_rows(cfg, rows_q, k)
+    else:  # keys on a parabola: each query's window, the rest of the queries densely
+        key, count, _, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
+        rest = torch.nonzero(~done).flatten()
+        if len(rest):
+            c2, k2, _ = _select_rows(cfg, rows_q[rest], k)
+            rows = torch.repeat_interleave(torch.arange(len(rows_q)), count)
+            rows = torch.cat([rows, torch.repeat_interleave(rest, c2)])
+            key = torch.cat([key, k2])
+            key = key[torch.argsort(rows * len(k) + key)]  # by query, then key
+            count = count.clone()
+            count[rest] = c2
+        weight = None
+    if inverse is not None:
+        first = torch.zeros_like(count)
+        first[1:] = torch.cumsum(count, 0)[:-1]
+        count = count[inverse]
+        offsets = torch.zeros(n, dtype=torch.long)
+        offsets[1:] = torch.cumsum(count, 0)[:-1]
+        shift = torch.repeat_interleave(first[inverse] - offsets, count)
+        pick = torch.arange(int(count.sum())) + shift
+        key = key[pick]
+        weight = None if weight is None else weight[pick]
+    offsets = torch.zeros(n + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(count, 0)
+    return offsets, key, weight, bool((count == 1).all())
+
+
+def _curve(cfg: ModelConfig, k: torch.Tensor) -> plan_curve.Curve | None:
+    """The parabola of a long hard head's keys (:mod:`attnsim.model.plan_curve`), or None."""
+    if cfg.causal or cfg.attention is not AttentionMode.HARD or k.shape[0] < CURVE_FROM:
+        return None
+    return plan_curve.find_curve(k, distinct_rows)
+
+
+def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tuple:
+    """``(count, keys, weights)`` of every query row against every key, in row chunks."""
+    n = k.shape[0]
     step = max(1, ROWS_PER_CHUNK // max(1, n))
     counts, keys, weights = [], [], []
     for start in range(0, rows_q.shape[0], step):
@@ -253,21 +295,9 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
         keys.append(c)
         if cfg.attention is not AttentionMode.HARD:
             weights.append(pattern[r, c])
-    count, key = torch.cat(counts), torch.cat(keys)
+    empty = torch.zeros(0, dtype=torch.long)
     weight = torch.cat(weights) if weights else None
-    if inverse is not None:
-        first = torch.zeros_like(count)
-        first[1:] = torch.cumsum(count, 0)[:-1]
-        count = count[inverse]
-        offsets = torch.zeros(n, dtype=torch.long)
-        offsets[1:] = torch.cumsum(count, 0)[:-1]
-        shift = torch.repeat_interleave(first[inverse] - offsets, count)
-        pick = torch.arange(int(count.sum())) + shift
-        key = key[pick]
-        weight = None if weight is None else weight[pick]
-    offsets = torch.zeros(n + 1, dtype=torch.long)
-    offsets[1:] = torch.cumsum(count, 0)
-    return offsets, key, weight, bool((count == 1).all())
+    return torch.cat(counts) if counts else empty, torch.cat(keys) if keys else empty, weight
 
 
 def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
@@ -285,16 +315,23 @@ def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple 
     best = torch.full((n,), float("-inf"), dtype=q.dtype)
     best.scatter_reduce_(0, rows, (q[rows] * k[keys]).sum(-1), "amax")
     others = torch.full((n,), float("-inf"), dtype=q.dtype)
+    todo = torch.arange(n)
+    curve = _curve(cfg, k)
+    if curve is not None:  # the best other key from each query's window where it holds
+        rows_q, inverse = distinct_rows(q)
+        _, _, best_other, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
+        others = best_other[inverse]
+        todo = torch.nonzero(~done[inverse]).flatten()
     step = max(1, ROWS_PER_CHUNK // max(1, n))
-    for start in range(0, n, step):
-        scores = q[start : start + step] @ k.T
-        stop = start + scores.shape[0]
+    for part in torch.split(todo, step):  # the other queries: every key, less its candidates
+        scores = q[part] @ k.T
         if cfg.causal:
-            r = torch.arange(start, stop)[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
-        lo, hi = offsets[start], offsets[stop]
-        scores[rows[lo:hi] - start, keys[lo:hi]] = float("-inf")
-        others[start:stop] = scores.amax(dim=-1)
+            scores = scores.masked_fill(torch.arange(n)[None, :] > part[:, None], float("-inf"))
+        c = counts[part]
+        at = torch.repeat_interleave(offsets[part] - (torch.cumsum(c, 0) - c), c)
+        own = keys[at + torch.arange(len(at))]
+        scores[torch.repeat_interleave(torch.arange(len(part)), c), own] = float("-inf")
+        others[part] = scores.amax(dim=-1)
     gap = best - others
     if not bool((gap > cfg.hard_tolerance).all()):
         return None

@@ -203,7 +203,11 @@ class _Evaluator:
             x = columns.cat_from_array(x)
         if op is not None and op.kind == "position_table" and E.is_numerical(e):
             # a numerical table of the position (gathers.position_table): one look-up
-            return np.asarray(op.numpy_fn(np.asarray(x.table, dtype=np.int64)))[x.codes]
+            vals = np.asarray(op.numpy_fn(np.asarray(x.table, dtype=np.int64)))
+            if x.codes.shape[-1] == len(vals) and columns.same_rows(x.codes):
+                if np.array_equal(x.codes[0], np.arange(len(vals))):  # `indices` itself
+                    return np.broadcast_to(vals, x.codes.shape)  # read-only, not a copy
+            return vals[x.codes]
         raw = [_call(e, e.f, v) for v in x.table]
         return columns.cat_from_table_values(x.codes, raw)
 

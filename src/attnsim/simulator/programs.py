@@ -101,7 +101,7 @@ def mask_offset(score_bound: float) -> float:
 def _static(layout: Layout, name: str, fn) -> E.SOp:
     """A numerical S-op of the position alone: fn(roles) -> number (roles: role -> coords)."""
     table = [fn(layout.roles(p)) for p in range(layout.length)]
-    return E.numerical(E.Map(lambda p, t=table: t[p], E.indices, simplify=False)).named(name)
+    return gathers.position_table(table).named(name)  # one float64 array
 
 
 def _gather(src: E.SOp, name: str) -> E.Selector:

@@ -30,12 +30,11 @@ from attnsim.values import as_number, is_hashable, is_number, is_numeric, value_
 def static(ctx: Context, e: E.SOp) -> Rep:
     """A static S-op: its value at every position, in the positional embedding."""
     label = ctx.label(e)
-    vals = ctx.vi.static_values(e)
     if E.is_numerical(e):
-        arr = np.asarray(vals, dtype=np.float64)
         d = ctx.new_dir(label)
-        ctx.static_embed[d] = arr
+        ctx.static_embed[d] = static_numbers(ctx, e)
         return Rep("num", form={d: 1.0})
+    vals = ctx.vi.static_values(e)
     distinct = sort_values(dedupe(v for v in vals if v is not None))
     dims = []
     for v in distinct:
@@ -241,10 +240,17 @@ def numeric_static(ctx: Context, e: E.SOp) -> dict[str, float]:
     key = f"{ctx.label(e)}@num"
     if key not in ctx.static_embed:
         ctx.new_dir(key)
-        ctx.static_embed[key] = np.asarray(
-            [float(v) for v in ctx.vi.static_values(e)], dtype=np.float64
-        )
+        ctx.static_embed[key] = static_numbers(ctx, e)
     return {key: 1.0}
+
+
+def static_numbers(ctx: Context, e: E.SOp) -> np.ndarray:
+    """A static S-op's values as float64 ``[max_seq_len]`` (a numerical S-op's is the
+    evaluator's array itself: the embedding shares it, read-only)."""
+    got = ctx.vi.static_array(e)
+    if isinstance(got, np.ndarray):
+        return got
+    return np.asarray([float(v) for v in got.to_objects()[0]], dtype=np.float64)
 
 
 def static_square(ctx: Context, e: E.SOp) -> str:
@@ -252,7 +258,7 @@ def static_square(ctx: Context, e: E.SOp) -> str:
     key = f"{ctx.label(e)}@num^2"
     if key not in ctx.static_embed:
         ctx.new_dir(key)
-        vals = np.asarray([float(v) for v in ctx.vi.static_values(e)], dtype=np.float64)
+        vals = static_numbers(ctx, e)
         ctx.static_embed[key] = vals * vals
     return key
 
