@@ -25,7 +25,7 @@ import torch
 
 __all__ = ["Curve", "find_curve", "select_on_curve"]
 
-WINDOW = 8  # distinct u values each side of a query's vertex
+WINDOW = 16  # distinct u values each side of a query's vertex
 MAX_ODD = 64  # the most keys off the parabola (BOS and the like)
 
 
@@ -47,6 +47,7 @@ class Curve:
         self.odd = _Groups(odd, odd_class)
         self.odd_rows = k[self.odd.first()]
         self.coef, self.k = coef, k
+        self.deviation = torch.zeros(k.shape[1], dtype=k.dtype)  # set by find_curve
 
 
 class _Groups:
@@ -115,11 +116,14 @@ def _fit(k: torch.Tensor, col: int, distinct: Callable) -> Curve | None:
     coef[:, col] = torch.tensor([0.0, 1.0, 0.0], dtype=k.dtype)
     model = coef[0] + u[:, None] * coef[1] + (u * u)[:, None] * coef[2]
     scale = k.abs().amax(dim=0) + 1.0
-    odd = torch.nonzero(((model - k).abs() > 1e-12 * scale).any(dim=1)).flatten()
+    dev = (model - k).abs()
+    off = (dev > 1e-12 * scale).any(dim=1)
+    odd = torch.nonzero(off).flatten()
     _, odd_class = distinct(k[odd]) if len(odd) else (None, odd)
     if len(odd) and int(odd_class.max()) >= MAX_ODD:
         return None
     curve = Curve(k, u, coef, odd, odd_class)
+    curve.deviation = dev[~off].amax(dim=0) if bool((~off).any()) else dev[0] * 0
     if len(curve.values) < 3:
         return None
     group = torch.repeat_interleave(torch.arange(len(curve.on.starts)), curve.on.sizes())
@@ -157,9 +161,10 @@ def select_on_curve(
     odd = q @ curve.odd_rows.T  # [Q, distinct odd rows]
     best = torch.maximum(win.amax(dim=1), odd.amax(dim=1) if odd.shape[1] else win[:, 0])
     cut = best - tolerance
-    # rounding of the dot products, and the keys' distance from the fitted parabola
+    # rounding of the dot products, and the keys' distance from the fitted parabola (the
+    # scores along u rise and fall up to that much)
     size = q.abs() @ (curve.rows.abs().amax(dim=0) + curve.k.abs().amax(dim=0))
-    slack = 1e-10 * (size + best.abs())
+    slack = 1e3 * torch.finfo(q.dtype).eps * (size + best.abs()) + 4 * (q.abs() @ curve.deviation)
     left_end = (lo == 0) | (win[:, 0] < cut - slack)
     right_end = (lo + span >= nv) | (win[:, -1] < cut - slack)
     done = (a2 < 0) & left_end & right_end & torch.isfinite(best)
