@@ -25,6 +25,7 @@ writes benchmarks/results/simulator_layouts.json).
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from _common import Run, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
 from attnsim.model import sparse_ops
-from attnsim.model.memory import ModelTooLargeError
+from attnsim.model.memory import ModelTooLargeError, memory_limit
 from attnsim.simulator import reference, sampling, universal
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.stack import EncoderStackSpec
@@ -45,16 +46,9 @@ from attnsim.simulator.verify import relative_error
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
-# the largest n = d built per layout (default run / --full)
+# the largest n = d built per layout (default run / --full); past it, the reason is the
+# measured peak memory's growth (see limit_reason)
 BUILT = {"scalar": (64, 64), "vector": (128, 128)}
-# why each layout stops there: measured once, the compiler's size check refuses the next
-# size before building (value inference may hold a static selector at full length,
-# [pos, pos] bools)
-LIMIT = {
-    "vector": "the compiler's size check refuses n = d = 256 (262,144 positions: a static "
-    "selector at full length would take about 128 GiB)",
-    "scalar": "the compiler's size check refuses n = d = 128 (281,869 positions: about 148 GiB)",
-}
 MINILM = (12, 384, 12, 1536)
 
 
@@ -230,6 +224,28 @@ def minilm_stack(layers: int, seed: int = 0) -> dict:
     }
 
 
+def limit_reason(layout: str, rows: list[dict], d: int) -> str:
+    """Why ``layout`` is not built at ``n = d``: its peak memory (the process's, measured at
+    the two largest sizes built) extrapolated by the growth between them, against this
+    machine's memory."""
+    built = sorted((r for r in rows if r["layout"] == layout), key=lambda r: r["d"])
+    if len(built) < 2:
+        return "not built in this run"
+    a, b = built[-2], built[-1]
+    grow = math.log(b["peak_rss_mb"] / a["peak_rss_mb"]) / math.log(b["d"] / a["d"])
+    need = b["peak_rss_mb"] * (d / b["d"]) ** grow / 1024
+    have = memory_limit() / 2**30
+    verdict = "more than" if need > have else "within"
+    if need <= have:
+        verdict = f"beyond this run's builds (n = d <= {b['d']}), {verdict}"
+    was, now = a["peak_rss_mb"] / 1024, b["peak_rss_mb"] / 1024
+    return (
+        f"peak memory grew as n^{grow:.2f} from n = d = {a['d']} to {b['d']} ({was:.1f} -> "
+        f"{now:.1f} GiB): about {need:.0f} GiB at n = d = {d}: {verdict} this machine's "
+        f"{have:.0f} GiB"
+    )
+
+
 def exponents(rows: list[dict]) -> dict:
     out: dict[str, dict] = {}
     for layout in ("scalar", "vector"):
@@ -273,15 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         for layout in ("scalar", "vector"):
             limit = BUILT[layout][1 if args.full else 0]
             if d > limit:
-                skipped.append(
-                    {
-                        "layout": layout,
-                        "d": d,
-                        "reason": LIMIT[layout]
-                        if limit == BUILT[layout][1]
-                        else f"beyond this run's builds (n = d <= {limit})",
-                    }
-                )
+                skipped.append({"layout": layout, "d": d, "reason": limit_reason(layout, rows, d)})
                 continue
             row = measure(layout, d, d, heads_of(d), 4 * d)
             rows.append(row)

@@ -402,3 +402,28 @@ def test_sparse_units_run_once_per_distinct_input_row(monkeypatch):
     want = [rasp.evaluate(program, [x])[0] for x in xs]
     assert got == want[:12] == dense.run(xs[:12])
     assert [sparse.run(x) for x in xs] == want
+
+
+def test_planned_means_in_parts_add_their_terms_in_the_same_order(monkeypatch):
+    """run_plan gathers a head's selected keys in parts of a bounded size (U's sums over
+    282,000 positions would gather gigabytes at once): the same sums, bit for bit."""
+    from attnsim.model import sparse_ops
+
+    ran = []
+    real = sparse_ops.run_plan
+    monkeypatch.setattr(
+        "attnsim.model.sparse.run_plan", lambda *a: ran.append(a[1].gather) or real(*a)
+    )
+    program = library.make_frac_prevs(rasp.tokens == "a")  # a mean over each prefix
+    m = compile_program(program, vocab="ab", max_seq_len=12, storage="sparse")
+    rng = np.random.default_rng(4)
+    xs = ["".join(rng.choice(list("ab"), size=12)) for _ in range(16)]
+    ids, vals = m.encode(xs)
+    whole = m.model(ids, vals)
+    monkeypatch.setattr(sparse_ops, "_TERMS_PER_CHUNK", 7)
+    m.model._plans.clear()
+    parts = m.model(ids, vals)
+    assert torch.equal(parts, whole)
+    assert False in ran  # a mean over several keys ran from its plan
+    for x in xs[:4]:
+        assert m.run(x) == pytest.approx(rasp.evaluate(program, x), abs=1e-12)

@@ -496,10 +496,13 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor
         return z
     counts = p.offsets[1:] - p.offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
-    terms = v[:, :, p.keys]
-    if p.weights is not None:
-        terms = terms * p.weights.to(v.dtype)
-    z = torch.zeros_like(v).index_add_(2, rows, terms)
+    z = torch.zeros_like(v)
+    step = max(1, _TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
+    for at in range(0, len(p.keys), step):  # the terms in parts, added in the same order
+        terms = v[:, :, p.keys[at : at + step]]
+        if p.weights is not None:
+            terms = terms * p.weights[at : at + step].to(v.dtype)
+        z.index_add_(2, rows[at : at + step], terms)
     if cfg.attention is AttentionMode.HARD:
         z = z / counts.to(v.dtype)
     return z
