@@ -139,3 +139,15 @@ def test_u_with_windows_on_equals_torch_and_the_dense_storage(monkeypatch, layou
     monkeypatch.setattr(plan_core, "CURVE_FROM", 16)
     check_encoder_u(layout, rows=3)
     assert sum(used) > 100  # the windows certified most of U's gathers
+
+
+def test_non_finite_keys_stay_on_the_dense_path():
+    ts = torch.arange(40, dtype=torch.float64)
+    for bad in (float("nan"), float("inf")):
+        k = _gather_keys(ts)
+        k[7, 2] = bad
+        assert plan_curve.find_curve(k, plan_core.distinct_rows) is None
+        q = _queries(torch.tensor([0.0, 3.0, 7.0, 20.0], dtype=torch.float64))
+        offsets, keys, _, _ = plan_core.select_keys(CFG, q, k)
+        want_count, want_keys = _dense(q, k)
+        assert torch.equal(keys, want_keys)

@@ -117,6 +117,15 @@ def check_masks(e: E.RASPExpr, known: dict, max_seq_len: int) -> None:
     selector and one mask of its size (causal, a negation, a conjunction). A static S-op
     that reads no selector never makes one.
 
+    >>> from attnsim import rasp
+    >>> width = rasp.SelectorWidth(rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT))
+    >>> check_masks(rasp.indices + 1, {}, 10**7)  # reads no selector: nothing to charge
+    >>> try:
+    ...     check_masks(width, {}, 10**7)
+    ... except memory.ModelTooLargeError as exc:
+    ...     print(str(exc)[:30])
+    evaluating the static selector
+
     Raises:
         ModelTooLargeError: the masks would not fit in this machine's memory.
     """

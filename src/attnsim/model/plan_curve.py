@@ -92,8 +92,8 @@ def find_curve(k: torch.Tensor, distinct: Callable = _unique_rows) -> Curve | No
     ([0], [2.0, 4.0, 6.0])
     """
     n, w = k.shape
-    if n < 16 or w == 0 or k.dtype != torch.float64:
-        return None
+    if n < 16 or w == 0 or k.dtype != torch.float64 or not bool(torch.isfinite(k).all()):
+        return None  # (NaN or inf keys: the dense path decides, as it always has)
     spread = [len(torch.unique(k[:, j])) for j in range(w)]
     for col in sorted(range(w), key=lambda j: -spread[j]):
         if spread[col] < 8:
