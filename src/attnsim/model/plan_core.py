@@ -313,7 +313,8 @@ def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple 
     counts = offsets[1:] - offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
     best = torch.full((n,), float("-inf"), dtype=q.dtype)
-    best.scatter_reduce_(0, rows, (q[rows] * k[keys]).sum(-1), "amax")
+    for at in _term_parts(len(keys), q.shape[1]):  # (the largest: in any order)
+        best.scatter_reduce_(0, rows[at], (q[rows[at]] * k[keys[at]]).sum(-1), "amax")
     others = torch.full((n,), float("-inf"), dtype=q.dtype)
     todo = torch.arange(n)
     curve = _curve(cfg, k)
@@ -363,11 +364,24 @@ def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
     q, k = q_s + q_d, k_s + k_d
     counts = offsets[1:] - offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
-    scores = (q[:, rows] * k[:, keys]).sum(-1)
+    parts = _term_parts(len(keys), q.shape[0] * max(q.shape[2], v.shape[2]))
+    scores = torch.cat([(q[:, rows[at]] * k[:, keys[at]]).sum(-1) for at in parts], 1)
     best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype)
     best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
     chosen = (scores >= best[:, rows] - cfg.hard_tolerance).to(q.dtype)
     z = torch.zeros(q.shape[0], n, v.shape[-1], dtype=q.dtype)
-    z.index_add_(1, rows, v[:, keys] * chosen[..., None])
+    for at in parts:  # the terms in parts, added in the same order
+        z.index_add_(1, rows[at], v[:, keys[at]] * chosen[:, at, None])
     count = torch.zeros(q.shape[0], n, dtype=q.dtype).index_add_(1, rows, chosen)
     return z / count[..., None]
+
+
+def _term_parts(terms: int, width: int) -> list[slice]:
+    """Slices of ``terms`` (query, key) pairs, each gathering at most ``ROWS_PER_CHUNK``
+    numbers of ``width`` per pair.
+
+    >>> _term_parts(10, ROWS_PER_CHUNK // 4)
+    [slice(0, 4, None), slice(4, 8, None), slice(8, 10, None)]
+    """
+    step = max(1, ROWS_PER_CHUNK // max(1, width))
+    return [slice(a, min(a + step, terms)) for a in range(0, terms, step)]

@@ -39,7 +39,7 @@ from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
 from attnsim.model.projection import columns
 
-__all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops"]
+__all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
 
 # a batch's dynamic side runs over its distinct rows while these are at most this share of
 # the positions (more distinct rows: the dense scores cost about as much, and run instead)
@@ -219,6 +219,34 @@ def run_projected(cfg, static: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if _too_many(rows, b * n):
         return None
     return _mix_side(cfg, static, fixed, rows, inverse.view(b, n), v)
+
+
+def one_sided(cfg, static, q_dirs, k_dirs, q, k, v):
+    """A head whose queries or whose keys (not both) read static directions only, over the
+    distinct rows of its other side (:func:`run_projected`); ``static`` marks the stream's
+    static directions, ``q_dirs`` and ``k_dirs`` are the directions each side reads. None
+    for a causal model, a head without exactly one static side, or too many distinct rows.
+
+    >>> import torch
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=2, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> static = torch.tensor([True, False])  # direction 0 is static, 1 is not
+    >>> q = torch.tensor([[[1.0], [2.0], [3.0]]], dtype=torch.float64)
+    >>> k = torch.tensor([[[0.0], [1.0], [1.0]]], dtype=torch.float64)
+    >>> v = torch.tensor([[[1.0], [2.0], [4.0]]], dtype=torch.float64)
+    >>> z = one_sided(cfg, static, torch.tensor([0]), torch.tensor([1]), q, k, v)
+    >>> bool(torch.allclose(z, run_projected(cfg, "queries", q, k, v)))
+    True
+    >>> one_sided(cfg, static, torch.tensor([0]), torch.tensor([0]), q, k, v) is None
+    True
+    """
+    if cfg.causal:
+        return None
+    q_static, k_static = bool(static[q_dirs].all()), bool(static[k_dirs].all())
+    if q_static == k_static:  # both: the plans run it; neither: no static side
+        return None
+    return run_projected(cfg, "queries" if q_static else "keys", q, k, v)
 
 
 def _static_queries(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

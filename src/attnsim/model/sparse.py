@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_keys
+from attnsim.model import head_parts, plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.sparse_ops import (
     HeadMaps,
@@ -284,12 +284,8 @@ class SparseTransformer:
             static[list(dynamic)] = False
             masks.append(static.clone())
             units.append(su)
-        got = self._analysis_cache = {
-            "masks": masks,
-            "heads": heads,
-            "partial": partial,
-            "units": units,
-        }
+        got = dict(masks=masks, heads=heads, partial=partial, units=units)
+        self._analysis_cache = got
         return got
 
     # -- the forward pass ----------------------------------------------------------------
@@ -403,10 +399,10 @@ class SparseTransformer:
 
     def _positions(self, store, first: dict, stage: int, b: int, n: int) -> None:
         """Writes the position rows first read at ``stage``."""
-        js = first.get(stage)
-        if js:
-            rows = self.position_rows(long_tensor(js), n).to(self.dtype)  # [len, pos]
-            store.write(self.embed["pos_dirs"][js], rows[:, None, :].expand(len(js), b, n))
+        js, step = first.get(stage, []), head_parts.columns_per_part(b, n)
+        for part in [long_tensor(js[a : a + step]) for a in range(0, len(js), step)]:
+            rows = self.position_rows(part, n).to(self.dtype)  # [len, pos]
+            store.write(self.embed["pos_dirs"][part], rows[:, None, :].expand(len(part), b, n))
 
     def position_rows(self, js: torch.Tensor, n: int) -> torch.Tensor:
         """Columns ``js`` of the position embedding on the first ``n`` positions, ``[len(js),
@@ -477,10 +473,8 @@ class SparseTransformer:
                 v = vals.to(dtype)
                 for c, w in zip(e["num"].tolist(), e["num_w"].to(dtype)):
                     add(c, v * w)
-            if self.cfg.token_width:
-                v = vals.to(dtype)
-                for (k, c), w in zip(e["vec"].tolist(), e["vec_w"].to(dtype)):
-                    add(c, v[..., k] * w)
+            if self.cfg.token_width:  # vector tokens: straight to the stream, in parts
+                head_parts.write_channels(store, vals.to(dtype), e["vec"], e["vec_w"].to(dtype))
         else:
             cols = {c: v for c, v in cols.items() if bool(mask[c])}
         if cols:
@@ -510,9 +504,11 @@ class SparseTransformer:
         if not hm.active:
             return
         x, slot = store.data, store.slot
-        out = torch.zeros(len(hm.written), x.shape[1], n, dtype=x.dtype)
+        out = None  # the heads' writes where they wait for the last head
         static_mask = self._analysis()["masks"][2 * li]
         values: dict[int, torch.Tensor] = {}
+        step = head_parts.columns_per_part(x.shape[1], n, x.element_size())
+        apart = mask is None and head_parts.writes_apart(hm)
         for h in hm.active:
             p = None if plans is None else plans.get(h)
             if mask is not None and (
@@ -521,6 +517,12 @@ class SparseTransformer:
                 or not all(bool(static_mask[r]) for r in hm.reads_v[h])
             ):
                 continue  # the static pass runs the static heads with static values only
+            if apart and p is not None and p.gap is None and hm.V[h].width > step:
+                for vp, op, dirs in head_parts.parts(hm, h, step):  # a wide planned head
+                    z = run_plan(cfg, p, vp(x, slot), n)
+                    store.write(dirs, op(z, torch.arange(z.shape[0])))
+                    x = store.data  # the same rows (a grown store copies them)
+                continue
             lin = hm.V[h]  # a value map that serves several heads is computed once
             v = values.get(id(lin))
             if v is None:
@@ -538,41 +540,37 @@ class SparseTransformer:
                         self._misses[(li, h)] = self._misses.get((li, h), 0) + 1
                 if z is None:
                     q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
-                    z = self._one_sided(li, h, static_mask, q, k, rows_last(v))
+                    side = ("side", li, h)  # after two misses it stops trying
+                    if self._misses.get(side, 0) < 2:
+                        qd, kd = hm.Q[h].dirs, hm.K[h].dirs
+                        z = plan_keys.one_sided(cfg, static_mask, qd, kd, q, k, rows_last(v))
+                        self._misses[side] = self._misses.get(side, 0) + (z is None)
                     if z is None:
                         z = dense_head(cfg, q, k, rows_last(v))
                 z = z.permute(2, 0, 1)
-            out[hm.O_at[h]] += hm.O[h](z, torch.arange(z.shape[0]))
-        if mask is not None:
-            keepc = mask[hm.written]
-            store.write(hm.written[keepc], out[keepc])
-        else:
-            store.write(hm.written, out)
-
-    def _one_sided(self, li: int, h: int, static, q, k, v) -> torch.Tensor | None:
-        """Head h of layer li over the distinct rows of its dynamic side where the other
-        reads static directions only, not causal (:func:`plan_keys.run_projected`); else
-        None, as where the rows are too many (after two such passes it stops trying)."""
-        hm, miss = self._heads[li], ("side", li, h)
-        if self.cfg.causal or self._misses.get(miss, 0) >= 2:
-            return None
-        q_static = bool(static[hm.Q[h].dirs].all())
-        k_static = bool(static[hm.K[h].dirs].all())
-        if q_static == k_static:  # both: run from plans; neither: no static side
-            return None
-        z = plan_keys.run_projected(self.cfg, "queries" if q_static else "keys", q, k, v)
-        if z is None:
-            self._misses[miss] = self._misses.get(miss, 0) + 1
-        return z
+            z = hm.O[h](z, torch.arange(z.shape[0]))
+            if apart:  # straight to the stream: no head of this layer reads what it writes
+                store.write(hm.written[hm.O_at[h]], z)
+                x = store.data  # the same rows (a grown store copies them)
+                continue
+            if out is None:
+                out = torch.zeros(len(hm.written), x.shape[1], n, dtype=x.dtype)
+            out[hm.O_at[h]] += z
+        if out is not None:
+            keep = slice(None) if mask is None else mask[hm.written]
+            store.write(hm.written[keep], out[keep])
 
     def _mlp(self, store, li: int, mask) -> None:
         x, slot = store.data, store.slot
         ok_all = self._analysis()["units"][li]
-        for um, ok in zip(self._units[li], ok_all):
+        for i, (um, ok, u) in enumerate(zip(self._units[li], ok_all, self.layers[li].units)):
             if not um.n:
                 continue
+            static = None if mask is None else (ok, mask)  # the static pass: these only
+            if head_parts.run_units(store, self._units[li], i, u, static):
+                continue  # wide: in parts
             if mask is None:  # once per distinct input row where the rows repeat
-                store.write(um.written, unit_output(um, x, slot))
+                store.write(um.written, unit_output(um, store.data, slot))
                 continue
             act = um.activation(x, slot)  # the static pass: dynamic units add 0
             act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))

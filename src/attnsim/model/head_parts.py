@@ -1,0 +1,164 @@
+"""Wide planned heads and wide MLPs run in parts, written straight to the stream.
+
+A planned head (a gather or a mean over keys its static part selects) mixes each value
+column on its own: column c of the head's output depends only on column c of its values.
+A head that moves a whole row (the vector layout's gathers move rows of width d + d_ff)
+would otherwise hold its values, its mixed values and its output, each ``[width, batch,
+positions]``, plus the layer's buffer of written directions: at 262,144 positions and width
+1,025, over 2 GiB each. Run in parts of a few columns, each part reads its values, mixes
+them and adds its output into the stream, so a head needs a part's memory, not its width's.
+An MLP's units are independent of each other in the same way: :func:`run_units` computes
+a few units at a time (the vector layout's products have one unit per channel), and
+:func:`write_channels` writes vector tokens into the stream a few channels at a time.
+
+Writing into the stream while the sublayer runs is only right when nothing the sublayer
+runs reads a direction it writes (:func:`writes_apart`); in a compiled model that always holds
+(a block reads what earlier layers wrote), and the check keeps it so for any weights.
+
+>>> from attnsim.model.sparse import SparseHeads
+>>> from attnsim.model.sparse_ops import HeadMaps
+>>> w = torch.ones(3, dtype=torch.float64)
+>>> ov = torch.tensor([[0, 0, 3], [0, 1, 4], [0, 2, 5]])  # head 0 moves dirs 0..2 to 3..5
+>>> hm = HeadMaps(SparseHeads(1, torch.tensor([[0, 0, 0]]), w[:1], ov, w))
+>>> writes_apart(hm)
+True
+>>> [(v.width, dirs.tolist()) for v, o, dirs in parts(hm, 0, 2)]
+[(2, [3, 4]), (1, [5])]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from attnsim.model.sparse_ops import HeadMaps, Linear, UnitMaps
+
+__all__ = ["PART_BYTES", "columns_per_part", "parts", "run_units", "write_channels", "writes_apart"]
+
+PART_BYTES = 64 << 20  # the most one part's values take (a head narrower runs whole)
+
+
+def columns_per_part(b: int, n: int, itemsize: int = 8) -> int:
+    """How many value columns one part holds for a batch of ``b`` inputs of ``n`` positions.
+
+    >>> columns_per_part(1, 262_144), columns_per_part(1, 100)
+    (32, 83886)
+    """
+    return max(1, PART_BYTES // max(1, itemsize * b * n))
+
+
+def writes_apart(hm: HeadMaps) -> bool:
+    """True when no head of the layer reads a direction the layer writes (found once)."""
+    got = hm.__dict__.get("_writes_apart")
+    if got is None:
+        reads: set[int] = set()
+        for h in hm.active:
+            reads |= hm.reads_qk[h] | hm.reads_v[h]
+        got = hm._writes_apart = not (reads & set(hm.written.tolist()))
+    return got
+
+
+def run_units(store, ums: list[UnitMaps], i: int, u, static=None) -> bool:
+    """Adds the units ``ums[i]`` (stored as ``u``, a SparseUnits) to ``store`` a part at a
+    time, where they are more than a part and no unit of the sublayer ``ums`` reads what
+    one writes; False (nothing done) otherwise, for the caller's whole-width pass.
+    ``static``: the static pass's ``(units, directions)`` masks (the units that read static
+    directions only, the others adding 0; the directions written)."""
+    b, n = store.data.shape[1:]
+    step = columns_per_part(b, n, store.data.element_size())
+    um = ums[i]
+    if b != 1 or um.n <= step:  # (a batch looks for repeated rows: unit_output)
+        return False
+    if "_apart" not in um.__dict__:  # found once per sublayer
+        reads = set().union(*(m.reads for m in ums))
+        um._apart = not (reads & set(torch.cat([m.written for m in ums]).tolist()))
+    if not um._apart:
+        return False
+    cache = um.__dict__.setdefault("_parts", {})
+    if step not in cache:
+        cache[step] = [_units_part(u, a, min(a + step, um.n)) for a in range(0, um.n, step)]
+    for a, part in zip(range(0, um.n, step), cache[step]):
+        act = part.activation(store.data, store.slot)
+        if static is not None:  # dynamic units add 0; only the static directions are kept
+            ok = static[0][a : a + part.n, None, None]
+            act = torch.where(ok, act, torch.zeros((), dtype=act.dtype))
+        out, dirs = part.O(act, torch.arange(part.n)), part.written
+        if static is not None:
+            keep = static[1][dirs]
+            out, dirs = out[keep], dirs[keep]
+        store.write(dirs, out)
+    return True
+
+
+def _units_part(u, a: int, b: int) -> UnitMaps:
+    """Units ``a .. b - 1`` of ``u`` as a UnitMaps of their own (numbered from 0)."""
+
+    def cut(idx: torch.Tensor, w: torch.Tensor) -> dict:
+        m = (idx[:, 0] >= a) & (idx[:, 0] < b)
+        idx = idx[m].clone()
+        idx[:, 0] -= a
+        return {"idx": idx, "w": w[m]}
+
+    i, s, o = cut(u.inputs, u.inputs_w), cut(u.second, u.second_w), cut(u.outputs, u.outputs_w)
+    return UnitMaps(
+        replace(
+            u,
+            n_units=b - a,
+            inputs=i["idx"],
+            inputs_w=i["w"],
+            second=s["idx"],
+            second_w=s["w"],
+            outputs=o["idx"],
+            outputs_w=o["w"],
+        )
+    )
+
+
+def parts(hm: HeadMaps, h: int, step: int) -> list[tuple[Linear, Linear, torch.Tensor]]:
+    """Head h's value and output maps cut into parts of ``step`` value columns: per part
+    ``(values, output, directions)``, where ``output`` maps the part's mixed values to the
+    stream ``directions`` it adds to (found once per head and step)."""
+    cache = hm.__dict__.setdefault("_parts", {})
+    if (h, step) in cache:
+        return cache[(h, step)]
+    V, W = hm.V[h], hm.O[h]
+    dest = hm.written[hm.O_at[h]]  # the output map's columns -> stream directions
+    out = []
+    for a in range(0, V.width, step):
+        b = min(a + step, V.width)
+        mv = (V.cols >= a) & (V.cols < b)
+        mo = (W.dirs >= a) & (W.dirs < b)
+        if not bool(mo.any()):
+            continue  # columns nothing writes out
+        cols, inv = torch.unique(W.cols[mo], return_inverse=True)
+        out.append(
+            (
+                Linear(V.dirs[mv], V.cols[mv] - a, V.weight[mv], b - a),
+                Linear(W.dirs[mo] - a, inv, W.weight[mo], len(cols)),
+                dest[cols],
+            )
+        )
+    cache[(h, step)] = out
+    return out
+
+
+def write_channels(store, vals: torch.Tensor, vec: torch.Tensor, w: torch.Tensor) -> None:
+    """Adds vector tokens ``vals [batch, pos, width]`` to ``store``: channel ``vec[t, 0]``
+    times ``w[t]`` into direction ``vec[t, 1]``, a part of the terms at a time.
+
+    >>> from attnsim.model.sparse_ops import Store
+    >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 1})
+    >>> vals = torch.tensor([[[1.0, 10.0], [2.0, 20.0]]], dtype=torch.float64)
+    >>> vec = torch.tensor([[0, 0], [1, 2], [0, 2]])  # direction 2 takes both channels
+    >>> write_channels(st, vals, vec, torch.tensor([1.0, 1.0, 3.0], dtype=torch.float64))
+    >>> st.read(torch.tensor([0, 2]))[:, 0].tolist()
+    [[1.0, 2.0], [13.0, 26.0]]
+    """
+    b, n, _ = vals.shape
+    step = columns_per_part(b, n, vals.element_size())
+    for a in range(0, len(vec), step):
+        ks, cs = vec[a : a + step, 0], vec[a : a + step, 1]
+        dirs, inv = torch.unique(cs, return_inverse=True)
+        terms = vals[..., ks].permute(2, 0, 1) * w[a : a + step, None, None]
+        store.write(dirs, torch.zeros(len(dirs), b, n, dtype=vals.dtype).index_add_(0, inv, terms))
