@@ -365,7 +365,8 @@ class Store:
         self.last = last
         self.slot = torch.zeros(d, dtype=torch.long)
         size = max(2, size)  # rows from the start (a run of the same shape knows its peak)
-        self.data = torch.zeros(size, b, n, dtype=dtype)
+        self.data = torch.empty(size, b, n, dtype=dtype)  # a row is zeroed when taken:
+        self.data[0] = 0.0  # the pages of rows never taken are never touched
         self.free: list[int] = list(range(size - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
@@ -397,7 +398,6 @@ class Store:
         size = max(old * 2, old + k - len(self.free) + 64)
         data = torch.empty(size, self.b, self.n, dtype=self.dtype)
         data[:old] = self.data
-        data[old:] = 0.0
         self.data = data
         self.free = list(range(size - 1, old - 1, -1)) + self.free
 

@@ -326,8 +326,8 @@ class UniversalSimulator:
     ) -> list[torch.Tensor]:
         """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each."""
         cases = [self._prepare(target, X, causal) for target, X in items]
-        seqs = self._pack(cases)  # [batch, length] (vector layout: [batch, length, width])
-        out = self._run(seqs)  # [batch, length]
+        # [batch, length] (vector layout: [batch, length, width]), held by _run alone
+        out = self._run(self._pack(cases))  # [batch, length]
         results = self._unpack(out, cases)
         for Y in results:
             if not torch.isfinite(Y).all():  # not expected once the checks have passed
@@ -359,6 +359,7 @@ class UniversalSimulator:
         after its run-time checks (the compiler's guards on what its maps rely on) pass."""
         model = self.model
         ids, vals = self.model_inputs(seqs)  # [batch, 1 + length] each
+        del seqs  # (vals holds a copy)
         guards = [g for g in model.guards if not g.on_block]  # U has numerical ones only
         wanted: dict[int, list[str]] = {}
         for g in guards:
@@ -532,11 +533,14 @@ def build(
     if model.storage == "dense":  # "auto" chose dense weights: their attention must fit
         need = memory_needed(config, "dense")
         memory.check_fits(need, what, "build with storage='sparse'")
+    keep = program if model.storage == "dense" else None  # a large U makes it again on use
+    del program  # (its position tables take gigabytes at the largest sizes)
+    memory.release_free()  # the compiler's tables, freed, leave the resident memory too
     # the execution plan for U's one input length: its gathers and sums, found once here
     # so that every simulate runs them without [query, key] scores
     model.model.plans(config.layout.length + 1)
+    memory.release_free()
     seconds = time.perf_counter() - start
-    keep = program if model.storage == "dense" else None  # a large U makes it again on use
     return UniversalSimulator(config, model, build_seconds=seconds, program=keep)
 
 

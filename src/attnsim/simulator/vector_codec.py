@@ -283,6 +283,8 @@ def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:
     >>> tuple(pack_batch(lay, [case, case]).shape)
     (2, 24, 11)
     """
+    if len(cases) == 1:  # no copy (U's largest sequences take gigabytes)
+        return pack(layout, cases[0])[None]
     return torch.stack([pack(layout, c) for c in cases])
 
 
