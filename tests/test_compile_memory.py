@@ -68,3 +68,31 @@ def test_a_position_table_is_held_once():
     assert rasp.evaluate(tab, ["a"] * 3) == table[:3].tolist()
     shifted = rasp.numerical(rasp.Aggregate(gathers.reader(rasp.indices + 1), tab, default=0))
     assert rasp.evaluate(shifted, ["a"] * 4) == [*table[1:4].tolist(), 0.0]
+
+
+def test_release_free_is_a_no_op_without_glibc(monkeypatch):
+    """Where the C library has no malloc_trim (not glibc), nothing is done and False is
+    returned; on this machine (glibc) it runs and resident memory does not grow."""
+    import ctypes
+    import sys
+
+    from attnsim.model import memory
+
+    def no_libc(*a, **k):
+        raise OSError("libc.so.6: cannot open shared object file")
+
+    with monkeypatch.context() as m:
+        m.setattr(ctypes, "CDLL", no_libc)
+        assert memory.release_free() is False
+    if not sys.platform.startswith("linux"):
+        return  # the rest reads /proc and needs glibc
+
+    def rss_kib() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmRSS"))
+
+    blocks = [bytearray(1 << 16) for _ in range(2000)]  # 128 MiB of small heap blocks
+    del blocks[::2]
+    before = rss_kib()
+    assert memory.release_free() is True
+    assert rss_kib() <= before

@@ -15,15 +15,7 @@ Writing into the stream while the sublayer runs is only right when nothing the s
 runs reads a direction it writes (:func:`writes_apart`); in a compiled model that always holds
 (a block reads what earlier layers wrote), and the check keeps it so for any weights.
 
->>> from attnsim.model.sparse import SparseHeads
->>> from attnsim.model.sparse_ops import HeadMaps
->>> w = torch.ones(3, dtype=torch.float64)
->>> ov = torch.tensor([[0, 0, 3], [0, 1, 4], [0, 2, 5]])  # head 0 moves dirs 0..2 to 3..5
->>> hm = HeadMaps(SparseHeads(1, torch.tensor([[0, 0, 0]]), w[:1], ov, w))
->>> writes_apart(hm)
-True
->>> [(v.width, dirs.tolist()) for v, o, dirs in parts(hm, 0, 2)]
-[(2, [3, 4]), (1, [5])]
+Each function below has its own example.
 """
 
 from __future__ import annotations
@@ -49,7 +41,16 @@ def columns_per_part(b: int, n: int, itemsize: int = 8) -> int:
 
 
 def writes_apart(hm: HeadMaps) -> bool:
-    """True when no head of the layer reads a direction the layer writes (found once)."""
+    """True when no head of the layer reads a direction the layer writes (found once).
+
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> w = torch.ones(2, dtype=torch.float64)
+    >>> qk = torch.tensor([[0, 0, 0], [1, 0, 0]])
+    >>> writes_apart(HeadMaps(SparseHeads(2, qk, w, torch.tensor([[0, 1, 2], [1, 1, 3]]), w)))
+    True
+    >>> writes_apart(HeadMaps(SparseHeads(2, qk, w, torch.tensor([[0, 1, 2], [1, 2, 3]]), w)))
+    False
+    """
     got = hm.__dict__.get("_writes_apart")
     if got is None:
         reads: set[int] = set()
@@ -59,14 +60,29 @@ def writes_apart(hm: HeadMaps) -> bool:
     return got
 
 
-def run_units(store, ums: list[UnitMaps], i: int, u, static=None) -> bool:
-    """Adds the units ``ums[i]`` (stored as ``u``, a SparseUnits) to ``store`` a part at a
-    time, where they are more than a part and no unit of the sublayer ``ums`` reads what
-    one writes; False (nothing done) otherwise, for the caller's whole-width pass.
-    ``static``: the static pass's ``(units, directions)`` masks (the units that read static
-    directions only, the others adding 0; the directions written)."""
+def run_units(store, ums: list[UnitMaps], i: int, u, static=None, step=None) -> bool:
+    """Adds the units ``ums[i]`` (stored as ``u``, a SparseUnits) to ``store`` ``step``
+    units at a time (default: :func:`columns_per_part`), where they are more than a part
+    and no unit of the sublayer ``ums`` reads what one writes; False (nothing done)
+    otherwise, for the caller's whole-width pass. ``static``: the static pass's ``(units,
+    directions)`` masks (the units that read static directions only, the others adding 0;
+    the directions written).
+
+    >>> from attnsim.model.sparse import SparseUnits
+    >>> from attnsim.model.sparse_ops import Store
+    >>> w = torch.ones(3, dtype=torch.float64)
+    >>> inputs = torch.tensor([[0, 0], [1, 0], [2, 0]])  # (unit, direction): each reads dir 0
+    >>> outputs = torch.tensor([[0, 1], [1, 2], [2, 2]])  # unit 0 -> dir 1, units 1, 2 -> dir 2
+    >>> u = SparseUnits("relu", 3, inputs, w, inputs[:0], w[:0], outputs, w)
+    >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 9, 1: 9, 2: 9})
+    >>> st.write(torch.tensor([0]), torch.tensor([[[-1.0, 2.0]]], dtype=torch.float64))
+    >>> run_units(st, [UnitMaps(u)], 0, u, step=2)  # units 0, 1, then unit 2
+    True
+    >>> st.read(torch.tensor([1, 2]))[:, 0].tolist()  # relu(x) once, then twice
+    [[0.0, 2.0], [0.0, 4.0]]
+    """
     b, n = store.data.shape[1:]
-    step = columns_per_part(b, n, store.data.element_size())
+    step = step or columns_per_part(b, n, store.data.element_size())
     um = ums[i]
     if b != 1 or um.n <= step:  # (a batch looks for repeated rows: unit_output)
         return False
@@ -118,7 +134,15 @@ def _units_part(u, a: int, b: int) -> UnitMaps:
 def parts(hm: HeadMaps, h: int, step: int) -> list[tuple[Linear, Linear, torch.Tensor]]:
     """Head h's value and output maps cut into parts of ``step`` value columns: per part
     ``(values, output, directions)``, where ``output`` maps the part's mixed values to the
-    stream ``directions`` it adds to (found once per head and step)."""
+    stream ``directions`` it adds to (found once per head and step).
+
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> w = torch.ones(3, dtype=torch.float64)
+    >>> ov = torch.tensor([[0, 0, 3], [0, 1, 4], [0, 2, 5]])  # head 0 moves dirs 0..2 to 3..5
+    >>> hm = HeadMaps(SparseHeads(1, torch.tensor([[0, 0, 0]]), w[:1], ov, w))
+    >>> [(v.width, dirs.tolist()) for v, o, dirs in parts(hm, 0, 2)]
+    [(2, [3, 4]), (1, [5])]
+    """
     cache = hm.__dict__.setdefault("_parts", {})
     if (h, step) in cache:
         return cache[(h, step)]
