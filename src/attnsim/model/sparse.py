@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import head_parts, plan_keys
+from attnsim.model import head_parts, liveness, plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_ops import (
     HeadMaps,
     Linear,
@@ -332,10 +333,18 @@ class SparseTransformer:
         b, n = ids.shape
         requests = {} if streams is None else dict(streams)
         final = 2 * len(self.layers)
-        first_read, last = self._read_stages(requests, keep, final)
+        first_read, last = self._read_stages(
+            requests, keep, final, plans if found is None else None
+        )
         # the position rows (static S-ops) enter the stream at their first reader's stage
+        extra = 0
+        if found is not None:  # rows only static heads read: written with their heads
+            extra = head_parts.columns_per_part(b, n)
+            for c in set().union(*self._deferred()):
+                first_read.pop(c, None)
         first = self._position_groups(first_read)
-        store = Store(b, n, d, dtype, last, self._rows_needed(last, first) + 1)
+        rows = liveness.rows_needed(self.embed, self._heads, self._units, last, first)
+        store = Store(b, n, d, dtype, last, rows + extra + 1)
         masks = self._analysis()["masks"] if found is not None else None
         self._embed(store, ids, vals, n, None if masks is None else masks[0])
         self._positions(store, first, 0, b, n)
@@ -363,25 +372,20 @@ class SparseTransformer:
         cols = keep.cols if keep is not None else torch.arange(d)
         return store.read(cols).permute(1, 2, 0).contiguous()
 
-    def _read_stages(self, requests: dict, keep, final: int) -> tuple[dict, dict]:
+    def _read_stages(self, requests: dict, keep, final: int, plans) -> tuple[dict, dict]:
         """``(first, last)``: direction -> the first and the last stage before which it is
         read, by a sublayer (after stage 2l for layer l's attention, 2l + 1 for its MLP), a
         stream request or the final read-out (``final + 1``). A direction nobody reads is in
-        neither."""
-        got = getattr(self, "_sublayer_reads", None)
-        if got is None:  # the sublayers' part, once per model
-            first: dict[int, int] = {}
-            last: dict[int, int] = {}
-            for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
-                for stage, reads in [
-                    *((2 * li, hm.reads_qk[h] | hm.reads_v[h]) for h in hm.active),
-                    *((2 * li + 1, um.reads) for um in ums),
-                ]:
-                    for c in reads:
-                        first.setdefault(c, stage)
-                        last[c] = stage
-            got = self._sublayer_reads = (first, last)
-        first, last = dict(got[0]), dict(got[1])
+        neither; in a planned run a gather head's query and key directions are not read
+        (:func:`~attnsim.model.liveness.sublayer_reads`)."""
+        cache = self.__dict__.setdefault("_sublayer_reads", {})
+        key = None if plans is None else id(plans)
+        got = cache.get(key)
+        if got is None or got[0] is not plans:  # the sublayers' part, once per plan set
+            if len(cache) > 40:
+                cache.clear()
+            got = cache[key] = (plans, *liveness.sublayer_reads(self._heads, self._units, plans))
+        first, last = dict(got[1]), dict(got[2])
         everything = range(self.cfg.d_model)
         for stage, req in [*requests.items(), (final + 1, keep)]:
             for c in req.cols.tolist() if isinstance(req, Columns) else everything:
@@ -407,50 +411,22 @@ class SparseTransformer:
     def position_rows(self, js: torch.Tensor, n: int) -> torch.Tensor:
         """Columns ``js`` of the position embedding on the first ``n`` positions, ``[len(js),
         n]`` float64: each column's default, its listed entries, 0 at BOS (position 0)."""
-        e = self.embed
-        out = e["pos_default"][js][:, None].expand(len(js), n).clone()
-        out[:, 0] = 0.0
-        where = torch.full((len(e["pos_dirs"]),), -1, dtype=torch.long)
-        where[js] = torch.arange(len(js))
-        at, w = e["pos_at"], e["pos_at_w"]
-        cache = self.__dict__.setdefault("_position_entries", {})
-        key = tuple(js.tolist())
-        if key not in cache:  # the listed entries of these columns, found once
-            cache[key] = torch.nonzero(where[at[:, 1]] >= 0).flatten()
-        sel = cache[key]
-        sel = sel[at[sel, 0] < n]
-        out[where[at[sel, 1]], at[sel, 0]] = w[sel]
-        return out
+        return self._table().rows(js, n)
 
-    def _rows_needed(self, last: dict[int, int], first: dict[int, list[int]]) -> int:
-        """The most directions alive at once in a run whose directions live until ``last``
-        (written by the embedding or a sublayer, freed after their last reader): the store
-        is allocated once at that size."""
-        e = self.embed
-        born = {c: 0 for c in e["E"][:, 1].tolist() + e["num"].tolist() if c in last}
-        born.update((c, 0) for c in e["vec"][:, 1].tolist() if c in last)
-        dirs = e["pos_dirs"].tolist()
-        for s, js in first.items():
-            for j in js:
-                born.setdefault(dirs[j], s)
-        for li, (hm, ums) in enumerate(zip(self._heads, self._units)):
-            for c in hm.written.tolist():
-                born.setdefault(c, 2 * li + 1)
-            for um in ums:
-                for c in um.written.tolist():
-                    born.setdefault(c, 2 * li + 2)
-        # a direction occupies a row from the stage that writes it through the stage after
-        # its last reader (Store.release frees it at the end of that stage)
-        delta = [0] * (2 * len(self.layers) + 5)
-        for c, s in born.items():
-            if c in last:
-                delta[s] += 1
-                delta[min(max(last[c], s - 1) + 2, len(delta) - 1)] -= 1
-        peak = live = 0
-        for x in delta:
-            live += x
-            peak = max(peak, live)
-        return peak
+    def _table(self) -> PositionTable:
+        got = self.__dict__.get("_position_table")
+        if got is None:
+            got = self._position_table = PositionTable(self.embed)
+        return got
+
+    def _deferred(self) -> list[set[int]]:
+        """Per layer, the position rows only its static heads read (liveness.deferred_rows)."""
+        got = self.__dict__.get("_deferred_rows")
+        if got is None:
+            heads, dirs = self._analysis()["heads"], self.embed["pos_dirs"].tolist()
+            got = liveness.deferred_rows(self._heads, self._units, heads, dirs)
+            self._deferred_rows = got
+        return got
 
     def _capture(self, store, streams, requests, stage: int) -> None:
         if stage not in requests:
@@ -484,11 +460,26 @@ class SparseTransformer:
     def _find_plans(self, store, li: int) -> dict:
         """The static pass: layer li's static heads' plans and its candidate heads'."""
         a = self._analysis()
-        hm, cfg = self._heads[li], self.cfg
-        x, slot = store.data, store.slot
+        hm, cfg, defer = self._heads[li], self.cfg, self._deferred()[li]
         found: dict = {}
-        for h in a["heads"][li]:  # [width, 1, pos] -> [pos, width]
-            found[h] = head_plan(cfg, hm.Q[h](x, slot)[:, 0].T, hm.K[h](x, slot)[:, 0].T)
+        b, n = store.data.shape[1:]
+        step, group, need = head_parts.columns_per_part(b, n), [], set()
+        for h in [*a["heads"][li], None]:  # a few heads and their position rows at a time
+            mine = set() if h is None else hm.reads_qk[h] & defer
+            if group and (h is None or len(need | mine) > step):
+                js = long_tensor(sorted(self._table().index[c] for c in need))
+                if need:
+                    rows = self.position_rows(js, n).to(self.dtype)[:, None, :]
+                    store.write(self.embed["pos_dirs"][js], rows.expand(len(js), b, n))
+                x, slot = store.data, store.slot  # [width, 1, pos] -> [pos, width]
+                for g in group:
+                    found[g] = head_plan(cfg, hm.Q[g](x, slot)[:, 0].T, hm.K[g](x, slot)[:, 0].T)
+                store.drop(sorted(need))
+                group, need = [], set()
+            if h is not None:
+                group.append(h)
+                need |= mine
+        x, slot = store.data, store.slot
         mask = a["masks"][2 * li]
         for h in a["partial"][li]:
             q_s, _, k_s, _ = split_qk(hm, h, x, slot, mask)

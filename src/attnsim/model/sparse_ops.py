@@ -15,6 +15,7 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.store import Store
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
 
 if TYPE_CHECKING:  # the storage classes, for annotations only
@@ -344,73 +345,6 @@ def unit_writes(um: UnitMaps, units: list[int]) -> set[int]:
     """
     sel = torch.isin(um.O.dirs, long_tensor(units))
     return set(um.written[um.O.cols[sel]].tolist())
-
-
-class Store:
-    """The live columns of the stream, column-major: ``data [slots, batch, pos]``,
-    direction d in row ``slot[d]``; row 0 always holds 0 (directions that hold nothing read
-    it). A direction gets a row when first written and gives it back once the stage
-    ``last[d]`` has run.
-
-    >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 3})
-    >>> st.write(torch.tensor([0, 1, 2]), torch.ones(3, 1, 2, dtype=torch.float64))
-    >>> st.read(torch.tensor([0, 1, 2]))[:, 0, 0].tolist()  # nobody reads direction 1
-    [1.0, 0.0, 1.0]
-    >>> st.release(2); st.read(torch.tensor([0, 2]))[:, 0, 0].tolist()  # 0 was last read at 1
-    [0.0, 1.0]
-    """
-
-    def __init__(self, b: int, n: int, d: int, dtype, last: dict[int, int], size: int = 64) -> None:
-        self.b, self.n, self.dtype = b, n, dtype
-        self.last = last
-        self.slot = torch.zeros(d, dtype=torch.long)
-        size = max(2, size)  # rows from the start (a run of the same shape knows its peak)
-        self.data = torch.empty(size, b, n, dtype=dtype)  # a row is zeroed when taken:
-        self.data[0] = 0.0  # the pages of rows never taken are never touched
-        self.free: list[int] = list(range(size - 1, 0, -1))
-        self.by_stage: dict[int, list[int]] = {}
-        self.peak = 1
-
-    def write(self, dirs: torch.Tensor, values: torch.Tensor) -> None:
-        """Adds ``values [len(dirs), batch, pos]`` to the directions ``dirs`` (distinct);
-        a direction nothing reads later is dropped."""
-        keep = [i for i, c in enumerate(dirs.tolist()) if c in self.last]
-        if not keep:
-            return
-        if len(keep) < len(dirs):
-            dirs, values = dirs[keep], values[keep]
-        new = [c for c in dirs.tolist() if int(self.slot[c]) == 0]
-        if new:
-            self._grow(len(new))
-            slots = [self.free.pop() for _ in new]
-            self.slot[new] = long_tensor(slots)
-            self.data[slots] = 0.0
-            for c in new:
-                self.by_stage.setdefault(self.last[c], []).append(c)
-            self.peak = max(self.peak, self.data.shape[0] - len(self.free))
-        rows = self.slot[dirs]
-        self.data.index_put_((rows,), values, accumulate=True)
-
-    def _grow(self, k: int) -> None:
-        if len(self.free) >= k:
-            return
-        old = self.data.shape[0]
-        size = max(old * 2, old + k - len(self.free) + 64)
-        data = torch.empty(size, self.b, self.n, dtype=self.dtype)
-        data[:old] = self.data
-        self.data = data
-        self.free = list(range(size - 1, old - 1, -1)) + self.free
-
-    def release(self, stage: int) -> None:
-        """Frees the rows of the directions whose last reader ran before this stage."""
-        for s in [s for s in self.by_stage if s < stage]:
-            dirs = self.by_stage.pop(s)
-            self.free.extend(self.slot[dirs].tolist())
-            self.slot[dirs] = 0
-
-    def read(self, cols: torch.Tensor) -> torch.Tensor:
-        """``[len(cols), batch, pos]`` (0 for a direction that holds nothing)."""
-        return self.data[self.slot[cols]]
 
 
 def rows_last(t: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from attnsim.compiler import compile_program
-from attnsim.model import memory
+from attnsim.model import memory, zero_rows
 from attnsim.model.compiled import CompiledModel, Resources
 from attnsim.model.transformer import Columns
 from attnsim.rasp import expr as E
@@ -350,8 +350,8 @@ class UniversalSimulator:
             )
         ids = torch.ones(batch, 1 + length, dtype=torch.long)
         ids[:, 0] = 0  # BOS
-        vals = torch.zeros(batch, 1 + length, *seqs.shape[2:], dtype=torch.float64)
-        vals[:, 1:] = seqs
+        vals = zero_rows.zeros((batch, 1 + length, *seqs.shape[2:]), torch.float64)
+        zero_rows.copy_written(vals[:, 1:], seqs)  # (a zero tail takes no pages)
         return ids, vals
 
     def _run(self, seqs: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnsim.model import zero_rows
 from attnsim.simulator import checks, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import SimulatorConfig
@@ -144,7 +145,7 @@ def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
     """The token array ``[length, width]`` of one case (entries copied, nothing computed)."""
     lay, X = layout, case.X
     n, d = X.shape
-    out = torch.zeros(lay.length, lay.width, dtype=DTYPE)
+    out = zero_rows.zeros((lay.length, lay.width), DTYPE)  # pages only where written
     out[lay.xpos(0) : lay.xpos(n), :d] = X
     out[lay.xpos(0) : lay.xpos(n), lay.B] = 1.0
     if case.layer is not None:
