@@ -293,11 +293,21 @@ def simulator_layouts(data: dict) -> str:
         out += [
             "",
             "Sparse storage keeps the directions alive at each stage; at its peak the store "
-            "holds these cells (live columns x positions), of which these are non-zero (a "
-            "store by position role could save at most their ratio):",
+            "holds these cells (live columns x positions), of which these are non-zero; "
+            "long rows live in pages taken only where a write is non-zero, so the store's "
+            "resident memory (the last columns, MB) is what the cells would take only where "
+            "most are non-zero:",
             "",
             table(
-                ["layout", "n = d", "peak cells", "peak non-zero", "ratio"],
+                [
+                    "layout",
+                    "n = d",
+                    "peak cells",
+                    "peak non-zero",
+                    "ratio",
+                    "cells MB",
+                    "resident MB",
+                ],
                 [
                     [
                         r["layout"],
@@ -305,6 +315,8 @@ def simulator_layouts(data: dict) -> str:
                         f"{r['stream_cells_peak']:,}",
                         f"{r['stream_nonzero_peak']:,}",
                         r["stream_cells_peak"] / max(1, r["stream_nonzero_peak"]),
+                        r["stream_cells_peak"] * 8 / 2**20,
+                        r.get("stream_resident_peak_mb", float("nan")),
                     ]
                     for r in filled
                 ],

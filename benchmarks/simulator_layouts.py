@@ -36,7 +36,7 @@ import torch
 from _common import Run, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
-from attnsim.model import sparse_ops
+from attnsim.model import sparse_ops, zero_rows
 from attnsim.model.memory import ModelTooLargeError, memory_limit
 from attnsim.simulator import reference, sampling, universal
 from attnsim.simulator.layout import Layout
@@ -125,6 +125,7 @@ def measure(
         # sparse storage: the store's peak cells and peak non-zero entries (StreamFill)
         "stream_cells_peak": None if fill is None else fill.cells,
         "stream_nonzero_peak": None if fill is None else fill.nonzero,
+        "stream_resident_peak_mb": None if fill is None else fill.resident_mb,
         "max_abs_score": max_abs_score(target, X),
     }
 
@@ -139,12 +140,13 @@ def measure_apart(layout: str, n: int, d: int, h: int, f: int) -> dict:
 
 class StreamFill:
     """Over one forward pass in sparse storage: the most cells the store holds at once (its
-    live columns times the positions) and the most non-zero entries among them, read at
-    every stage before its columns are released. Their ratio bounds what a store by
-    position role could save over the store by live columns (at most that factor)."""
+    live columns times the positions), the most non-zero entries among them, and the most
+    resident memory of its rows (a store in pages takes a page only where a write was
+    non-zero), read at every stage before its columns are released."""
 
     def __enter__(self) -> StreamFill:
         self.cells = self.nonzero = 0
+        self.resident_mb = 0.0
         self._real = real = sparse_ops.Store.release
 
         def release(store, stage: int) -> None:
@@ -156,6 +158,7 @@ class StreamFill:
             # the live rows only, a few at a time (a row never taken has no pages yet)
             nonzero = sum(int(torch.count_nonzero(store.data[r])) for r in live.split(64))
             self.nonzero = max(self.nonzero, nonzero)
+            self.resident_mb = max(self.resident_mb, zero_rows.resident_mb(store.data))
             real(store, stage)
 
         sparse_ops.Store.release = release

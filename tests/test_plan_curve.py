@@ -151,3 +151,24 @@ def test_non_finite_keys_stay_on_the_dense_path():
         offsets, keys, _, _ = plan_core.select_keys(CFG, q, k)
         want_count, want_keys = _dense(q, k)
         assert torch.equal(keys, want_keys)
+
+
+def test_equal_keys_reuse_their_curve_and_changed_keys_do_not():
+    """plan_core._curve keeps the last keys' curves: equal keys (another tensor) get the
+    same curve, keys changed where the quick mark does not look get their own, and the
+    selection with each matches the dense one."""
+    n = plan_core.CURVE_FROM + 100
+    ts = torch.arange(n, dtype=torch.float64)
+    k1 = _gather_keys(ts)
+    first = plan_core._curve(CFG, k1)
+    assert first is not None
+    assert plan_core._curve(CFG, k1.clone()) is first
+    k2 = k1.clone()
+    k2[3] = _gather_keys(torch.tensor([7.0, 5.0]))[1]  # key 3 now holds t = 5 (not sampled)
+    second = plan_core._curve(CFG, k2)
+    assert second is not first
+    q = _queries(torch.tensor([0.0, 3.0, 5.0, 40.0], dtype=torch.float64))
+    for k in (k1, k2):
+        offsets, keys, _, _ = plan_core.select_keys(CFG, q, k)
+        count, want = _dense(q, k)
+        assert torch.equal(offsets[1:] - offsets[:-1], count) and torch.equal(keys, want)

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import math
 import mmap
+from pathlib import Path
 
 import torch
 
-__all__ = ["ZeroRows", "PAGED", "zeros", "copy_written"]
+__all__ = ["ZeroRows", "PAGED", "zeros", "copy_written", "resident_mb"]
 
 # whether this system can hand pages back (anonymous private mappings and madvise)
 PAGED = hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MADV_DONTNEED")
@@ -104,6 +105,32 @@ def copy_written(dst: torch.Tensor, src: torch.Tensor, step: int = 4096) -> None
     while m > 0 and not bool(src[:, max(0, m - step) : m].ne(0).any()):
         m = max(0, m - step)  # a zero chunk at the end
     dst[:, :m] = src[:, :m]
+
+
+def resident_mb(t: torch.Tensor) -> float:
+    """MB of the pages of ``t``'s memory mapping that are resident (Linux smaps; the
+    tensor's whole size where there is none). For a tensor of :class:`ZeroRows` that is
+    the pages its writes took.
+
+    >>> z = ZeroRows(64, (4096,), torch.float64)
+    >>> z.tensor[3, :10] = 1.0
+    >>> resident_mb(z.tensor) < 1.0 if PAGED else True  # one page of 2 MiB of rows
+    True
+    """
+    ptr = t.data_ptr()
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return t.numel() * t.element_size() / 2**20
+    inside = False
+    for line in lines:
+        head = line.split()[0] if line else ""
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= ptr < hi
+        elif inside and head == "Rss:":
+            return int(line.split()[1]) / 1024
+    return t.numel() * t.element_size() / 2**20
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
