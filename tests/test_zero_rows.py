@@ -17,6 +17,12 @@ from attnsim.simulator.to_torch import to_torch
 needs_pages = pytest.mark.skipif(not zero_rows.PAGED, reason="no anonymous pages here")
 
 
+@pytest.fixture
+def any_size(monkeypatch):
+    """Stores of any total size live in pages (rows of at least PAGED_ROW_VALUES)."""
+    monkeypatch.setattr(store_mod, "PAGED_STORE_BYTES", 0)
+
+
 @pytest.mark.parametrize("paged", [True, False])
 @pytest.mark.parametrize("row", [(3,), (1, 700), (2, 1025), (4096,)])
 def test_clear_zeroes_exactly_the_rows_asked(paged, row):
@@ -53,7 +59,7 @@ def test_zeros_and_copy_written():
 
 
 @needs_pages
-def test_pages_are_taken_only_where_written():
+def test_pages_are_taken_only_where_written(any_size):
     """512 MiB of rows: writing the first positions of every row takes about a page per
     row, not the rows' size (the store's saving); dropped rows read 0."""
     n = 1 << 16  # 512 KiB per row
@@ -74,7 +80,7 @@ def test_pages_are_taken_only_where_written():
 
 
 @needs_pages
-def test_a_span_write_adds_where_non_zero_only():
+def test_a_span_write_adds_where_non_zero_only(any_size):
     """A paged store adds a write over the span of its non-zero positions: values outside
     it are 0 anyway, so the rows equal an ordinary sum."""
     n = store_mod.PAGED_ROW_VALUES * 2
@@ -93,7 +99,7 @@ def test_a_span_write_adds_where_non_zero_only():
 
 
 @needs_pages
-def test_a_grown_paged_store_keeps_its_rows():
+def test_a_grown_paged_store_keeps_its_rows(any_size):
     st = Store(1, 1 << 14, d=300, dtype=torch.float64, last={c: 1 for c in range(300)}, size=2)
     v = torch.arange(1, 301, dtype=torch.float64)[:, None, None].expand(300, 1, 1 << 14)
     for c in range(300):  # grows from 2 rows, one direction at a time
@@ -115,6 +121,7 @@ def test_paged_and_ordinary_stores_run_the_same_model(monkeypatch):
     X = torch.tensor(np.random.default_rng(2).standard_normal((3, 3)))
     words = ["dcba", "badc", "ab"]
     got = {}
+    monkeypatch.setattr(store_mod, "PAGED_STORE_BYTES", 0)
     for limit in (1 << 62, 1):
         monkeypatch.setattr(store_mod, "PAGED_ROW_VALUES", limit)
         U.model.model._plans.clear()
@@ -125,3 +132,15 @@ def test_paged_and_ordinary_stores_run_the_same_model(monkeypatch):
     with torch.no_grad():
         want = to_torch(t)(X[None])[0]
     assert float((got[1][1] - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
+
+
+def test_only_a_large_store_lives_in_pages():
+    """Long rows alone do not page a store: its rows must also total PAGED_STORE_BYTES."""
+    n = store_mod.PAGED_ROW_VALUES
+    small = Store(1, n, d=4, dtype=torch.float64, last={0: 1}, size=4)
+    rows = store_mod.PAGED_STORE_BYTES // (8 * n) + 1
+    large = Store(1, n, d=4, dtype=torch.float64, last={0: 1}, size=rows)
+    assert not small.paged
+    assert large.paged == zero_rows.PAGED
+    short = Store(1, n - 1, d=4, dtype=torch.float64, last={0: 1}, size=rows * 2)
+    assert not short.paged

@@ -6,10 +6,14 @@ import torch
 
 from attnsim.model import zero_rows
 
-__all__ = ["Store", "PAGED_ROW_VALUES"]
+__all__ = ["Store", "PAGED_ROW_VALUES", "PAGED_STORE_BYTES"]
 
-# rows of at least this many values (batch x positions) live in pages (zero_rows)
+# a store whose rows would take at least PAGED_STORE_BYTES, each row at least
+# PAGED_ROW_VALUES values (batch x positions), lives in pages (zero_rows): it then takes
+# memory only where writes are non-zero, at the cost of a page fault per page a row takes
+# again (a smaller store is faster as plain memory)
 PAGED_ROW_VALUES = 1 << 13
+PAGED_STORE_BYTES = 2 << 30
 
 
 class Store:
@@ -32,8 +36,10 @@ class Store:
         self.slot = torch.zeros(d, dtype=torch.long)
         # long rows live in pages (zero_rows): untouched and released rows take no memory,
         # and a write touches only the span where it is non-zero
-        self.paged = zero_rows.PAGED and b * n >= PAGED_ROW_VALUES
-        self.data = self._alloc(max(2, size))  # rows from the start (a run knows its peak)
+        size = max(2, size)
+        full = size * b * n * torch.empty((), dtype=dtype).element_size()
+        self.paged = zero_rows.PAGED and b * n >= PAGED_ROW_VALUES and full >= PAGED_STORE_BYTES
+        self.data = self._alloc(size)  # rows from the start (a run knows its peak)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
