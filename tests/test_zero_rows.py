@@ -96,6 +96,11 @@ def test_a_span_write_adds_where_non_zero_only(any_size):
         assert torch.equal(st.read(torch.tensor([0, 1, 2])), ref)
     st.write(torch.tensor([1]), torch.zeros(1, 2, n, dtype=torch.float64))  # all zero: no-op
     assert torch.equal(st.read(torch.tensor([0, 1, 2])), ref)
+    v = torch.zeros(3, 2, n, dtype=torch.float64)
+    v[2, 1, n - 7] = float("nan")  # a NaN is written, not skipped as zero
+    st.write(torch.tensor([0, 1, 2]), v)
+    got = st.read(torch.tensor([2]))[0, 1]
+    assert bool(got[n - 7].isnan()) and int(got.isnan().sum()) == 1
 
 
 @needs_pages

@@ -59,7 +59,18 @@ def rows_needed(embed: dict, heads, units, last: dict, first: dict) -> int:
     """The most directions alive at once in a run whose directions live until ``last``
     (written by the embedding or a sublayer, freed after their last reader), position rows
     entering at the stages ``first`` gives (stage -> indices into ``embed["pos_dirs"]``):
-    the store is allocated once at that size."""
+    the store is allocated once at that size.
+
+    >>> import torch
+    >>> from attnsim.model.sparse_ops import HeadMaps
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> hs = SparseHeads(1, torch.tensor([[0, 0, 1]]), torch.ones(1),
+    ...                  torch.tensor([[0, 1, 2]]), torch.ones(1))  # reads 0, 1; writes 2
+    >>> embed = {"E": torch.tensor([[1, 0], [1, 1]]), "num": torch.zeros(0, dtype=torch.long),
+    ...          "vec": torch.zeros(0, 2, dtype=torch.long), "pos_dirs": torch.tensor([])}
+    >>> rows_needed(embed, [HeadMaps(hs)], [[]], last={0: 0, 1: 0, 2: 3}, first={})
+    3
+    """
     born = {c: 0 for c in embed["E"][:, 1].tolist() + embed["num"].tolist() if c in last}
     born.update((c, 0) for c in embed["vec"][:, 1].tolist() if c in last)
     dirs = embed["pos_dirs"].tolist()

@@ -105,7 +105,14 @@ class Store:
             self.slot[dirs] = 0
 
     def drop(self, dirs: list[int]) -> None:
-        """Frees these directions' rows now (nothing reads them again)."""
+        """Frees these directions' rows now (nothing reads them again); a direction that
+        holds no row is skipped.
+
+        >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 5, 1: 5})
+        >>> st.write(torch.tensor([0, 1]), torch.ones(2, 1, 2, dtype=torch.float64))
+        >>> st.drop([0, 2]); st.read(torch.tensor([0, 1]))[:, 0, 0].tolist()
+        [0.0, 1.0]
+        """
         dirs = [c for c in dirs if int(self.slot[c])]
         gone = set(dirs)
         for s in {self.last[c] for c in dirs}:
