@@ -81,18 +81,9 @@ class _Evaluator:
         got = self.memo.get(e.uid)
         if got is not None:
             return got
-        # iterative post-order walk so that deep programs do not hit the recursion limit
-        stack = [(e, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node.uid in self.memo:
-                continue
-            if not ready:
-                stack.append((node, True))
-                for c in node.children:
-                    if c.uid not in self.memo:
-                        stack.append((c, False))
-                continue
+        # the nodes not yet evaluated, children first (iterative: deep programs do not hit
+        # the recursion limit; a cycle is refused)
+        for node in E.dependency_order(e, self.memo):
             self.memo[node.uid] = self._eval_node(node)
         return self.memo[e.uid]
 
