@@ -1,10 +1,24 @@
 """Value identity: when two token or S-op values are the same, and what counts as a number.
 
-The one leaf every layer may import (stdlib and numpy only). RASP compares values by type
-and value (``1``, ``1.0`` and ``True`` are three different categorical values, as in the
-interpreter), while arithmetic reads bools as 0 and 1.
+The one leaf every layer may import (stdlib and numpy only). The rule of identity, used by
+the interpreter, value inference, the compiler's tables and a compiled model's encoding:
+
+- two values are the same RASP value when they have the same type and the same value:
+  ``1``, ``1.0`` and ``True`` are three values (Python calls them equal and hashes them
+  alike, but a function can tell them apart);
+- floats by value and sign: ``0.0`` and ``-0.0`` are two values (``math.copysign`` and
+  ``math.atan2`` tell them apart), and all NaNs of one type are one value;
+- tuples (and frozensets) element by element by the same rule: ``(1, 2)`` is not ``(True, 2)``;
+- a numpy scalar enters as the Python value it holds (``np.int64(3)`` is the token ``3``, as
+  the elements of a numpy array of tokens are): :func:`as_token` at every entry point.
+
+A token that Python calls equal to a vocabulary value but that is another value by this
+rule (``3.0`` for a vocabulary ``[1, 3]``) is refused, naming both (:func:`lookalike`).
+Arithmetic reads bools as 0 and 1.
 
 >>> value_key(1) == value_key(1.0), value_key("a") == value_key("a")
+(False, True)
+>>> value_key(0.0) == value_key(-0.0), value_key(float("nan")) == value_key(float("nan"))
 (False, True)
 >>> is_number(True), is_number(2.5), is_numeric(True), is_numeric("2")
 (False, True, True, False)
@@ -14,35 +28,137 @@ interpreter), while arithmetic reads bools as 0 and 1.
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "as_number",
+    "as_token",
+    "distinct",
+    "distinct_numbers",
     "is_hashable",
     "is_int",
     "is_number",
     "is_numeric",
     "is_real",
+    "lookalike",
+    "not_in_vocab_message",
     "value_key",
     "value_text",
 ]
 
+_FLOATS = (float, np.floating)
+_COMPLEX = (complex, np.complexfloating)
+
 
 def value_key(v: Any) -> tuple:
-    """The identity of a categorical value: its type name and the value (``v`` hashable)."""
-    return (type(v).__name__, v)
+    """The identity of a value (``v`` hashable): equal keys exactly for the same RASP value.
+
+    The type and the value; a float's sign and NaN-ness too, and tuples element by element
+    (see the module's rule).
+
+    >>> value_key(True) == value_key(1), value_key((0.0, 1)) == value_key((-0.0, 1))
+    (False, False)
+    """
+    t = type(v)
+    if t is str or t is int or t is bool:  # the common cases first: one tuple, no test
+        return (t, v)
+    if isinstance(v, _FLOATS):
+        if v != v:
+            return (t, "nan")  # every NaN of a type is one value (NaN != NaN in Python)
+        if v == 0:
+            return (t, v, math.copysign(1.0, v))  # 0.0 and -0.0 are two values
+        return (t, v)
+    if isinstance(v, _COMPLEX):
+        return (t, value_key(v.real), value_key(v.imag))
+    if isinstance(v, tuple):
+        return (t, tuple(value_key(x) for x in v))
+    if isinstance(v, frozenset):
+        return (t, frozenset(value_key(x) for x in v))
+    return (t, v)
+
+
+def as_token(v: Any) -> Any:
+    """A token as RASP reads it: a numpy scalar becomes the Python value it holds (inside a
+    tuple too); any other value is returned unchanged.
+
+    >>> as_token(np.int64(3)), as_token((np.float32(0.5), "a")), as_token("b")
+    (3, (0.5, 'a'), 'b')
+    """
+    if isinstance(v, np.generic):
+        return v.item()
+    if type(v) is tuple and any(isinstance(x, (np.generic, tuple)) for x in v):
+        return tuple(as_token(x) for x in v)
+    return v
+
+
+def distinct(values: Iterable[Any]) -> list:
+    """The distinct values (hashable), first-seen order, by :func:`value_key`.
+
+    >>> distinct([1, 1.0, True, 1, 0.0, -0.0, "a"])
+    [1, 1.0, True, 0.0, -0.0, 'a']
+    """
+    seen: set[tuple] = set()
+    out = []
+    for v in values:
+        k = value_key(v)
+        if k not in seen:
+            seen.add(k)
+            out.append(v)
+    return out
+
+
+def distinct_numbers(values: Iterable[Any]) -> tuple[float, ...]:
+    """The distinct numbers among ``values`` as floats, first-seen order: the value set of a
+    numerical S-op. Its values are real numbers (held as float64, and both zeros read as the
+    int 0 by a function), so ``1``, ``1.0`` and ``True`` are one number, ``-0.0`` is ``0.0``.
+
+    >>> distinct_numbers([1, True, 1.0, -0.0, 0.0, 2.5])
+    (1.0, 0.0, 2.5)
+    """
+    seen: set[Any] = set()
+    out = []
+    for v in values:
+        x = float(v) + 0.0  # -0.0 + 0.0 is 0.0
+        k = "nan" if x != x else x  # one NaN
+        if k not in seen:
+            seen.add(k)
+            out.append(x)
+    return tuple(out)
+
+
+def lookalike(v: Any, values: Iterable[Any]) -> Any:
+    """The first of ``values`` that Python calls equal to ``v`` but that is another value by
+    :func:`value_key` (``3`` for ``3.0``), or None when there is none.
+
+    What an error shows for a token that is not in a vocabulary but looks as if it were.
+
+    >>> lookalike(3.0, [1, 3]), lookalike(-0.0, [0.0]), lookalike(2, [1, 3])
+    (3, 0.0, None)
+    """
+    key = value_key(v)
+    for x in values:
+        try:
+            same = bool(x == v)
+        except Exception:  # a value whose == fails or is not a truth value: not equal
+            continue
+        if same and value_key(x) != key:
+            return x
+    return None
 
 
 def value_text(v: Any) -> str:
-    """A value as labels and messages show it (strings quoted, so ``'1'`` differs from 1).
+    """A value as labels and messages show it (strings quoted, so ``'1'`` differs from 1, and
+    numpy scalars by their repr, so ``np.float64(1.0)`` differs from 1.0).
 
-    >>> value_text("1"), value_text(1)
-    ("'1'", '1')
+    >>> value_text("1"), value_text(1), value_text(-0.0)
+    ("'1'", '1', '-0.0')
     """
-    return repr(v) if isinstance(v, str) else str(v)
+    return repr(v) if isinstance(v, (str, np.generic)) else str(v)
 
 
 def is_hashable(v: Any) -> bool:
@@ -100,3 +216,33 @@ def is_real(x: Any) -> bool:
 def as_number(x: float) -> Any:
     """``x`` as an int when it is integral (3.0 -> 3), else unchanged."""
     return int(x) if float(x).is_integer() else x
+
+
+def not_in_vocab_message(token: Any, where: str, vocab: Sequence[Any], advice: str) -> str:
+    """The error for a token outside ``vocab``: it names the vocabulary value that the token
+    looks like (equal in Python, another value by :func:`value_key`), if there is one.
+
+    Args:
+        token: the token (already :func:`as_token`).
+        where: where it stands ("position 2 (row 0)").
+        vocab: the vocabulary, in the order to show it.
+        advice: what to do when no vocabulary value looks like the token.
+
+    Returns:
+        The message.
+
+    >>> print(not_in_vocab_message(3.0, "position 0", [1, 3], "use declared tokens"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    token 3.0 (float) at position 0 is not the vocabulary token 3 (int), though Python calls
+    them equal: RASP tells values apart by type and value (and a float by its sign), since
+    a function can answer differently for them; pass 3, or add 3.0 to the vocabulary
+    """
+    like = lookalike(token, vocab)
+    if like is None:
+        return f"token {token!r} at {where} is not in the vocabulary {list(vocab)}; {advice}"
+    return (
+        f"token {token!r} ({type(token).__name__}) at {where} is not the vocabulary token "
+        f"{like!r} ({type(like).__name__}), though Python calls them equal: RASP tells values "
+        "apart by type and value (and a float by its sign), since a function can answer "
+        f"differently for them; pass {like!r}, or add {token!r} to the vocabulary"
+    )

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from attnsim import values
 from attnsim.cli import LibraryError, UserError, at_least, fits_in_memory, only_with
 
 # the defaults of attnsim.rasp.text.limits.Limits (a test keeps them equal), written out so
@@ -282,21 +283,33 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
     if args.vocab is not None:
         # the user's order (a set would lose it): it is the order of the model's token
         # directions and of the vocabulary the model reports
-        vocab = list(dict.fromkeys(_parse_token(t) for t in args.vocab.split(",") if t.strip()))
+        # tokens told apart as the model tells them (1 and 1.0 are two, so are 0.0 and -0.0)
+        vocab = values.distinct(_parse_token(t) for t in args.vocab.split(",") if t.strip())
         if not vocab:
             raise UserError(
                 f"--vocab {args.vocab!r} holds no tokens; give them separated by commas, "
                 f"e.g. --vocab a,b,c"
             )
-        outside = [t for t in dict.fromkeys(example) if t not in vocab]
+        declared = {values.value_key(v) for v in vocab}
+        outside = [t for t in values.distinct(example) if values.value_key(t) not in declared]
         if outside:
             shown = ", ".join(repr(t) for t in outside)
+            alike = [
+                f"{t!r} is not the token {v!r}"
+                for t in outside
+                if (v := values.lookalike(t, vocab)) is not None
+            ]
+            why = (
+                f" ({', '.join(alike)}: tokens differ by type and value, and a float by its sign)"
+                if alike
+                else ""
+            )
             raise UserError(
-                f"the example {example} has token(s) {shown} outside --vocab {args.vocab}; "
-                f"add them to --vocab or set an example that uses only its tokens"
+                f"the example {example} has token(s) {shown} outside --vocab {args.vocab}"
+                f"{why}; add them to --vocab or set an example that uses only its tokens"
             )
     else:
-        vocab = list(dict.fromkeys(example))  # in order of first appearance
+        vocab = values.distinct(example)  # in order of first appearance
     max_len = args.max_seq_len or len(example)
     if len(example) > max_len:
         raise UserError(

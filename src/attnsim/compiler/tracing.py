@@ -33,29 +33,20 @@ class Graph:
 
 
 def trace(program: E.RASPExpr) -> Graph:
-    """Collects the expressions of ``program`` in dependency order."""
+    """Collects the expressions of ``program`` in dependency order.
+
+    Raises:
+        TypeError: ``program`` is not an S-op. ValueError: its graph has a cycle.
+    """
     if not isinstance(program, E.SOp):
         raise TypeError(
             f"compile_program expects a RASP S-op, got {type(program).__name__}; "
             "a selector alone is not a program (aggregate it or take its width)"
         )
-    nodes: dict[int, E.RASPExpr] = {}
-    order: list[int] = []
-    stack: list[tuple[E.RASPExpr, bool]] = [(program, False)]
-    while stack:
-        node, ready = stack.pop()
-        if ready:
-            if node.uid not in nodes:
-                nodes[node.uid] = node
-                order.append(node.uid)
-            continue
-        if node.uid in nodes:
-            continue
-        stack.append((node, True))
-        for child in node.children:
-            if child.uid not in nodes:
-                stack.append((child, False))
-    labels = unique_labels(nodes[u] for u in order)
+    exprs = E.dependency_order(program)  # refuses a cycle
+    nodes = {e.uid: e for e in exprs}
+    order = [e.uid for e in exprs]
+    labels = unique_labels(exprs)
     return Graph(output=program, nodes=nodes, order=tuple(order), labels=labels)
 
 

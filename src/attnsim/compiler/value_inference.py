@@ -29,7 +29,7 @@ from attnsim.compiler import tracing
 from attnsim.compiler.options import CompileOptions
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
-from attnsim.values import is_number
+from attnsim.values import as_token, distinct, distinct_numbers, is_number
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
 MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
@@ -37,14 +37,12 @@ MAX_MEAN_VALUES = 200_000  # the most candidate values of a numerical mean or su
 
 
 def dedupe(values) -> tuple:
-    """Distinct values in first-seen order (True, 1 and 1.0 kept apart)."""
-    seen, out = set(), []
-    for v in values:
-        k = (type(v), v)
-        if k not in seen:
-            seen.add(k)
-            out.append(v)
-    return tuple(out)
+    """Distinct values, first-seen order (True, 1 and 1.0 kept apart, and -0.0 and 0.0).
+
+    >>> dedupe([1, True, 1.0, 1, -0.0, 0.0])
+    (1, True, 1.0, -0.0, 0.0)
+    """
+    return tuple(distinct(values))
 
 
 def check_vocab(vocab: Any) -> tuple | None:
@@ -53,11 +51,13 @@ def check_vocab(vocab: Any) -> tuple | None:
     Tokens must be hashable (they are looked up), finite where they are numbers (a NaN never
     equals itself) and not None (RASP's "no value": the result of an empty categorical
     Aggregate). A string stands for its characters; numpy scalars become Python values.
+    Tokens are told apart by :func:`attnsim.values.value_key`: ``[0.0, -0.0]`` and
+    ``[1, True, 1.0]`` are vocabularies of two and three tokens.
 
     >>> check_vocab("aba")
     ('a', 'b')
-    >>> check_vocab([1, 2.5, (0, True)])
-    (1, 2.5, (0, True))
+    >>> check_vocab([1, 2.5, (0, True), True, 1])
+    (1, 2.5, (0, True), True)
 
     Raises:
         TypeError: ``vocab`` is not a collection of tokens, or a token is unhashable.
@@ -70,7 +70,7 @@ def check_vocab(vocab: Any) -> tuple | None:
             f"vocab must be a collection of tokens (a list, a tuple, a set or a string of "
             f"characters), or None for real-valued tokens; got {type(vocab).__name__} {vocab!r}"
         )
-    tokens = [v.item() if isinstance(v, np.generic) else v for v in vocab]
+    tokens = [as_token(v) for v in vocab]
     if not tokens:
         raise ValueError(
             "vocab is empty; list the tokens the model must accept, or pass vocab=None for "
@@ -222,8 +222,8 @@ class ValueInference:
     def _compute_values(self, e: E.SOp) -> tuple | None:
         num = E.is_numerical(e)
         if self.is_static(e):
-            vals = dedupe(self.static_values(e))
-            return tuple(float(v) for v in vals) if num else vals
+            vals = self.static_values(e)
+            return distinct_numbers(vals) if num else dedupe(vals)
         if isinstance(e, E.TokenChannel):
             return None  # real numbers: unknown values
         if isinstance(e, E.TokensType):
@@ -231,7 +231,7 @@ class ValueInference:
                 return None
             if num and not all(_is_number(v) for v in self.vocab):
                 return None  # program_errors names the token that is not a number
-            return tuple(float(v) for v in self.vocab) if num else self.vocab
+            return distinct_numbers(self.vocab) if num else self.vocab
         if isinstance(e, E.LengthType):
             vals = tuple(range(1, self.L + 1))
         elif isinstance(e, E.SelectorWidth):
@@ -272,7 +272,7 @@ class ValueInference:
             return None
         if num:
             try:
-                return dedupe(float(v) for v in vals if v is not None)
+                return distinct_numbers(v for v in vals if v is not None)
             except (TypeError, ValueError):
                 return None
         return vals

@@ -79,21 +79,7 @@ def attention_cost(program: rasp.RASPExpr) -> ProgramCost:
     layer: dict[int, int] = {}  # uid -> attention layer at which the node's value is ready
     heads: dict[int, set] = {}  # attention layer -> selector uids (or the length head)
 
-    order: list[rasp.RASPExpr] = []
-    seen: set[int] = set()
-    stack = [(program, False)]
-    while stack:  # iterative post-order: deep programs do not hit the recursion limit
-        node, ready = stack.pop()
-        if ready:
-            order.append(node)
-            continue
-        if node.uid in seen:
-            continue
-        seen.add(node.uid)
-        stack.append((node, True))
-        stack.extend((c, False) for c in node.children if c.uid not in seen)
-
-    for node in order:
+    for node in rasp.dependency_order(program):  # children first; refuses a cycle
         kids = node.children
         if isinstance(node, rasp.TokensType):
             layer[node.uid] = 0

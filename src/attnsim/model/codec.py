@@ -3,8 +3,10 @@
 A model reads each position as an embedding row (0 is BOS, then one row per vocabulary
 token, or row 1 for any real number) and, for numerical tokens, the token's value; it
 writes its output into the residual directions an :class:`OutputSpec` names. Tokens are
-matched by :func:`attnsim.values.value_key` (``1``, ``1.0`` and ``True`` are different
-tokens, but a numerical token matches its integral value: ``2.0`` reads as the token 2).
+matched by :func:`attnsim.values.value_key`, as the interpreter matches them (``1``, ``1.0``
+and ``True`` are different tokens, so are ``0.0`` and ``-0.0``; a numpy scalar is the Python
+value it holds): a token that Python calls equal to a vocabulary token but that is another
+value (``2.0`` for the token 2) is refused, naming both.
 Re-exported by :mod:`attnsim.model.compiled`.
 
 Shapes: ``ids`` and ``values`` are ``[batch, 1 + n]``; ``resid`` is ``[batch, 1 + n, d_model]``.
@@ -24,7 +26,7 @@ import numpy as np
 import torch
 
 from attnsim.model import checks
-from attnsim.values import as_number, is_hashable, is_number, value_key
+from attnsim.values import as_token, is_hashable, is_number, not_in_vocab_message, value_key
 
 __all__ = [
     "OutputSpec",
@@ -58,8 +60,9 @@ class OutputSpec:
 def token_rows(vocab: Sequence[Any] | None) -> dict[tuple, int]:
     """The embedding row of each vocabulary token, by :func:`~attnsim.values.value_key`.
 
-    >>> token_rows(["a", 1])
-    {('str', 'a'): 1, ('int', 1): 2}
+    >>> rows = token_rows(["a", 1, 0.0, -0.0])
+    >>> [rows[value_key(t)] for t in ("a", 1, 0.0, -0.0)], value_key(1.0) in rows
+    ([1, 2, 3, 4], False)
     """
     return {} if vocab is None else {value_key(v): i + 1 for i, v in enumerate(vocab)}
 
@@ -136,7 +139,8 @@ def encode(
         ``(ids, values)``: the embedding row of each token (0 is BOS) and its value.
 
     Raises:
-        TypeError: a token is not hashable. ValueError: a token outside the vocabulary, a
+        TypeError: a token is not hashable. ValueError: a token outside the vocabulary (or
+            equal in Python to a vocabulary token but another value: ``3.0`` for 3), a
             non-number or non-finite number for numerical tokens, or a bad length.
 
     >>> ids, vals = encode([["b", "a"]], vocab=("a", "b"), token_row=token_rows(("a", "b")),
@@ -173,6 +177,7 @@ def encode(
             return ids, vals
     for b, row in enumerate(rows):
         for i, t in enumerate(row):
+            t = as_token(t)  # np.int64(3) is the token 3
             if not is_hashable(t):
                 raise TypeError(
                     f"token {t!r} at position {i} (row {b}) is a {type(t).__name__}, not a "
@@ -181,12 +186,14 @@ def encode(
                 )
             if vocab is not None:
                 k = token_row.get(value_key(t))
-                if k is None and is_number(t):
-                    k = token_row.get(value_key(as_number(float(t))))
                 if k is None:
                     raise ValueError(
-                        f"token {t!r} at position {i} is not in the vocabulary "
-                        f"{list(vocab)}; use only the tokens the model was compiled for"
+                        not_in_vocab_message(
+                            t,
+                            f"position {i}",
+                            list(vocab),
+                            "use only the tokens the model was compiled for",
+                        )
                     )
                 ids[b, i + 1] = k
             else:

@@ -28,7 +28,7 @@ from attnsim.model.config import ModelConfig
 from attnsim.model.report import Component, ComponentTable, Report, Resources
 from attnsim.model.sparse import SparseTransformer
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer, expand_update
-from attnsim.values import is_hashable, value_key
+from attnsim.values import as_token, is_hashable, value_key
 
 __all__ = [
     "FORMAT",
@@ -95,6 +95,7 @@ class CompiledModel:
         return _as_batch(xs, self._is_token)
 
     def _is_token(self, x: Any) -> bool:
+        x = as_token(x)
         return is_hashable(x) and value_key(x) in self._token_row
 
     @property

@@ -117,6 +117,7 @@ def analyze(program: E.RASPExpr) -> ProgramAnalysis:
     Raises:
         TypeError: ``program`` is not a RASP expression, or holds a node kind this analysis
             does not know.
+        ValueError: the program's graph has a cycle.
 
     >>> from attnsim import library, rasp
     >>> print(analyze(library.sort_by_most_freq(rasp.tokens)))
@@ -135,15 +136,7 @@ def analyze(program: E.RASPExpr) -> ProgramAnalysis:
     attention: list[AttentionOp] = []
     mlp_layers: list[int] = []
     uses_length = False
-    stack: list[tuple[E.RASPExpr, bool]] = [(program, False)]
-    while stack:  # iterative post-order: deep programs do not hit the recursion limit
-        node, ready = stack.pop()
-        if node.uid in depth:
-            continue
-        if not ready:
-            stack.append((node, True))
-            stack.extend((c, False) for c in node.children if c.uid not in depth)
-            continue
+    for node in E.dependency_order(program):  # children first; refuses a cycle
         below = max((depth[c.uid] for c in node.children), default=0)
         if isinstance(node, E.LengthType):
             uses_length = True

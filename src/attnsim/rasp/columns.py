@@ -3,7 +3,8 @@
 A numerical S-op's values are a float64 array ``[batch, n]``; a categorical S-op's are a
 :class:`Cat`, integer codes ``[batch, n]`` into a table of distinct Python values, so a
 user's function runs once per distinct value and never once per position. Values are told
-apart by type and value (``True``, ``1`` and ``1.0`` are three RASP values). The helpers
+apart by :func:`attnsim.values.value_key` (``True``, ``1`` and ``1.0`` are three RASP values,
+``0.0`` and ``-0.0`` two). The helpers
 here convert between the two forms and tabulate comparisons on the distinct values; the
 evaluator is :mod:`attnsim.rasp.interpret`, which re-exports :class:`Cat` and
 :class:`RASPEvaluationError`.
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from attnsim.rasp import expr as E
+from attnsim.values import value_key
 
 __all__ = [
     "Cat",
@@ -31,6 +33,7 @@ __all__ = [
     "cat_from_array",
     "cat_from_bools",
     "cat_from_table_values",
+    "cat_from_tokens",
     "comparison_table",
     "factorize",
     "order_ranks",
@@ -39,7 +42,6 @@ __all__ = [
     "to_cat",
     "to_float",
     "to_number",
-    "value_identity",
 ]
 
 
@@ -62,11 +64,6 @@ class Cat:
         return tab[self.codes]
 
 
-def value_identity(v: Any) -> tuple:
-    # keep True and 1 (and 1.0) apart: they hash alike but are different RASP values
-    return (type(v), v)
-
-
 def factorize(values: Iterable[Any]) -> tuple[list, np.ndarray]:
     """Distinct values (first-seen order) and the code of each value."""
     index: dict[tuple, int] = {}
@@ -74,7 +71,7 @@ def factorize(values: Iterable[Any]) -> tuple[list, np.ndarray]:
     codes = []
     try:
         for v in values:
-            k = value_identity(v)
+            k = value_key(v)  # True, 1 and 1.0 (or 0.0 and -0.0) stay apart
             c = index.get(k)
             if c is None:
                 c = index[k] = len(table)
@@ -101,6 +98,29 @@ def cat_from_array(arr: np.ndarray) -> Cat:
     uniq, inv = np.unique(arr, return_inverse=True)
     table = [as_python_number(u) for u in uniq]
     return Cat(inv.reshape(arr.shape).astype(np.int64), table)
+
+
+def cat_from_tokens(arr: np.ndarray) -> Cat:
+    """Categorical view of a numpy array of tokens (bool, int or float): its values are what
+    ``arr.tolist()`` holds, told apart by :func:`~attnsim.values.value_key` (``3.0`` stays a
+    float, ``-0.0`` is not ``0.0``, ``True`` is not ``1``), as for a list of the same tokens.
+
+    >>> cat = cat_from_tokens(np.array([[0.0, -0.0, 3.0, 0.0]]))
+    >>> cat.to_objects().tolist()
+    [[0.0, -0.0, 3.0, 0.0]]
+    >>> len(cat.table)
+    3
+    """
+    if arr.dtype.kind == "b":
+        return cat_from_bools(arr)
+    if arr.dtype.kind in "iu":
+        uniq, inv = np.unique(arr, return_inverse=True)
+        return Cat(inv.reshape(arr.shape).astype(np.int64), uniq.tolist())
+    x = arr.astype(np.float64)  # exact for float16 and float32
+    # unique by bits: -0.0 and 0.0 differ; every NaN is made the one NaN first
+    bits = np.where(np.isnan(x), np.nan, x).view(np.int64)
+    uniq, inv = np.unique(bits, return_inverse=True)
+    return Cat(inv.reshape(arr.shape).astype(np.int64), uniq.view(np.float64).tolist())
 
 
 def cat_from_bools(arr: np.ndarray) -> Cat:

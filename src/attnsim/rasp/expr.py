@@ -42,6 +42,7 @@ __all__ = [
     "TokenChannel",
     "token_channel",
     "reads_channels",
+    "dependency_order",
     "tokens",
     "indices",
     "length",
@@ -417,16 +418,76 @@ def reads_channels(expr: RASPExpr) -> int:
     >>> reads_channels(token_channel(3) + token_channel(1)), reads_channels(tokens + 1)
     (4, 0)
     """
-    width, seen, stack = 0, set(), [expr]
-    while stack:
-        e = stack.pop()
-        if e.uid in seen:
-            continue
-        seen.add(e.uid)
+    width = 0
+    for e in dependency_order(expr):
         if isinstance(e, TokenChannel):
             width = max(width, e.channel + 1)
-        stack.extend(e.children)
     return width
+
+
+def dependency_order(expr: RASPExpr, known: Any = ()) -> list[RASPExpr]:
+    """The expressions ``expr`` reads (itself included), each after its children: the one
+    walk of a program's graph, which refuses a cycle.
+
+    Children are visited last to first (a node's last child comes first in the order), an
+    expression reached twice is listed once, and one whose uid is in ``known`` (an
+    evaluator's memo, say) is left out with everything only it reads. Iterative: a deep
+    program does not reach the recursion limit.
+
+    Args:
+        expr: the program (an S-op or a selector).
+        known: uids to leave out (a set or a dict).
+
+    Returns:
+        The expressions in dependency order.
+
+    Raises:
+        ValueError: the graph has a cycle (an expression whose child was changed to one
+            that reads it); the message names the expressions on the cycle.
+
+    >>> from attnsim import rasp
+    >>> [e.label for e in dependency_order((rasp.tokens + 1).named("inc"))]
+    ['tokens', 'inc']
+    """
+    if expr.uid in known:
+        return []
+    order: list[RASPExpr] = []
+    done: set[int] = set()
+    path: list[RASPExpr] = [expr]  # the open expressions, outermost first
+    on_path = {expr.uid}
+    stack = [iter(expr.children[::-1])]
+    while stack:
+        for child in stack[-1]:
+            uid = child.uid
+            if uid in done or uid in known:
+                continue
+            if uid in on_path:
+                raise ValueError(_cycle_message(path, child))
+            path.append(child)
+            on_path.add(uid)
+            stack.append(iter(child.children[::-1]))
+            break
+        else:  # every child is done: the expression is
+            stack.pop()
+            node = path.pop()
+            on_path.discard(node.uid)
+            done.add(node.uid)
+            order.append(node)
+    return order
+
+
+def _cycle_message(path: list[RASPExpr], child: RASPExpr) -> str:
+    start = next(i for i, e in enumerate(path) if e.uid == child.uid)
+    cycle = path[start:] + [child]  # each reads the next one
+    shown = " -> ".join(f"{e.label} ({type(e).__name__})" for e in cycle)
+    if len(shown) > 400:
+        shown = shown[:397] + "..."
+    return (
+        f"the program's graph has a cycle: {shown}, each reading the next, so "
+        f"{child.label!r} would need its own value to compute it. RASP expressions form an "
+        "acyclic graph; a child changed after construction (setattr on an expression) makes "
+        "one: build a new expression instead"
+    )
 
 
 class Map(SOp):

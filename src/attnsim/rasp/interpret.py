@@ -40,7 +40,7 @@ import numpy as np
 from attnsim.rasp import columns
 from attnsim.rasp import expr as E
 from attnsim.rasp.columns import Cat, RASPEvaluationError
-from attnsim.values import is_hashable, is_number
+from attnsim.values import as_token, is_hashable, not_in_vocab_message, value_key
 
 # names that other layers read from this module
 _as_python_number = columns.as_python_number
@@ -57,42 +57,32 @@ class _Evaluator:
             self.token_vectors = toks.astype(np.float64)
             self.token_array = self.token_cat = None
             self.memo: dict[int, Any] = {}
-            self._int_tokens = False
             return
         if isinstance(toks, np.ndarray) and toks.dtype != object:
             self.batch, self.n = toks.shape
             if toks.dtype.kind in "fiub":
                 self.token_array = toks.astype(np.float64)
                 self.token_cat = None  # made on first categorical use
+                self._token_source = toks  # its values are those of toks.tolist()
             else:
                 table, codes = columns.factorize(toks.ravel().tolist())
                 self.token_cat = Cat(codes.reshape(toks.shape), table)
         else:
             self.batch = len(toks)
             self.n = len(toks[0]) if self.batch else 0
-            flat = [t for row in toks for t in row]
+            flat = [as_token(t) for row in toks for t in row]  # np.int64(3) is the token 3
             table, codes = columns.factorize(flat)
             self.token_cat = Cat(codes.reshape(self.batch, self.n), table)
         self.memo: dict[int, Any] = {}
-        self._int_tokens = isinstance(toks, np.ndarray) and toks.dtype.kind in "iub"
 
     # -- dispatch ------------------------------------------------------------------------
     def eval(self, e: E.RASPExpr) -> Any:
         got = self.memo.get(e.uid)
         if got is not None:
             return got
-        # iterative post-order walk so that deep programs do not hit the recursion limit
-        stack = [(e, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node.uid in self.memo:
-                continue
-            if not ready:
-                stack.append((node, True))
-                for c in node.children:
-                    if c.uid not in self.memo:
-                        stack.append((c, False))
-                continue
+        # the nodes not yet evaluated, children first (iterative: deep programs do not hit
+        # the recursion limit; a cycle is refused)
+        for node in E.dependency_order(e, self.memo):
             self.memo[node.uid] = self._eval_node(node)
         return self.memo[e.uid]
 
@@ -126,10 +116,10 @@ class _Evaluator:
                 "them by channel (rasp.token_channel(k))"
             )
         if isinstance(e, E.TokensType):
-            if self.token_cat is None and (E.is_numerical(e) or not self._int_tokens):
+            if self.token_cat is None and E.is_numerical(e):
                 return self.token_array
-            if self.token_cat is None:
-                self.token_cat = columns.cat_from_array(self.token_array)
+            if self.token_cat is None:  # the tokens' own values: 3.0 stays 3.0, True True
+                self.token_cat = columns.cat_from_tokens(self._token_source)
             return self.token_cat
         if isinstance(e, E.IndicesType):
             return Cat(np.broadcast_to(np.arange(n), (b, n)).copy(), list(range(n)))
@@ -387,17 +377,18 @@ def _check_inputs(
                 f"{type(unhashable[0]).__name__} {unhashable[0]!r}; use a tuple for a "
                 "compound token"
             )
-        allowed = {columns.value_identity(v) for v in vocab}
+        vocab = [as_token(v) for v in vocab]
+        allowed = {value_key(v) for v in vocab}
         for r, row in enumerate(rows):
             for i, t in enumerate(row):
-                if columns.value_identity(t) not in allowed and not (
-                    columns.value_identity(columns.as_python_number(t)) in allowed
-                    if is_number(t)
-                    else False
-                ):
+                if value_key(as_token(t)) not in allowed:
                     raise ValueError(
-                        f"token {t!r} at position {i} (row {r}) is not in the vocabulary "
-                        f"{sorted(vocab, key=repr)}; use only declared tokens"
+                        not_in_vocab_message(
+                            as_token(t),
+                            f"position {i} (row {r})",
+                            sorted(vocab, key=repr),
+                            "use only declared tokens",
+                        )
                     )
 
 

@@ -267,7 +267,8 @@ def static_square(ctx: Context, e: E.SOp) -> str:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return value_key(a) == value_key(b) or (is_number(a) and is_number(b) and float(a) == float(b))
+    # one RASP value: 1 and 1.0 (or 0.0 and -0.0) are two, with a direction each
+    return value_key(a) == value_key(b)
 
 
 def _same_outputs(outs: list) -> bool:

@@ -6,7 +6,7 @@ attention sublayer (or MLP) after the slots in ``after``". Scheduling turns slot
 where a value can be read is an ``After`` (the slots it needs) until then.
 
 >>> r = Rep("cat", values=("a", "b"), dims=("x:'a'", "x:'b'"))
->>> r.dim_of()[("str", "b")], r.after
+>>> r.dim_of()[value_key("b")], r.after
 ("x:'b'", frozenset())
 """
 
