@@ -21,6 +21,7 @@ import numpy as np
 
 __all__ = [
     "as_number",
+    "check_bool",
     "is_hashable",
     "is_int",
     "is_number",
@@ -77,6 +78,34 @@ def is_numeric(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool, when it is one (a Python or numpy bool); else a TypeError.
+
+    The one check of every flag of the API: a string such as ``"False"``, a number or None
+    is refused rather than read by its truth value.
+
+    Args:
+        value: the flag as given.
+        name: the option's name, for the message.
+
+    Returns:
+        ``value`` as a Python bool.
+
+    Raises:
+        TypeError: ``value`` is not a bool.
+
+    >>> check_bool(np.bool_(True), "causal")
+    True
+    >>> check_bool("False", "causal")
+    Traceback (most recent call last):
+    ...
+    TypeError: causal must be True or False, got str 'False'
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
 
 
 def is_int(x: Any) -> bool:
