@@ -38,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnsim.simulator import exact_modules
 from attnsim.simulator import spec as S
+from attnsim.values import check_bool
 
 __all__ = ["from_torch", "SavedLayer", "read_layer", "ACTIVATIONS", "DEFAULT_LAYER_NORM_EPS"]
 
@@ -132,6 +134,8 @@ class SavedLayer:
                     f"{', '.join(extra)} apply to encoder layers; {self.path} holds an "
                     f"nn.MultiheadAttention"
                 )
+        if norm_first is not None:
+            norm_first = given["norm_first"] = check_bool(norm_first, "norm_first")
         for name, value in given.items():
             recorded = getattr(self, name)
             if value is not None and recorded is not None and value != recorded:
@@ -374,7 +378,7 @@ def read_layer(path: str | Path) -> SavedLayer:
 
 
 def from_torch(
-    module: nn.Module, *, causal: bool = False, rotary: Any = None
+    module: nn.Module, *, causal: bool = False, rotary: Any = None, trust_subclass: bool = False
 ) -> S.AttentionSpec | S.EncoderLayerSpec:
     """Read a torch module's weights into a spec (float64 copies).
 
@@ -387,17 +391,25 @@ def from_torch(
     ``LlamaDecoderLayer``) is read by :func:`~attnsim.simulator.llama.from_llama`
     (read as causal, a decoder's mask; its rotary tables as ``rotary``).
 
+    A subclass of those classes (or of the modules they call: ``nn.Linear``,
+    ``nn.LayerNorm``, ``nn.Dropout``, ``nn.ReLU``, ``nn.GELU``) that redefines ``forward``
+    or another method they run, or a module with forward hooks, is refused: U computes the
+    torch class's own function, which such a module may not compute. ``trust_subclass=True``
+    says that it does (for example a subclass that only logs).
+
     Args:
         module: the torch module.
         causal: whether the layer is used with a causal mask.
         rotary: a LLaMA layer's rotary tables (a ``RotarySpec``), or None.
+        trust_subclass: read a subclass (or a module with hooks) as its torch base class.
 
     Returns:
         an ``AttentionSpec`` for ``nn.MultiheadAttention``, an ``EncoderLayerSpec`` for
         ``nn.TransformerEncoderLayer`` (:mod:`attnsim.simulator.spec`).
 
     Raises:
-        TypeError: ``module`` is of another type.
+        TypeError: ``module`` is of another type, a subclass or a hooked module (without
+            ``trust_subclass``), or a flag is not a bool.
         ValueError: an option is unsupported (named in the message).
 
     >>> from torch import nn
@@ -405,11 +417,14 @@ def from_torch(
     >>> spec.n_heads, spec.d_head
     (2, 2)
     """
-    S._check_bool(causal, "from_torch causal")
+    causal = S._check_bool(causal, "from_torch causal")
     if hasattr(module, "self_attn") and hasattr(getattr(module, "mlp", None), "gate_proj"):
         from attnsim.simulator.llama import from_llama
 
         return from_llama(module, rotary=rotary, causal=True)
+    trust = check_bool(trust_subclass, "trust_subclass")
+    if isinstance(module, (nn.MultiheadAttention, nn.TransformerEncoderLayer)):
+        exact_modules.check_parts(module, trust)
     if isinstance(module, nn.MultiheadAttention):
         return _from_multihead_attention(module, causal)
     if isinstance(module, nn.TransformerEncoderLayer):

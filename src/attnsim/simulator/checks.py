@@ -54,6 +54,7 @@ def prepare(
         NotImplementedError: an encoder layer U does not simulate yet (no LayerNorm).
     """
     layout = config.layout
+    causal = check_causal(causal)
     attention, layer = split_target(config, target, causal)
     merged = attention.merged()
     if merged.n_heads > layout.H or merged.d_model > layout.D:
@@ -68,6 +69,19 @@ def prepare(
     if causal is not None and bool(causal) != merged.causal:
         merged = dataclasses.replace(merged, causal=bool(causal))
     return codec.Case(merged, X, layer)
+
+
+def check_causal(causal: Any) -> bool | None:
+    """The ``causal`` of a simulate call: None (the target's own) or a bool, never a truth
+    value (``"False"`` is refused, not read as True).
+
+    >>> check_causal(None), check_causal(True)
+    (None, True)
+
+    Raises:
+        TypeError: anything else.
+    """
+    return None if causal is None else S._check_bool(causal, "causal")
 
 
 def split_target(
