@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnsim import values
 from attnsim.simulator import exact_modules
 from attnsim.simulator import spec as S
-from attnsim.values import check_bool
 
 __all__ = ["from_torch", "SavedLayer", "read_layer", "ACTIVATIONS", "DEFAULT_LAYER_NORM_EPS"]
 
@@ -135,7 +135,7 @@ class SavedLayer:
                     f"nn.MultiheadAttention"
                 )
         if norm_first is not None:
-            norm_first = given["norm_first"] = check_bool(norm_first, "norm_first")
+            norm_first = given["norm_first"] = values.check_bool(norm_first, "norm_first")
         for name, value in given.items():
             recorded = getattr(self, name)
             if value is not None and recorded is not None and value != recorded:
@@ -227,6 +227,14 @@ def _load(path: str) -> Any:
 
 def _check_finite(tensors: dict[str, torch.Tensor], path: str) -> None:
     for name, t in tensors.items():
+        try:
+            values.check_real(t, name)
+        except TypeError:  # a float copy would keep the real parts only
+            raise ValueError(
+                f"{path}: {name} holds complex numbers ({t.dtype}); the weights of a layer U "
+                "simulates are real, and a conversion would keep only their real parts: save "
+                "real weights"
+            ) from None
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
             raise ValueError(
@@ -422,9 +430,11 @@ def from_torch(
         from attnsim.simulator.llama import from_llama
 
         return from_llama(module, rotary=rotary, causal=True)
-    trust = check_bool(trust_subclass, "trust_subclass")
+    trust = values.check_bool(trust_subclass, "trust_subclass")
     if isinstance(module, (nn.MultiheadAttention, nn.TransformerEncoderLayer)):
         exact_modules.check_parts(module, trust)
+        for name, t in module.state_dict().items():  # a float copy would keep the real parts
+            values.check_real(t, f"the module's {name}")
     if isinstance(module, nn.MultiheadAttention):
         return _from_multihead_attention(module, causal)
     if isinstance(module, nn.TransformerEncoderLayer):
