@@ -11,6 +11,8 @@ mask, the base class with the same weights) and the exact error wording.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ from torch import nn
 
 from attnsim import library
 from attnsim.compiler import CompileOptions, compile_program
+from attnsim.matrix import apply, programs
 from attnsim.simulator import (
     adapters,
     checks,
@@ -137,6 +140,16 @@ FLAG_CALLS = {
         "AttentionSpec.causal",
     ),
     "CompileOptions causal": (lambda v: CompileOptions(causal=v), "causal"),
+    "CompiledModel.run check": (lambda v: _length_model().run(["a", "b"], check=v), "check"),
+    "run_with_cache check": (
+        lambda v: _length_model().run_with_cache(["a", "b"], check=v)[0],
+        "check",
+    ),
+    "matrix run check": (
+        lambda v: apply.run(programs.scale(2.0), [1.0, 2.0], backend="compiled", check=v),
+        "check",
+    ),
+    "matrix inverse check": (lambda v: apply.inverse([[2.0]], check=v), "check"),
     "compile_program fixed_length": (
         lambda v: compile_program(
             library.make_length(), vocab="ab", max_seq_len=2, fixed_length=v
@@ -144,6 +157,11 @@ FLAG_CALLS = {
         "fixed_length",
     ),
 }
+
+
+@functools.cache
+def _length_model():
+    return compile_program(library.make_length(), vocab="ab", max_seq_len=2)
 
 
 def _encoder() -> nn.TransformerEncoder:
@@ -169,6 +187,8 @@ def test_every_flag_takes_a_numpy_bool_as_the_bool(name):
 def _same(a, b) -> bool:
     if isinstance(a, torch.Tensor):
         return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
     if hasattr(a, "run"):  # a compiled model
         return a.run(["a", "b"]) == b.run(["a", "b"])
     if isinstance(a, stack.EncoderStackSpec):

@@ -94,6 +94,7 @@ def run(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check = values.check_bool(check, "check")
     arr = _real(seqs, "seqs")
     if arr.ndim not in (1, 2):
         raise ValueError(f"expected a sequence [n] or a batch [batch, n], got shape {arr.shape}")
@@ -307,6 +308,7 @@ def inverse(
     [[0.0, 0.5], [1.0, 0.0]]
     """
     values.check_real(rtol, "rtol")
+    check = values.check_bool(check, "check")
     arr, batched, n = _square(m)
     seqs = layout.pack_batch(arr)
     # the compiled model's own finiteness check is off here: a singular matrix's inverse is

@@ -190,6 +190,7 @@ class CompiledModel:
 
     def run_with_cache(self, xs: Sequence[Any], *, check: bool = True) -> tuple[list, dict]:
         """Decoded outputs and every residual stream and attention pattern, by name."""
+        check = check_bool(check, "check")
         self.dense_only("run_with_cache")
         batch, single = self._batch(xs)
         ids, vals = self.encode(batch)
@@ -217,10 +218,12 @@ class CompiledModel:
                 :attr:`executor`).
 
         Raises:
-            TypeError: ``xs`` is not a sequence of tokens or a batch of them.
+            TypeError: ``xs`` is not a sequence of tokens or a batch of them, or ``check``
+                is not a bool.
             ValueError: a token the model was not compiled for, or a length it cannot take.
             RunTimeCheckError: (a ValueError) a check failed; the message says where and why.
         """
+        check = check_bool(check, "check")
         if executor is not None and executor != self.executor:
             saved = self.executor
             self.executor = executor  # checked there
