@@ -244,6 +244,20 @@ class NamedMHA(nn.MultiheadAttention):
     def describe(self) -> str:
         return f"{self.tag}: {self.embed_dim}"
 
+    def extra_repr(self) -> str:
+        return f"tag={self.tag}"
+
+    def __getstate__(self):
+        return super().__getstate__()
+
+
+class CalledMHA(nn.MultiheadAttention):
+    """Changes the call itself (not forward)."""
+
+    def __call__(self, *args, **kwargs):
+        out, weights = super().__call__(*args, **kwargs)
+        return out + 1.0, weights
+
 
 def _copy_into(cls, src: nn.MultiheadAttention) -> nn.MultiheadAttention:
     out = cls(2, 1, dtype=F64).eval()
@@ -272,6 +286,14 @@ def test_a_subclass_that_changes_nothing_is_simulated_as_itself(U):
     for causal in (False, True):
         got = U.simulate(named, X, causal=causal)
         assert torch.allclose(got, _torch_out(named, X, causal), atol=1e-9, rtol=0)
+
+
+def test_a_subclass_that_redefines_the_call_is_refused(U):
+    called, X = _copy_into(CalledMHA, _mha(6)), _X()
+    assert not torch.allclose(_torch_out(called, X, False), _torch_out(_mha(6), X, False))
+    with pytest.raises(TypeError, match="a subclass of torch.nn.MultiheadAttention that "
+                       "redefines __call__"):  # fmt: skip
+        U.simulate(called, X)
 
 
 def test_a_forward_set_on_the_instance_or_a_hook_is_refused(U):

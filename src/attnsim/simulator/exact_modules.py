@@ -16,15 +16,24 @@ from torch import nn
 
 __all__ = ["check_exact", "check_parts"]
 
-# methods a subclass may redefine without changing what the module computes
-_HARMLESS = frozenset({"__init__", "__repr__", "extra_repr", "reset_parameters",
-                       "_reset_parameters", "__setstate__"})  # fmt: skip
+# methods a subclass may redefine without changing what the module computes (and the
+# special names: constructors, repr, pickling, annotations), except those a call goes through
+_HARMLESS = frozenset({"extra_repr", "reset_parameters", "_reset_parameters"})
+_CALL_PATH = frozenset({"__call__", "__getattr__", "__getattribute__"})
+
+
+def _may_change(name: str, base: type) -> bool:
+    special = name.startswith("__") and name.endswith("__")
+    if name in _HARMLESS or (special and name not in _CALL_PATH):
+        return False
+    return callable(getattr(base, name, None))
 
 
 def check_exact(module: Any, base: type, where: str, trust: bool = False) -> None:
     """Refuses a ``base`` module whose call may compute another function than ``base``'s:
     a subclass that redefines ``forward`` (or any other method of ``base`` but its
-    constructor and repr), a method set on the instance, or forward hooks.
+    constructor, repr and other special methods outside the call path), a method set on the
+    instance, or forward hooks.
 
     U reads the weights and computes ``base``'s own function; such a module may compute
     something else, which U would silently not simulate. ``trust`` accepts it.
@@ -49,8 +58,8 @@ def check_exact(module: Any, base: type, where: str, trust: bool = False) -> Non
     for cls in type(module).__mro__:
         if cls is base:
             break
-        changed += [k for k in vars(cls) if k not in _HARMLESS and callable(getattr(base, k, None))]
-    changed += [k for k in vars(module) if callable(getattr(base, k, None))]  # set on the object
+        changed += [k for k in vars(cls) if _may_change(k, base)]
+    changed += [k for k in vars(module) if _may_change(k, base)]  # set on the object
     hooks = [n for n in ("_forward_hooks", "_forward_pre_hooks") if getattr(module, n, None)]
     if not changed and not hooks:
         return
