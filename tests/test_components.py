@@ -197,8 +197,9 @@ def test_checkpoint_round_trip_and_old_checkpoints(tmp_path):
     assert loaded.components() == model.components()
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     del meta["report"]["components"]  # as written before the table existed
+    del meta["digest"]  # and before checkpoints carried a digest
     (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
-    old = CompiledModel.load(tmp_path / "m")
+    old = CompiledModel.load(tmp_path / "m", check=False)
     assert old.run(["a", "b", "a"]) == model.run(["a", "b", "a"])
     with pytest.raises(ValueError, match="no component table.*compile the program again"):
         old.components()

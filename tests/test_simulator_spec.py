@@ -166,13 +166,13 @@ def test_missing_output_projection():
 
 
 def test_causal_and_scale_types():
-    with pytest.raises(TypeError, match=r"AttentionSpec.causal must be a bool, got 1"):
+    with pytest.raises(TypeError, match=r"AttentionSpec.causal must be True or False, got int 1"):
         spec.AttentionSpec(**_factors(), causal=1)
     with pytest.raises(TypeError, match=r"AttentionSpec.scale must be a real number, got 'x'"):
         spec.AttentionSpec(**_factors(), scale="x")
     with pytest.raises(ValueError, match=r"AttentionSpec.scale must be finite, got nan"):
         spec.AttentionSpec(**_factors(), scale=float("nan"))
-    with pytest.raises(TypeError, match=r"MergedAttention.causal must be a bool"):
+    with pytest.raises(TypeError, match=r"MergedAttention.causal must be True or False"):
         spec.MergedAttention(A=torch.ones(1, 2, 2), W_OV=torch.ones(1, 2, 2), causal="yes")
 
 
@@ -220,7 +220,7 @@ def test_encoder_layer_validation():
         ValueError, match=r"EncoderLayerSpec.norm2 has d_model=3, but the attention"
     ):
         spec.EncoderLayerSpec(attention, ffn, norm2=spec.LayerNormSpec(weight=torch.ones(3)))
-    with pytest.raises(TypeError, match=r"EncoderLayerSpec.norm_first must be a bool"):
+    with pytest.raises(TypeError, match=r"EncoderLayerSpec.norm_first must be True or False"):
         spec.EncoderLayerSpec(attention, ffn, norm_first=None)
 
 

@@ -40,6 +40,8 @@ __all__ = [
     "as_token",
     "distinct",
     "distinct_numbers",
+    "check_bool",
+    "check_real",
     "is_hashable",
     "is_int",
     "is_number",
@@ -193,6 +195,96 @@ def is_numeric(v: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool, when it is one (a Python or numpy bool); else a TypeError.
+
+    The one check of every flag of the API: a string such as ``"False"``, a number or None
+    is refused rather than read by its truth value.
+
+    Args:
+        value: the flag as given.
+        name: the option's name, for the message.
+
+    Returns:
+        ``value`` as a Python bool.
+
+    Raises:
+        TypeError: ``value`` is not a bool.
+
+    >>> check_bool(np.bool_(True), "causal")
+    True
+    >>> check_bool("False", "causal")
+    Traceback (most recent call last):
+    ...
+    TypeError: causal must be True or False, got str 'False'
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def _complex_entry(x: Any) -> Any:
+    """A complex entry of ``x`` (a number, a numpy array, a torch tensor, nested lists),
+    or None when it holds none."""
+    is_complex = getattr(x, "is_complex", None)  # a torch tensor (duck-typed: no torch here)
+    if callable(is_complex) and hasattr(x, "numel"):
+        if not is_complex():
+            return None
+        try:
+            return _shown(x.detach().cpu().numpy())
+        except (RuntimeError, NotImplementedError, TypeError):  # no data to show (meta)
+            return f"dtype {x.dtype}"
+    if isinstance(x, (complex, np.complexfloating)):
+        return complex(x)
+    if isinstance(x, (list, tuple)):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError):  # ragged: look inside, the caller says what else
+            return next((c for c in map(_complex_entry, x) if c is not None), None)
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "c":
+            return _shown(x)
+        if x.dtype == object:
+            return next((c for c in map(_complex_entry, x.reshape(-1)) if c is not None), None)
+    return None
+
+
+def _shown(arr: np.ndarray) -> Any:
+    """An entry of a complex array to show: one with an imaginary part if there is one."""
+    flat = arr.reshape(-1)
+    if not flat.size:
+        return None  # no value to lose
+    nonreal = np.flatnonzero(flat.imag)
+    return complex(flat[nonreal[0]] if nonreal.size else flat[0])
+
+
+def check_real(x: Any, what: str) -> None:
+    """Refuses complex input (a number, a numpy array, a torch tensor or nested lists): a
+    conversion to float64 would keep only its real part.
+
+    Args:
+        x: the input as given.
+        what: what it is, for the message (``"X"``, ``"the weight in_proj_weight"``).
+
+    Raises:
+        TypeError: ``x`` holds a complex number (the message shows one).
+
+    >>> check_real([[1.0, 2.0]], "m")
+    >>> try:
+    ...     check_real(np.array([1 + 2j]), "m")
+    ... except TypeError as exc:
+    ...     print(str(exc)[:40])
+    m holds complex numbers (such as (1+2j))
+    """
+    c = _complex_entry(x)
+    if c is not None:
+        raise TypeError(
+            f"{what} holds complex numbers (such as {c}); attnsim computes over the real "
+            "numbers and a conversion would keep only the real parts: pass real values (a "
+            "complex quantity as its real and imaginary parts, x.real and x.imag)"
+        )
 
 
 def is_int(x: Any) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from attnsim import values
 from attnsim.model.config import AttentionMode
 
 __all__ = [
@@ -114,10 +115,8 @@ class CompileOptions:
     storage: str = AUTO  # dense weights unless they would be too large
 
     def __post_init__(self) -> None:
-        for name in ("causal", "fixed_length"):
-            flag = getattr(self, name)
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}")
+        for name in ("causal", "fixed_length"):  # numpy bools become bools
+            object.__setattr__(self, name, values.check_bool(getattr(self, name), name))
         if self.attention not in ("hard", "softmax"):
             raise ValueError(f"attention must be 'hard' or 'softmax', got {self.attention!r}")
         if self.maps not in ("native", "relu"):

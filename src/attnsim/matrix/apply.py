@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from attnsim import rasp
+from attnsim import rasp, values
 from attnsim.matrix import layout, programs
 
 __all__ = [
@@ -83,6 +83,8 @@ def run(
         A float64 array of the same shape.
 
     Raises:
+        TypeError: ``seqs`` holds complex numbers (every runner here refuses them: the
+            programs compute over the reals, and a float copy would drop imaginary parts).
         ValueError: ``seqs`` is not 1-D or 2-D, or an unknown backend.
 
     >>> run(programs.scale(2.0), np.array([1.0, 2.0])).tolist()
@@ -92,7 +94,8 @@ def run(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    arr = np.asarray(seqs, dtype=np.float64)
+    check = values.check_bool(check, "check")
+    arr = _real(seqs, "seqs")
     if arr.ndim not in (1, 2):
         raise ValueError(f"expected a sequence [n] or a batch [batch, n], got shape {arr.shape}")
     batch = arr[None] if arr.ndim == 1 else arr
@@ -106,8 +109,15 @@ def run(
     return out[0] if arr.ndim == 1 else out
 
 
+def _real(x: np.ndarray | list, what: str) -> np.ndarray:
+    """``x`` as a float64 array; complex input is refused (its imaginary part would be lost:
+    the programs compute over the reals)."""
+    values.check_real(x, what)
+    return np.asarray(x, dtype=np.float64)
+
+
 def _batched(m: np.ndarray | list, ndim: int, what: str) -> tuple[np.ndarray, bool]:
-    arr = np.asarray(m, dtype=np.float64)
+    arr = _real(m, what)
     if arr.ndim == ndim:
         return arr[None], False
     if arr.ndim == ndim + 1:
@@ -202,7 +212,7 @@ def relu(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     >>> relu([-1.0, 1.0]).tolist()
     [0.0, 1.0]
     """
-    return run(_program("relu"), np.asarray(x, dtype=np.float64), backend=backend)
+    return run(_program("relu"), _real(x, "x"), backend=backend)
 
 
 def maxmin(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
@@ -211,7 +221,7 @@ def maxmin(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     >>> maxmin([1.0, 2.0, 3.0]).tolist()
     [2.0, 1.0, 3.0]
     """
-    return run(_program("maxmin"), np.asarray(x, dtype=np.float64), backend=backend)
+    return run(_program("maxmin"), _real(x, "x"), backend=backend)
 
 
 def bias_add(
@@ -297,6 +307,8 @@ def inverse(
     >>> inverse([[0.0, 1.0], [2.0, 0.0]]).tolist()
     [[0.0, 0.5], [1.0, 0.0]]
     """
+    values.check_real(rtol, "rtol")
+    check = values.check_bool(check, "check")
     arr, batched, n = _square(m)
     seqs = layout.pack_batch(arr)
     # the compiled model's own finiteness check is off here: a singular matrix's inverse is

@@ -8,6 +8,17 @@ the model fits in memory, and that every weight is finite. Whatever is wrong end
 :class:`DamagedCheckpointError` (a ValueError) naming the file and the key or tensor, never
 in a KeyError, a TypeError or a model that runs and answers None.
 
+The JSON records a digest (``"digest"``): a SHA-256 of every table of ``model.json`` (the
+config, the residual directions, the vocabulary, the output decoding, the run-time checks, the
+report, the plan, the storage layout) and of every tensor of ``model.safetensors``, made by
+:func:`attnsim.model.digests.digest`, the one hash that
+:func:`attnsim.model.onnx_export.fingerprint` also uses.
+Loading recomputes them after the checks above and refuses, naming the table or the tensor,
+a checkpoint whose weights or tables are not the ones saved together (weights copied from
+another model of the same shape, a vocabulary or output table edited by hand). A checkpoint
+without a digest (written before checkpoints carried one) is refused too: load it with
+``CompiledModel.load(path, check=False)`` if its files are trusted, and save it again.
+
 >>> import tempfile
 >>> from attnsim import library
 >>> from attnsim.compiler import compile_program
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +41,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from attnsim.model import memory
+from attnsim.model import digests, memory
 from attnsim.model.config import ModelConfig
 from attnsim.values import is_int, is_real, value_key
 
@@ -46,6 +58,7 @@ META_KEYS = (
     "guards",
     "report",
 )
+META_OPTIONAL = ("plan", "storage", "digest")
 OUTPUT_KEYS = ("kind", "values", "dims", "form")
 GUARD_KEYS = ("label", "form", "stage", "allowed", "integer")
 GUARD_OPTIONAL = (
@@ -68,6 +81,62 @@ def damaged(file: Path, what: str) -> DamagedCheckpointError:
     return DamagedCheckpointError(
         f"damaged checkpoint: {file} {what}; save the model again (or compile it anew)"
     )
+
+
+def check_digest(
+    path: Path, meta: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], check: bool
+) -> None:
+    """Refuses a checkpoint whose tables or tensors are not the ones its digest records.
+
+    Args:
+        path: the checkpoint's directory (for messages).
+        meta: what :func:`read_meta` returned (it carries the recorded and found table digests).
+        tensors: the tensors read from ``model.safetensors``.
+        check: False accepts a checkpoint without a digest, or whose digest does not match.
+
+    Raises:
+        DamagedCheckpointError: with ``check``, no digest, or a table or tensor that differs
+            from the one saved (named, with what to do).
+    """
+    if not check:
+        return
+    meta_file = path / "model.json"
+    recorded, tables = meta[digests.DIGEST_KEY]
+    if recorded is None:
+        raise DamagedCheckpointError(
+            f"unchecked checkpoint: {meta_file} records no digest of its weights and tables "
+            "(it was saved before checkpoints carried one, or the digest was removed), so "
+            "nothing shows that model.safetensors and its tables belong together; if you "
+            "trust these files, load them with CompiledModel.load(path, check=False) and save "
+            "the model again to record one"
+        )
+    advice = (
+        "the files were changed or mixed after saving: save the model again from its "
+        "source (or compile it anew); CompiledModel.load(path, check=False) skips this check"
+    )
+    changed = sorted(set(tables) ^ set(recorded["tables"])) + sorted(
+        k for k in tables if k in recorded["tables"] and tables[k] != recorded["tables"][k]
+    )
+    if changed:
+        names = ", ".join(f"{digests.TABLE_NAMES.get(k, 'the table')} ({k!r})" for k in changed)
+        raise DamagedCheckpointError(
+            f"damaged checkpoint: in {meta_file}, {names}: not as saved (the file's digest "
+            f"records other contents); {advice}"
+        )
+    found = digests.tensor_digests(tensors)
+    changed = sorted(set(found) ^ set(recorded["tensors"])) + sorted(
+        k for k in found if k in recorded["tensors"] and found[k] != recorded["tensors"][k]
+    )
+    if changed:
+        shown = ", ".join(repr(k) for k in changed[:4]) + (
+            f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        )
+        raise DamagedCheckpointError(
+            f"damaged checkpoint: in {path / 'model.safetensors'}, the "
+            f"{'tensor' if len(changed) == 1 else 'tensors'} {shown}: not "
+            f"as saved with {meta_file} (its digest records other contents: weights of another "
+            f"model, or edited); {advice}"
+        )
 
 
 def read_meta(path: Path) -> tuple[dict, ModelConfig]:
@@ -96,7 +165,10 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
             "written by CompiledModel.save"
         )
     check = _Checker(meta_file)
-    check.keys(meta, META_KEYS, ("plan", "storage"), "the file")
+    check.keys(meta, META_KEYS, META_OPTIONAL, "the file")
+    recorded = meta.get(digests.DIGEST_KEY)
+    if recorded is not None:
+        _digest_entry(check, recorded)
     try:
         cfg = ModelConfig.from_json(meta["config"])
     except (TypeError, ValueError) as exc:
@@ -160,7 +232,20 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
         output={"kind": out["kind"], "values": values, "dims": dims, "form": form},
         guards=guards,
     )
+    clean[digests.DIGEST_KEY] = (recorded, digests.table_digests(meta))  # for check_digest
     return clean, cfg
+
+
+def _digest_entry(check: _Checker, entry: Any) -> None:
+    """The recorded digest: per table and per tensor, 64 hex digits."""
+    check.keys(entry, ("tables", "tensors"), (), "'digest'")
+    for key in ("tables", "tensors"):
+        table = entry[key]
+        if not isinstance(table, dict) or not all(
+            isinstance(v, str) and len(v) == 64 and set(v) <= set("0123456789abcdef")
+            for v in table.values()
+        ):
+            raise damaged(check.file, f"has a 'digest.{key}' that is not names -> SHA-256 hex")
 
 
 PLAN_KEYS = ("static_heads", "partial_heads")

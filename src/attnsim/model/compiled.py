@@ -21,14 +21,14 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attnsim.model import checkpoint, checks, codec, memory, plans
+from attnsim.model import checkpoint, checks, codec, digests, memory, plans
 from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTimeCheckError
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
 from attnsim.model.report import Component, ComponentTable, Report, Resources
 from attnsim.model.sparse import SparseTransformer
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer, expand_update
-from attnsim.values import as_token, is_hashable, value_key
+from attnsim.values import as_token, check_bool, is_hashable, value_key
 
 __all__ = [
     "FORMAT",
@@ -191,6 +191,7 @@ class CompiledModel:
 
     def run_with_cache(self, xs: Sequence[Any], *, check: bool = True) -> tuple[list, dict]:
         """Decoded outputs and every residual stream and attention pattern, by name."""
+        check = check_bool(check, "check")
         self.dense_only("run_with_cache")
         batch, single = self._batch(xs)
         ids, vals = self.encode(batch)
@@ -218,10 +219,12 @@ class CompiledModel:
                 :attr:`executor`).
 
         Raises:
-            TypeError: ``xs`` is not a sequence of tokens or a batch of them.
+            TypeError: ``xs`` is not a sequence of tokens or a batch of them, or ``check``
+                is not a bool.
             ValueError: a token the model was not compiled for, or a length it cannot take.
             RunTimeCheckError: (a ValueError) a check failed; the message says where and why.
         """
+        check = check_bool(check, "check")
         if executor is not None and executor != self.executor:
             saved = self.executor
             self.executor = executor  # checked there
@@ -429,7 +432,11 @@ class CompiledModel:
         return plans.summary(self.model)
 
     def save(self, directory: str | Path) -> Path:
-        """Writes ``model.safetensors`` and ``model.json`` into ``directory``."""
+        """Writes ``model.safetensors`` and ``model.json`` into ``directory``.
+
+        ``model.json`` records a digest of every table and every tensor (see
+        :mod:`attnsim.model.checkpoint`), which :meth:`load` checks.
+        """
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
@@ -472,30 +479,44 @@ class CompiledModel:
         }
         if sparse:
             meta["storage"] = self.model.layout()
+        meta[digests.DIGEST_KEY] = digests.make_digest(meta, tensors)
         (path / "model.json").write_text(json.dumps(meta, indent=1))
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> CompiledModel:
+    def load(cls, directory: str | Path, *, check: bool = True) -> CompiledModel:
         """Loads a model written by :meth:`save` (reads data only; runs no code).
 
         Everything is checked before the model is built: the JSON's keys and value kinds,
         the weights' names, shapes and dtypes against the config, the memory the config
-        asks for, and that every weight is finite.
+        asks for, that every weight is finite, and that every table and tensor is the one
+        the digest in ``model.json`` records (so weights copied from another model of the
+        same shape, or a vocabulary edited by hand, are refused).
+
+        Args:
+            directory: the directory :meth:`save` wrote.
+            check: False skips the digest check only: it loads a checkpoint saved before
+                checkpoints carried a digest (save it again to record one), or one whose
+                files you changed on purpose.
 
         Raises:
+            TypeError: ``check`` is not a bool.
             FileNotFoundError: ``model.json`` or ``model.safetensors`` is missing.
-            DamagedCheckpointError: (a ValueError) a file is not what :meth:`save` wrote;
-                the message names the file and the key or tensor.
+            DamagedCheckpointError: (a ValueError) a file is not what :meth:`save` wrote,
+                or (with ``check``) records no digest or not this table or tensor; the
+                message names the file and the key or tensor.
             ModelTooLargeError: (a MemoryError) the config does not fit in memory.
         """
+        check = check_bool(check, "check")
         path = Path(directory)
         meta, cfg = checkpoint.read_meta(path)
         if "storage" in meta:
             state = checkpoint.read_sparse(path, cfg, meta["storage"])
+            checkpoint.check_digest(path, meta, state, check)
             model = SparseTransformer.from_state(cfg, meta["storage"], state)
         else:
             state = checkpoint.read_weights(path, cfg)
+            checkpoint.check_digest(path, meta, state, check)
             model = Transformer(cfg)
             model.load_state_dict(state)
         if "plan" in meta:  # re-derive the plan from the weights: it must be the one saved

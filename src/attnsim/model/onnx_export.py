@@ -47,7 +47,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import warnings
 import weakref
@@ -58,7 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnsim.model import compiled
+from attnsim.model import compiled, digests
 from attnsim.model.config import AttentionMode
 from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
 
@@ -104,8 +103,7 @@ def fingerprint(model: compiled.CompiledModel) -> str:
     cached = _FINGERPRINTS.get(model)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    h = hashlib.sha256(_FINGERPRINT_VERSION)
-    for part in (
+    parts = (
         model.config,
         model.residual,
         model.vocab,
@@ -113,13 +111,8 @@ def fingerprint(model: compiled.CompiledModel) -> str:
         model.max_seq_len,
         model.fixed_length,
         model.output,
-    ):
-        h.update(repr(part).encode())
-        h.update(b"\0")
-    for name, t in tensors.items():
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    digest = h.hexdigest()
+    )
+    digest = digests.digest(_FINGERPRINT_VERSION, map(repr, parts), tensors)
     _FINGERPRINTS[model] = (stamp, digest)
     return digest
 

@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnsim import values
+from attnsim.simulator import exact_modules
 from attnsim.simulator import spec as S
 
 __all__ = ["from_torch", "SavedLayer", "read_layer", "ACTIVATIONS", "DEFAULT_LAYER_NORM_EPS"]
@@ -132,6 +134,8 @@ class SavedLayer:
                     f"{', '.join(extra)} apply to encoder layers; {self.path} holds an "
                     f"nn.MultiheadAttention"
                 )
+        if norm_first is not None:
+            norm_first = given["norm_first"] = values.check_bool(norm_first, "norm_first")
         for name, value in given.items():
             recorded = getattr(self, name)
             if value is not None and recorded is not None and value != recorded:
@@ -223,6 +227,14 @@ def _load(path: str) -> Any:
 
 def _check_finite(tensors: dict[str, torch.Tensor], path: str) -> None:
     for name, t in tensors.items():
+        try:
+            values.check_real(t, name)
+        except TypeError:  # a float copy would keep the real parts only
+            raise ValueError(
+                f"{path}: {name} holds complex numbers ({t.dtype}); the weights of a layer U "
+                "simulates are real, and a conversion would keep only their real parts: save "
+                "real weights"
+            ) from None
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
             raise ValueError(
@@ -374,7 +386,7 @@ def read_layer(path: str | Path) -> SavedLayer:
 
 
 def from_torch(
-    module: nn.Module, *, causal: bool = False, rotary: Any = None
+    module: nn.Module, *, causal: bool = False, rotary: Any = None, trust_subclass: bool = False
 ) -> S.AttentionSpec | S.EncoderLayerSpec:
     """Read a torch module's weights into a spec (float64 copies).
 
@@ -387,17 +399,25 @@ def from_torch(
     ``LlamaDecoderLayer``) is read by :func:`~attnsim.simulator.llama.from_llama`
     (read as causal, a decoder's mask; its rotary tables as ``rotary``).
 
+    A subclass of those classes (or of the modules they call: ``nn.Linear``,
+    ``nn.LayerNorm``, ``nn.Dropout``, ``nn.ReLU``, ``nn.GELU``) that redefines ``forward``
+    or another method they run, or a module with forward hooks, is refused: U computes the
+    torch class's own function, which such a module may not compute. ``trust_subclass=True``
+    says that it does (for example a subclass that only logs).
+
     Args:
         module: the torch module.
         causal: whether the layer is used with a causal mask.
         rotary: a LLaMA layer's rotary tables (a ``RotarySpec``), or None.
+        trust_subclass: read a subclass (or a module with hooks) as its torch base class.
 
     Returns:
         an ``AttentionSpec`` for ``nn.MultiheadAttention``, an ``EncoderLayerSpec`` for
         ``nn.TransformerEncoderLayer`` (:mod:`attnsim.simulator.spec`).
 
     Raises:
-        TypeError: ``module`` is of another type.
+        TypeError: ``module`` is of another type, a subclass or a hooked module (without
+            ``trust_subclass``), or a flag is not a bool.
         ValueError: an option is unsupported (named in the message).
 
     >>> from torch import nn
@@ -405,11 +425,16 @@ def from_torch(
     >>> spec.n_heads, spec.d_head
     (2, 2)
     """
-    S._check_bool(causal, "from_torch causal")
+    causal = S._check_bool(causal, "from_torch causal")
     if hasattr(module, "self_attn") and hasattr(getattr(module, "mlp", None), "gate_proj"):
         from attnsim.simulator.llama import from_llama
 
         return from_llama(module, rotary=rotary, causal=True)
+    trust = values.check_bool(trust_subclass, "trust_subclass")
+    if isinstance(module, (nn.MultiheadAttention, nn.TransformerEncoderLayer)):
+        exact_modules.check_parts(module, trust)
+        for name, t in module.state_dict().items():  # a float copy would keep the real parts
+            values.check_real(t, f"the module's {name}")
     if isinstance(module, nn.MultiheadAttention):
         return _from_multihead_attention(module, causal)
     if isinstance(module, nn.TransformerEncoderLayer):

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnsim import values
 from attnsim.simulator import adapters, codec, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
@@ -54,6 +55,7 @@ def prepare(
         NotImplementedError: an encoder layer U does not simulate yet (no LayerNorm).
     """
     layout = config.layout
+    causal = check_causal(causal)
     attention, layer = split_target(config, target, causal)
     merged = attention.merged()
     if merged.n_heads > layout.H or merged.d_model > layout.D:
@@ -68,6 +70,19 @@ def prepare(
     if causal is not None and bool(causal) != merged.causal:
         merged = dataclasses.replace(merged, causal=bool(causal))
     return codec.Case(merged, X, layer)
+
+
+def check_causal(causal: Any) -> bool | None:
+    """The ``causal`` of a simulate call: None (the target's own) or a bool, never a truth
+    value (``"False"`` is refused, not read as True).
+
+    >>> check_causal(None), check_causal(True)
+    (None, True)
+
+    Raises:
+        TypeError: anything else.
+    """
+    return None if causal is None else S._check_bool(causal, "causal")
 
 
 def split_target(
@@ -192,6 +207,7 @@ def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None
 
 def _check_x(X: Any, d: int, max_n: int) -> torch.Tensor:
     """X as a float64 ``[n, d]`` tensor with 1 <= n <= max_n and finite entries."""
+    values.check_real(X, "X")  # a conversion would keep only the real parts
     X = torch.as_tensor(X, dtype=torch.float64)
     if X.ndim != 2 or X.shape[1] != d:
         raise ValueError(f"X must have shape (n, {d}), got {tuple(X.shape)}")

@@ -95,6 +95,7 @@ def random_attention(
     [50.0, 50.0]
     """
     n_heads, d = _check_size(n_heads, "n_heads"), _check_size(d, "d")
+    bias, causal = S._check_bool(bias, "bias"), S._check_bool(causal, "causal")
     if d_head is None:
         if d % n_heads:
             raise ValueError(
@@ -234,6 +235,7 @@ def random_encoder_layer(
     """
     d = _check_size(d, "d")
     d_mlp = 4 * d if d_mlp is None else _check_size(d_mlp, "d_mlp")
+    layer_norm = S._check_bool(layer_norm, "layer_norm")
     attention = random_attention(
         n_heads,
         d,

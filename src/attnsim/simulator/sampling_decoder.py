@@ -74,6 +74,7 @@ def random_decoder_layer(
 
     if norm not in ("layer", "rms", "none"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'none', got {norm!r}")
+    gated, rotary = S._check_bool(gated, "gated"), S._check_bool(rotary, "rotary")
     base = random_encoder_layer(
         n_heads,
         d,

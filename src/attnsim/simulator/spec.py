@@ -148,7 +148,7 @@ class MergedAttention:
         _set(self, "a_const", _optional(self.a_const, "MergedAttention.a_const", (h,), "[n_heads]"))
         _set(self, "b_OV", _optional(self.b_OV, "MergedAttention.b_OV", (h, d), hd))
         _set(self, "b_O", _optional(self.b_O, "MergedAttention.b_O", (d,), "[d_model]"))
-        _check_bool(self.causal, "MergedAttention.causal")
+        _set(self, "causal", _check_bool(self.causal, "MergedAttention.causal"))
 
     @property
     def n_heads(self) -> int:
@@ -297,7 +297,7 @@ class AttentionSpec:
         _set(self, "b_K", _optional(self.b_K, "AttentionSpec.b_K", (h, dh), hb))
         _set(self, "b_V", _optional(self.b_V, "AttentionSpec.b_V", (h, dh), hb))
         _set(self, "b_O", _optional(self.b_O, "AttentionSpec.b_O", (d,), "[d_model]"))
-        _check_bool(self.causal, "AttentionSpec.causal")
+        _set(self, "causal", _check_bool(self.causal, "AttentionSpec.causal"))
         if self.scale is None:
             _set(self, "scale", 1.0 / math.sqrt(dh))
         else:
@@ -570,7 +570,7 @@ class EncoderLayerSpec:
                     f"EncoderLayerSpec.{name} must be {expected}, got {type(part).__name__}; "
                     f"build it with the matching spec class"
                 )
-        _check_bool(self.norm_first, "EncoderLayerSpec.norm_first")
+        _set(self, "norm_first", _check_bool(self.norm_first, "EncoderLayerSpec.norm_first"))
         d = self.attention.d_model
         for name, part, _ in parts[1:]:
             if part is not None and part.d_model != d:

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnsim import values
+
 Tensor = torch.Tensor
 DTYPE = torch.float64  # every stored array has this dtype
 
@@ -79,9 +81,8 @@ def _set(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)  # frozen dataclass: only __post_init__ writes
 
 
-def _check_bool(value: Any, where: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{where} must be a bool, got {value!r}; pass True or False")
+def _check_bool(value: Any, where: str) -> bool:
+    return values.check_bool(value, where)  # the one check of a flag, shared with the compiler
 
 
 def _check_real(value: Any, where: str) -> float:

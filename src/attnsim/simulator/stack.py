@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnsim.simulator import adapters, sampling
+from attnsim.simulator import adapters, exact_modules, sampling
 from attnsim.simulator import reference as R
 from attnsim.simulator import spec as S
 
@@ -68,6 +68,7 @@ class EncoderStackSpec:
 
     def with_causal(self, causal: bool) -> EncoderStackSpec:
         """The stack with every layer's attention causal (or not)."""
+        causal = S._check_bool(causal, "causal")
         return EncoderStackSpec(tuple(_with_causal(x, causal) for x in self.layers))
 
 
@@ -77,8 +78,12 @@ def _with_causal(layer: S.EncoderLayerSpec, causal: bool) -> S.EncoderLayerSpec:
     return dataclasses.replace(layer, attention=dataclasses.replace(layer.attention, causal=causal))
 
 
-def from_torch_stack(module: nn.TransformerEncoder, *, causal: bool = False) -> EncoderStackSpec:
-    """The stack of a ``torch.nn.TransformerEncoder`` (each layer read by ``from_torch``).
+def from_torch_stack(
+    module: nn.TransformerEncoder, *, causal: bool = False, trust_subclass: bool = False
+) -> EncoderStackSpec:
+    """The stack of a ``torch.nn.TransformerEncoder`` (each layer read by ``from_torch``;
+    a subclass that redefines ``forward``, or hooks, are refused unless ``trust_subclass``
+    says they compute the torch classes' function, as there).
 
     >>> layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
     >>> enc = nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
@@ -86,19 +91,24 @@ def from_torch_stack(module: nn.TransformerEncoder, *, causal: bool = False) -> 
     3
 
     Raises:
-        TypeError: not a TransformerEncoder.
+        TypeError: not a TransformerEncoder, or a subclass or hooks (see ``from_torch``).
         NotImplementedError: the encoder has a final norm (``norm=...``), which U does not
             simulate.
     """
     if not isinstance(module, nn.TransformerEncoder):
         raise TypeError(f"expected a torch.nn.TransformerEncoder, got {type(module).__name__}")
+    trust = S._check_bool(trust_subclass, "trust_subclass")
+    exact_modules.check_exact(module, nn.TransformerEncoder, "the module", trust)
     if module.norm is not None:
         raise NotImplementedError(
             "this TransformerEncoder has a final norm after its layers, which U does not "
             "simulate; build it with norm=None (or apply the norm yourself afterwards)"
         )
     return EncoderStackSpec(
-        tuple(adapters.from_torch(layer, causal=causal) for layer in module.layers)
+        tuple(
+            adapters.from_torch(layer, causal=causal, trust_subclass=trust_subclass)
+            for layer in module.layers
+        )
     )
 
 

@@ -72,6 +72,7 @@ from attnsim.simulator.programs import (  # noqa: F401 - the labels, read here b
     mask_offset,
     universal_program,
 )
+from attnsim.values import check_bool
 
 __all__ = [
     "UniversalSimulator",
@@ -436,14 +437,22 @@ class UniversalSimulator:
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> UniversalSimulator:
+    def load(cls, directory: str | Path, *, check: bool = True) -> UniversalSimulator:
         """Reads a simulator :meth:`save` wrote; it gives bit-identical outputs.
 
         Everything is checked before U is returned: ``simulator.json`` (format, keys, a
         valid config, the layout that config gives), the compiled model (by
-        ``CompiledModel.load``) and that the model is the one the config describes.
+        ``CompiledModel.load``), that the model is the one the config describes, and that
+        every table and weight is the one the digests of ``simulator.json`` and
+        ``model.json`` record.
+
+        Args:
+            directory: the directory :meth:`save` wrote.
+            check: False skips the digest checks only (for a simulator saved before
+                simulators carried a digest: save it again to record one).
 
         Raises:
+            TypeError: ``check`` is not a bool.
             FileNotFoundError: ``directory`` or one of its files is missing.
             ValueError: a file is damaged or the files disagree (the message names the file
                 and what is wrong).
@@ -455,10 +464,12 @@ class UniversalSimulator:
         >>> V.config == U.config, V.layout.length
         (True, 14)
         """
+        check = check_bool(check, "check")
         path = Path(directory)
         config, seconds = saving.read_meta(path)
-        model = CompiledModel.load(path)
+        model = CompiledModel.load(path, check=check)
         saving.check_model(path, config, model)
+        saving.check_digest(path, check)
         return cls(config, model, build_seconds=seconds)
 
 

@@ -77,6 +77,7 @@ def prepare(
         NotImplementedError: an encoder layer without its LayerNorms, or an encoder with a
             final norm.
     """
+    causal = checks.check_causal(causal)
     if isinstance(target, nn.TransformerEncoder):
         target = stack.from_torch_stack(target, causal=bool(causal))
     layers: tuple = ()

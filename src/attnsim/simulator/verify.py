@@ -28,6 +28,7 @@ from attnsim.simulator.sampling import (
     shift_rows,
 )
 from attnsim.simulator.sampling_decoder import random_decoder_target, random_kind_target
+from attnsim.values import check_bool
 
 __all__ = [
     "VerifyResult",
@@ -124,6 +125,7 @@ def verify(
         kind: a decoder U: only targets of this kind (``sampling_decoder.DECODER_KINDS``: llama,
             rmsnorm, no_norm, glu, rotary, linear, linformer, mixed); None: every kind.
     """
+    progress = check_bool(progress, "progress")
     float64 = U.model.config.dtype == "float64"
     relu = U.logit_bound is not None
     if tolerance is None:
