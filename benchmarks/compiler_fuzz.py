@@ -15,8 +15,15 @@ status is 1 if there is any disagreement or unclear error.
 By default 5,000 programs per attention mode (10,000 in all, about a minute on one core);
 ``--quick`` draws 1,000 per mode, ``--full`` 25,000.
 
+The differential test against tracr (``tests/fuzz_tracr.py``, needs tracr-pypi; skipped with
+a line saying so without it): ``--tracr N`` (default 2,000; 0 skips it) programs built with
+tracr's own classes, evaluated by tracr's evaluator and, after ``attnsim.rasp.from_tracr``,
+by attnsim's interpreter and compiled model (hard attention); the counts by status (agreed,
+refused, tracr raised, stricter, the known pending classes, disagreements) go under
+``"tracr"`` in the results. Its disagreements and unclear errors count in the exit status.
+
 Usage: python benchmarks/compiler_fuzz.py [--programs N | --quick | --full] [--seed 12345]
-    [--attention hard|softmax|both]
+    [--attention hard|softmax|both] [--tracr N]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from tests import fuzz_programs as fp  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "compiler_fuzz.json"
 QUICK_PROGRAMS, DEFAULT_PROGRAMS, FULL_PROGRAMS = 1000, 5000, 25000  # per attention mode
+DEFAULT_TRACR_PROGRAMS = 2000  # the differential test against tracr (hard attention)
 
 
 def run_mode(n_programs: int, seed: int, attention: str) -> dict:
@@ -75,6 +83,45 @@ def run_mode(n_programs: int, seed: int, attention: str) -> dict:
     }
 
 
+def run_tracr(n_programs: int, seed: int) -> dict:
+    """The differential test against tracr on ``n_programs`` tracr-class programs; returns
+    its counts, reasons and examples, or ``{"skipped": why}`` without tracr-pypi."""
+    try:
+        from tests import fuzz_tracr as ft
+    except ImportError as exc:
+        return {"skipped": f"tracr-pypi is not installed ({exc})"}
+    t = ft.fuzz(n_programs, seed, "hard")
+    return {
+        "attention": "hard",
+        "seed": seed,
+        "drawn": t.drawn,
+        "compiled": t.compiled,
+        **{status: t.count(status) for status in ft.STATUSES},
+        "seconds": round(t.seconds, 1),
+        "reasons": _sorted(t.reasons),
+        "coverage": _sorted(t.features),
+        "examples": t.examples,
+    }
+
+
+def print_tracr(res: dict) -> None:
+    """One line of counts for the differential test against tracr, then its reasons."""
+    if "skipped" in res:
+        print(f"tracr    skipped: {res['skipped']}", flush=True)
+        return
+    print(
+        f"tracr    drawn {res['drawn']}: compiled {res['compiled']}, agreed {res['agreed']}, "
+        f"agreed by error {res['agreed_by_error']}, tracr raised (attnsim answered) "
+        f"{res['tracr_raised']}, refused {res['refused']}, stricter {res['stricter']}, "
+        f"pending: None semantics {res['none_pending']}, categorical mean "
+        f"{res['tracr_mean']}; disagreements {res['disagreement']}, unclear errors "
+        f"{res['unclear_error']} ({res['seconds']} s)",
+        flush=True,
+    )
+    for reason, count in list(res["reasons"].items())[:12]:
+        print(f"    {count:5d}  {reason}")
+
+
 def _sorted(counts: dict) -> dict:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -90,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--attention", choices=["hard", "softmax", "both"], default="both")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--tracr",
+        type=int,
+        default=DEFAULT_TRACR_PROGRAMS,
+        metavar="N",
+        help="programs built with tracr's classes, checked against tracr's evaluator (0: skip)",
+    )
     args = parser.parse_args(argv)
     run = Run()
     # the compiled models are small: one thread avoids thread start-up costs per matmul
@@ -114,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    refused {count:5d}  run: {reason}")
         for reason, count in res["failure_reasons"].items():
             print(f"    FAILED  {count:5d}  {reason}")
+    tracr = run_tracr(args.tracr, args.seed + 100) if args.tracr > 0 else {"skipped": "--tracr 0"}
+    print_tracr(tracr)
     totals = {
         k: sum(r[k] for r in runs)
         for k in ("drawn", "compiled", "agreed", "agreed_by_error", "refused")
@@ -127,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}",
         "environment": run.machine(),
         "runs": runs,
+        "tracr": tracr,
     }
     print(
         f"total: {summary['drawn']} drawn, {summary['compiled']} compiled and ran, "
@@ -134,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['unclear_errors']} unclear errors in {summary['seconds']} s"
     )
     write_json(args.out, summary)
-    return 1 if summary["disagreements"] or summary["unclear_errors"] else 0
+    tracr_bad = tracr.get("disagreement", 0) + tracr.get("unclear_error", 0)
+    return 1 if summary["disagreements"] or summary["unclear_errors"] or tracr_bad else 0
 
 
 if __name__ == "__main__":

@@ -199,7 +199,8 @@ def encode(
             else:
                 ids[b, i + 1] = 1
             if numerical_tokens:
-                if not is_number(t):
+                # a bool reads as 0 or 1, as in the interpreter (and the compiler's vocab check)
+                if not (is_number(t) or isinstance(t, (bool, np.bool_))):
                     raise ValueError(
                         f"token {t!r} at position {i} is not a number; this model reads "
                         "real-valued tokens"

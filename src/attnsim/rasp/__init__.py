@@ -52,6 +52,7 @@ from attnsim.rasp.expr import (
     tokens,
     value_range,
 )
+from attnsim.rasp.from_tracr import from_tracr
 from attnsim.rasp.interpret import RASPEvaluationError, evaluate, evaluate_batch
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "categorical",
     "evaluate",
     "evaluate_batch",
+    "from_tracr",
     "exp",
     "get_encoding",
     "indices",

@@ -173,7 +173,10 @@ def _select_score(ctx: Context, sel: E.Select) -> Score:
     if pred is E.Comparison.EQ:
         fk, fq = forms.numeric_form(ctx, sel.keys), forms.numeric_form(ctx, sel.queries)
         both = [v for v in (kvals or ()) + (qvals or ()) if v is not None]
-        gap = _min_gap(both) if kvals is not None and qvals is not None else 1.0
+        if kvals is not None and qvals is not None:
+            gap = _min_gap(both)
+        else:  # a real-valued side is checked integer at run time: how far from the other's
+            gap = _integer_gap(both)
         if kvals is None or qvals is None:
             for s, f, r in ((sel.keys, fk, kr), (sel.queries, fq, qr)):
                 if ctx.vi.values(s) is None:
@@ -279,6 +282,18 @@ def _integer_valued(vals: Sequence[Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return bool(np.all(np.isfinite(arr) & (arr == np.floor(arr))))
+
+
+def _integer_gap(vals: Sequence[Any]) -> float:
+    """The least distance from one of ``vals`` to an integer other than itself (at most 1):
+    how far apart the two sides of an equality are at the least, where they differ, when
+    the other side holds integers."""
+    gap = 1.0
+    for v in vals:
+        d = abs(float(v) - round(float(v)))
+        if d > 0:
+            gap = min(gap, d)
+    return gap
 
 
 def _min_gap(vals: Sequence[Any]) -> float:
