@@ -505,12 +505,20 @@ def test_info_reads_at_80_columns(argv, capsys, monkeypatch):
     assert re.sub(r"#\d+", "#", narrow).split() == re.sub(r"#\d+", "#", wide).split()
 
 
-def test_a_simulate_report_reads_at_80_columns(capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*SIM, "--max-d", "2", "--layer", "encoder"],
+        ["verify", "--max-n", "3", "--max-d", "4", "--max-heads", "2", "--targets", "2"],
+    ],
+    ids=["simulate-encoder", "verify"],
+)
+def test_simulate_and_verify_read_at_80_columns(argv, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    assert main([*SIM, "--max-d", "2", "--layer", "encoder"]) == 0
+    assert main(argv) == 0
     out = capsys.readouterr().out
     # every line fits, but for a list longer than a line: it stays whole, on a line of its
     # own with its label (tests/test_cli_readability.py, B2)
     long = [line for line in out.splitlines() if len(line) > 80]
     assert all(re.fullmatch(r"  heads per layer \[(\d+, )+\d+\]", line) for line in long), long
-    assert "max relative error: " in out and "parameters=" in out
+    assert "max relative error" in out and "parameters=" in out

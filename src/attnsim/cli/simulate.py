@@ -437,24 +437,31 @@ def _verify(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict()))
         return 0 if not result.failures else 1
     print(_output.wrap(str(U.report())))
+    # lines fit the terminal (80 columns through a pipe): the verdict comes first
     print(
-        f"{result.count} targets: max relative error {result.max_error:.3e}, median "
-        f"{result.median_error:.3e}, "
-        + (f"tolerance {result.tolerance:g}, " if U.maps == "native" else "")
-        + f"failures {len(result.failures)}"
+        _output.wrap(
+            f"{result.count} targets: max relative error {result.max_error:.3e}, failures "
+            f"{len(result.failures)}, median {result.median_error:.3e}"
+            + (f", tolerance {result.tolerance:g}" if U.maps == "native" else "")
+        )
     )
     if result.max_bound_ratio is not None:
         print(
-            f"entrywise bound (U.error_bound): largest relative bound "
-            f"{result.max_certified:.3e}, largest |error| / bound {result.max_bound_ratio:.3g}"
-            + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
+            _output.wrap(
+                f"entrywise bound (U.error_bound): largest relative bound "
+                f"{result.max_certified:.3e}, largest |error| / bound "
+                f"{result.max_bound_ratio:.3g}"
+                + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
+            )
         )
     for label, b in result.map_bounds.items():
         print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
     if result.refused:
         print(
-            f"  {result.refused} targets refused with a message: their values left the ranges "
-            "U's ReLU maps cover (--value-bound)"
+            _output.wrap(
+                f"  {result.refused} targets refused with a message: their values left the "
+                "ranges U's ReLU maps cover (--value-bound)"
+            )
         )
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")
