@@ -390,8 +390,9 @@ def _write_refused(p: Path) -> str | None:
     try:
         mode = p.stat().st_mode
         if stat.S_ISDIR(mode):
-            fs = os.statvfs(p)
-            return "No space left on device" if fs.f_bavail == 0 else None
+            statvfs = getattr(os, "statvfs", None)  # not on Windows
+            full = statvfs is not None and statvfs(p).f_bavail == 0
+            return "No space left on device" if full else None
         if stat.S_ISFIFO(mode):
             return None
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0))

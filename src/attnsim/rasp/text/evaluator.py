@@ -15,6 +15,7 @@ belongs to :class:`attnsim.rasp.text.runtime.Runtime`, which a frame reaches as 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lark import Token, Tree
@@ -221,8 +222,10 @@ class Frame:
         tok = _kids(node)[0]
         libname = str(tok)[1:-1]
         path = (self.source.directory / (libname + ".rasp")).resolve()
-        root = self.rt.load_root
-        if root is not None and not self.rt.allow_load_outside and not path.is_relative_to(root):
+        # the folder of the program being run; outside a run (a function called by eval),
+        # the folder of the file that holds this load
+        root = self.rt.load_root or Path(self.source.directory).resolve()
+        if not self.rt.allow_load_outside and not path.is_relative_to(root):
             raise self.fail(
                 tok,
                 f"load {str(tok)} reaches outside the program's folder {str(root)!r} (to "
