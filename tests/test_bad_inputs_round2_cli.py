@@ -522,3 +522,16 @@ def test_simulate_and_verify_read_at_80_columns(argv, capsys, monkeypatch):
     long = [line for line in out.splitlines() if len(line) > 80]
     assert all(re.fullmatch(r"  heads per layer \[(\d+, )+\d+\]", line) for line in long), long
     assert "max relative error" in out and "parameters=" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["simulate"], ["verify"], ["rasp"], ["repl"], ["info"], ["report"], ["report", "matrix"]],
+    ids=lambda c: " ".join(c) or "attnsim",
+)
+def test_help_reads_at_80_columns_with_flags_whole(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main([*command, "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80, [x for x in lines if len(x) > 80]
+    assert not [x for x in lines if re.search(r"\w-$", x)]  # no flag split at a hyphen

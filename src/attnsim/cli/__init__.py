@@ -23,6 +23,7 @@ import os
 import pkgutil
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -89,7 +90,20 @@ class HelpFormatter(argparse.HelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if "\n" in text.strip():
             return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
+        text = " ".join(text.split())
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,  # a flag such as --no-norm-first stays whole
+            break_long_words=False,
+        )
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(
+            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        )
 
 
 class Parser(argparse.ArgumentParser):

@@ -20,18 +20,19 @@ from attnsim.cli.build_flags import add_build_args as _build_args
 
 MAX_SEED = 2**63 - 1
 
-_MODULE_HELP = """\
---module FILE: a torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer saved
-with torch.save(module, FILE) or torch.save(module.state_dict(), FILE), read with
-weights_only=True (no code from the file is run). A whole module records its heads,
-activation, norm_first, LayerNorm eps and add_zero_attn. A state_dict records only the
-weights (so d, the feed-forward width and the biases): give --heads for it, and for an
-encoder layer also --activation and --norm-first or --no-norm-first. What a state_dict
-does not record and no flag gives is assumed at torch's default (--layer-norm-eps 1e-5,
---no-add-zero-attn); the run prints every assumption, and T(X) and the error are those
-of the layer rebuilt with them. Flags that disagree with the file are refused. Sizes of
-the build (--max-d, --max-heads, --max-ff) default to the module's.
-"""
+# one paragraph: the help formatter wraps it to the terminal (80 columns through a pipe)
+_MODULE_HELP = (
+    "--module FILE: a torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer saved "
+    "with torch.save(module, FILE) or torch.save(module.state_dict(), FILE), read with "
+    "weights_only=True (no code from the file is run). A whole module records its heads, "
+    "activation, norm_first, LayerNorm eps and add_zero_attn. A state_dict records only the "
+    "weights (so d, the feed-forward width and the biases): give --heads for it, and for an "
+    "encoder layer also --activation and --norm-first or --no-norm-first. What a state_dict "
+    "does not record and no flag gives is assumed at torch's default (--layer-norm-eps 1e-5, "
+    "--no-add-zero-attn); the run prints every assumption, and T(X) and the error are those "
+    "of the layer rebuilt with them. Flags that disagree with the file are refused. Sizes of "
+    "the build (--max-d, --max-heads, --max-ff) default to the module's."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--activation",
         choices=["relu", "gelu", "gelu_tanh", "maxmin", "silu", "identity"],
         default=None,
-        help="encoder or decoder target: the feed-forward activation (maxmin: GroupSort-2, "
+        metavar="ACT",
+        help="relu, gelu, gelu_tanh, maxmin, silu or identity: an encoder or decoder "
+        "target's feed-forward activation (maxmin: GroupSort-2, "
         "hidden pairs sorted; silu and identity: decoder layers only); required for a "
         "--module state_dict; random targets: default relu (decoder: silu)",
     )
