@@ -535,3 +535,14 @@ def test_help_reads_at_80_columns_with_flags_whole(command, capsys, monkeypatch)
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80, [x for x in lines if len(x) > 80]
     assert not [x for x in lines if re.search(r"\w-$", x)]  # no flag split at a hyphen
+
+
+def test_a_reader_that_leaves_ends_the_run_quietly(capsys, monkeypatch):
+    from attnsim.cli import info
+
+    def gone(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(info, "run", gone)
+    assert main(["info", "--list"]) == 141  # as a shell reports SIGPIPE
+    assert capsys.readouterr().err == ""  # not "cannot open: Broken pipe"

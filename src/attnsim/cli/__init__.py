@@ -32,6 +32,7 @@ import attnsim
 EXIT_USER_ERROR = 2  # a mistake in the command line or its files (argparse's status too)
 EXIT_INTERNAL_ERROR = 1  # an unexpected failure: a bug
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_BROKEN_PIPE = 141  # the output's reader left, as shells report SIGPIPE
 
 
 class UserError(Exception):
@@ -303,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`attnsim info --list | head`): stop quietly
+        try:  # Python flushes stdout at exit: point it at /dev/null first
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_BROKEN_PIPE
     except (UserError, *_rasp_text_errors()) as exc:
         text = without_python_asides(str(exc))
         if isinstance(exc, LibraryError):
