@@ -814,8 +814,23 @@ def is_clear_error(exc: BaseException) -> bool:
     msg = str(exc).strip()
     if len(msg) < MIN_CLEAR_MESSAGE or _is_library_text(msg):
         return False
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and "attnsim" in frames[-1].filename.replace("\\", "/").split("/")
+    return raised_by_attnsim(exc)
+
+
+def raised_by_attnsim(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback runs code of the attnsim package.
+
+    Read from the frame's module name (``attnsim`` or ``attnsim.*``), never from folder
+    names: a checkout in a folder called ``attnsim`` holds numpy (in its virtual environment)
+    and the tests too.
+    """
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    name = tb.tb_frame.f_globals.get("__name__") or ""
+    return name == "attnsim" or name.startswith("attnsim.")
 
 
 def error_category(exc: BaseException) -> str:

@@ -36,11 +36,20 @@ def test_info_causal(capsys):
     assert json.loads(capsys.readouterr().out)["output"] == [1, 1, 2]
 
 
-def test_info_list(capsys):
+def test_info_list(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["info", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == list(library.PROGRAMS)
-    hist = next(line for line in lines if line.startswith("make_hist "))
+    # one entry per program; a long summary goes on in indented lines (80 columns)
+    entries: list[str] = []
+    for line in lines:
+        if line.startswith(" "):
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append(line)
+    assert [entry.split()[0] for entry in entries] == list(library.PROGRAMS)
+    assert max(len(line) for line in lines) <= 80
+    hist = next(entry for entry in entries if entry.startswith("make_hist "))
     assert hist.split(None, 1)[1] == "How often each position's token occurs in the whole input."
     assert main(["info", "--list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -101,5 +110,7 @@ def test_info_says_which_dtype_and_why(capsys):
     assert main(["info", "make_hist", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compiled"]["precision"].startswith("float32: ")
     assert main(["info", "make_frac_prevs"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("compiled:"))
+    out = capsys.readouterr().out
+    # the compiled line and the lines it goes on in (indented, to fit 80 columns)
+    line = " ".join(re.search(r"^compiled:.*(?:\n .*)*", out, re.M).group(0).split())
     assert "; float64: " in line and "fractions" in line

@@ -23,6 +23,7 @@ import os
 import pkgutil
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import attnsim
 EXIT_USER_ERROR = 2  # a mistake in the command line or its files (argparse's status too)
 EXIT_INTERNAL_ERROR = 1  # an unexpected failure: a bug
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_BROKEN_PIPE = 141  # the output's reader left, as shells report SIGPIPE
 
 
 class UserError(Exception):
@@ -89,7 +91,20 @@ class HelpFormatter(argparse.HelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if "\n" in text.strip():
             return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
+        text = " ".join(text.split())
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,  # a flag such as --no-norm-first stays whole
+            break_long_words=False,
+        )
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(
+            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        )
 
 
 class Parser(argparse.ArgumentParser):
@@ -192,6 +207,8 @@ def cli_words(message: str, flags: set[str] | frozenset[str]) -> str:
     'this U (--maps relu) was built with --max-n 4'
     >>> cli_words("exceeds max_seq_len=8", flags)  # no --max-seq-len here: unchanged
     'exceeds max_seq_len=8'
+    >>> cli_words("built with norm_first=False", {"--norm-first", "--no-norm-first"})
+    'built with --no-norm-first'
     """
     for pattern, advice, needs in _CALL_ADVICE:
         if all(f in flags for f in needs):
@@ -203,7 +220,12 @@ def cli_words(message: str, flags: set[str] | frozenset[str]) -> str:
 
     def assignment(m: re.Match) -> str:
         f = flag(m.group(1))
-        return m.group(0) if f is None else f"{f} {m.group(3)}"
+        if f is None:
+            return m.group(0)
+        if m.group(3) in ("True", "False"):  # a boolean option: its flag takes no value
+            off = "--no-" + f[2:]
+            return f if m.group(3) == "True" else (off if off in flags else m.group(0))
+        return f"{f} {m.group(3)}"
 
     # name=value, name='value', name="value" (not inside a longer word or a flag)
     message = re.sub(r"(?<![\w.-])([a-z][a-z0-9_]*)=(['\"]?)([^\s,;)'\"]+)\2", assignment, message)
@@ -282,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`attnsim info --list | head`): stop quietly
+        try:  # Python flushes stdout at exit: point it at /dev/null first
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_BROKEN_PIPE
     except (UserError, *_rasp_text_errors()) as exc:
         text = without_python_asides(str(exc))
         if isinstance(exc, LibraryError):
@@ -362,7 +390,40 @@ not exist; create it or choose another path
         not p.exists() and not os.access(parent, os.W_OK)
     ):
         raise UserError(f"{flag} {p}: permission denied; choose a path you can write")
+    why = _write_refused(p if p.exists() else parent)
+    if why:
+        raise UserError(f"{flag} {p}: cannot be written ({why}); choose another path")
     return p
+
+
+def _write_refused(p: Path) -> str | None:
+    """Why writing to ``p`` would fail (None: nothing found), found without changing it.
+
+    An existing file or device is opened for appending and given a write of zero bytes
+    (``/dev/full`` refuses even that: "No space left on device"); a folder that a new file
+    would go into must have free space. A FIFO is not opened (that would wait for a reader).
+
+    >>> _write_refused(Path("/dev/full"))
+    'No space left on device'
+    """
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+        if stat.S_ISDIR(mode):
+            statvfs = getattr(os, "statvfs", None)  # not on Windows
+            full = statvfs is not None and statvfs(p).f_bavail == 0
+            return "No space left on device" if full else None
+        if stat.S_ISFIFO(mode):
+            return None
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0))
+        try:
+            os.write(fd, b"")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def fits_in_memory(need: float, what: str, fix: str) -> None:

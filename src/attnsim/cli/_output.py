@@ -24,7 +24,84 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
-__all__ = ["print_table", "markdown_table", "print_lines", "Progress", "is_terminal"]
+__all__ = [
+    "print_table",
+    "markdown_table",
+    "print_lines",
+    "Progress",
+    "is_terminal",
+    "width",
+    "wrap",
+]
+
+
+def width() -> int:
+    """The columns to fit text in: the terminal's, or ``$COLUMNS``, else 80 (a pipe);
+    never fewer than 40."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+def _breaks(text: str) -> tuple[list[int], list[int]]:
+    """Where ``text`` may break, outside brackets: after a clause (a space after ``,``
+    ``;`` or ``:``) and between words (not before a bracket: a label keeps its list).
+    Leading spaces are not breaks."""
+    clauses, words, depth = [], [], 0
+    start = len(text) - len(text.lstrip(" "))
+    for k, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}" and depth:
+            depth -= 1
+        elif c == " " and k > start and depth == 0:
+            if text[k - 1] in ",;:":
+                clauses.append(k)
+            elif k + 1 < len(text) and text[k + 1] not in "([{ ":
+                words.append(k)
+    # a clause that holds a list keeps its words together: "heads per layer [1, 0]"
+    ends = [*clauses, len(text)]
+    return clauses, [k for k in words if "[" not in text[k : min(e for e in ends if e > k)]]
+
+
+def wrap(text: str, columns: int | None = None, indent: str = "  ") -> str:
+    """Each line of ``text`` broken at spaces to fit ``columns`` (default :func:`width`),
+    continuation lines indented by ``indent`` after the line's own indentation.
+
+    A line breaks after a clause (``,``, ``;``, ``:``) where one fills most of the line,
+    else between words. A bracketed group is never broken, and a clause with a list keeps
+    its words together (``heads per layer [1, 0, 1]``): a list longer than the line stays
+    whole on its line. Nothing is cut, and the spacing within a line is kept.
+
+    >>> print(wrap("compiled: 2 layers (2 with attention), heads per layer [1, 1]", 40))
+    compiled: 2 layers (2 with attention),
+      heads per layer [1, 1]
+    >>> print(wrap("some numbers, a list of tens [" + ", ".join(["10"] * 9) + "]", 24))
+    some numbers,
+      a list of tens [10, 10, 10, 10, 10, 10, 10, 10, 10]
+    """
+    columns = width() if columns is None else columns
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        hang, prefix, rest = lead + indent, "", line
+        while len(prefix) + len(rest) > columns:
+            room = columns - len(prefix)
+            clauses, words = _breaks(rest)
+            fit_c = [k for k in clauses if k <= room]
+            fit_w = [k for k in words if k <= room]
+            if fit_c and (not fit_w or max(fit_c) >= min(0.6 * room, max(fit_w))):
+                k = max(fit_c)
+            elif fit_w:
+                k = max(fit_w)
+            elif clauses or words:  # nothing fits: break as soon as possible
+                k = min(clauses + words)
+            else:
+                break
+            out.append(prefix + rest[:k].rstrip())
+            rest, prefix = rest[k:].lstrip(" "), hang
+        out.append(prefix + rest)
+    return "\n".join(out)
 
 
 def is_terminal(stream: IO[str] | None = None) -> bool:

@@ -2,7 +2,7 @@
 
 >>> import argparse
 >>> p = argparse.ArgumentParser()
->>> add_build_args(p)
+>>> add_build_args(p, "verify")
 >>> args = p.parse_args(["--layout", "scalar", "--n-layers", "2"])
 >>> args.layout, args.n_layers, args.maps
 ('scalar', 2, 'native')
@@ -26,8 +26,17 @@ DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the Re
 DECODER_TARGET_KINDS = ("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "linformer")
 
 
-def add_build_args(p: argparse.ArgumentParser) -> None:
-    """Adds the build flags (sizes, layer kind, maps, bounds, layout) to ``p``."""
+def add_build_args(p: argparse.ArgumentParser, command: str = "simulate") -> None:
+    """Adds the build flags (sizes, layer kind, maps, bounds, layout) to ``p``.
+
+    Args:
+        p: the parser of ``command``.
+        command: ``"simulate"`` (takes a ``--module``, the layer kinds attention, encoder and
+            decoder) or ``"verify"`` (random targets only; also one kind of decoder layer).
+    """
+    if command not in ("simulate", "verify"):
+        raise ValueError(f"command must be 'simulate' or 'verify', got {command!r}")
+    module = command == "simulate"
     p.add_argument(
         "--max-n",
         type=int,
@@ -38,13 +47,14 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
         "--max-d",
         type=int,
         default=None,
-        help=f"largest width d U serves (default {DEFAULT_MAX_D}, or the --module's d)",
+        help=f"largest width d U serves (default {DEFAULT_MAX_D}"
+        + (", or the --module's d)" if module else ")"),
     )
     p.add_argument(
         "--max-heads",
         type=int,
         default=None,
-        help="most heads U serves (default 1, or the --module's heads)",
+        help="most heads U serves (default 1" + (", or the --module's heads)" if module else ")"),
     )
     p.add_argument(
         "--attention",
@@ -85,20 +95,28 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
         help="the largest |attention score| of a target that U accepts (default 1e4 in "
         "float64, 1e3 with --float32, at most what the build's precision allows)",
     )
+    kinds = ["attention", "encoder", "decoder"] + (list(DECODER_TARGET_KINDS) if not module else [])
     p.add_argument(
         "--layer",
-        choices=["attention", "encoder", "decoder", *DECODER_TARGET_KINDS],
+        choices=kinds,
         default=None,
-        help="simulate attention layers, full encoder layers, or today's layers too "
-        "(decoder: RMSNorm, gated feed-forwards, rotary embeddings, linear attention, "
-        "Linformer; a LLaMA layer) (default attention, or the --module's kind); verify "
-        "also takes one kind of decoder layer (a decoder U, targets of that kind only)",
+        metavar="KIND",
+        help=f"{', '.join(kinds)}: simulate attention layers, full encoder layers, or "
+        "today's layers too (decoder: RMSNorm, gated feed-forwards, rotary embeddings, "
+        "linear attention, Linformer; "
+        + (
+            "a random decoder target is LLaMA-shaped) (default attention, or the --module's kind)"
+            if module
+            else "targets of every kind) (default attention); one kind of decoder layer "
+            "builds a decoder U and draws targets of that kind only"
+        ),
     )
     p.add_argument(
         "--max-ff",
         type=int,
         default=None,
-        help="--layer encoder: largest feed-forward width (default 2 * max-d, or the module's)",
+        help="--layer encoder or decoder: largest feed-forward width (default 2 * max-d"
+        + (", or the module's)" if module else ")"),
     )
     p.add_argument(
         "--layout",

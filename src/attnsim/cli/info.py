@@ -4,14 +4,16 @@ Two counts of the transformer a program needs, each labelled: ``analysis`` (ever
 operation as early as possible: attention layers, heads per layer, Map/SequenceMap nodes
 per layer, as the RASP paper counts) and ``compiled`` (the model ``attnsim.compiler``
 builds, from its own report: blocks, heads per block, widths). In ``--json`` every
-per-layer list has one entry per layer of its section.
+per-layer list has one entry per layer of its section. Text lines fit the terminal (80
+columns through a pipe): a longer one goes on in indented lines.
 
 >>> from attnsim.cli import main
 >>> main(["info", "make_hist", "--input", "a b a"])  # doctest: +ELLIPSIS
 make_hist: How often each position's token occurs in the whole input.
 program hist: 1 attention layer(s), 1 head(s) (at most 1 per layer), 0 MLP(s)
 ...
-compiled: 1 layer (1 with attention), heads per layer [1], d_model 16, d_mlp 17, ...
+compiled: 1 layer (1 with attention), heads per layer [1], d_model 16, d_mlp 17,
+...
 input:  ['a', 'b', 'a']
 output: [2, 1, 2]
 0
@@ -25,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from attnsim.cli import UserError
+from attnsim.cli import UserError, _output
 from attnsim.rasp import analysis, interpret
 from attnsim.rasp import library as lib
 
@@ -188,8 +190,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(rows, indent=2))
         else:
             width = max(len(r["program"]) for r in rows)
-            for r in rows:
-                print(f"{r['program']:<{width}}  {r['summary']}")
+            for r in rows:  # a long summary goes on under itself, the names stay in a column
+                line = f"{r['program']:<{width}}  {r['summary']}"
+                print(_output.wrap(line, indent=" " * (width + 2)))
         return 0
     if args.program is None:
         raise UserError("give a program name, or --list to see the library programs")
@@ -199,10 +202,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, ensure_ascii=False))
         return 0
-    print(f"{info['program']}: {info['summary']}")
-    print(analysis.analyze(entry.factory()))
-    print(_compiled_line(info["compiled"]))
-    print(f"vocab:  {' '.join(str(v) for v in info['vocab'])}   max_seq_len: {entry.max_seq_len}")
-    print(f"input:  {info['input']!r}")
-    print(f"output: {info['output']!r}")
+    # every line fits the terminal (80 columns through a pipe): long ones go on indented
+    print(_output.wrap(f"{info['program']}: {info['summary']}"))
+    print(_analysis_text(str(analysis.analyze(entry.factory()))))
+    print(_output.wrap(_compiled_line(info["compiled"])))
+    vocab = " ".join(str(v) for v in info["vocab"])
+    print(_output.wrap(f"vocab:  {vocab}   max_seq_len: {entry.max_seq_len}", indent="        "))
+    print(_output.wrap(f"input:  {info['input']!r}", indent="        "))
+    print(_output.wrap(f"output: {info['output']!r}", indent="        "))
     return 0
+
+
+def _analysis_text(text: str) -> str:
+    """The analysis table with long "attention operations" cells continued under their
+    column (the other columns stay as they are)."""
+    lines = text.splitlines()
+    header = next((k for k, line in enumerate(lines) if "attention operations" in line), None)
+    if header is None:
+        return _output.wrap(text)
+    column = lines[header].index("attention operations")
+    out = [_output.wrap(line) for line in lines[: header + 1]]
+    for line in lines[header + 1 :]:
+        lead = len(line) - len(line.lstrip(" "))
+        out.append(_output.wrap(line, indent=" " * max(2, column - lead)))
+    return "\n".join(out)

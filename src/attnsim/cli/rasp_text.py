@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import math
+import numbers
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from attnsim.cli import LibraryError, UserError, at_least, fits_in_memory, only_
 # that building the parser does not import the RASP front end (its parser, lark)
 DEFAULT_MAX_STEPS = 10_000_000
 DEFAULT_MAX_VALUE_DIGITS = 4300
+DEFAULT_MAX_OUTPUT_CHARS = 200_000
 
 __all__ = ["register", "run_rasp", "run_repl_command"]
 
@@ -90,6 +92,20 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
         metavar="D",
         help=f"refuse integers of more than D digits (default {DEFAULT_MAX_VALUE_DIGITS})",
     )
+    p.add_argument(
+        "--max-output-chars",
+        type=int,
+        default=DEFAULT_MAX_OUTPUT_CHARS,
+        metavar="C",
+        help="stop a statement that prints more than C characters (a loop is one statement; "
+        f"default {DEFAULT_MAX_OUTPUT_CHARS:,})",
+    )
+    p.add_argument(
+        "--allow-load-outside",
+        action="store_true",
+        help="let `load` read files outside the program's folder (by default an absolute "
+        "or ../ path that leaves it is refused)",
+    )
 
 
 def _runtime(args: argparse.Namespace, echo: bool) -> Any:
@@ -98,8 +114,13 @@ def _runtime(args: argparse.Namespace, echo: bool) -> Any:
 
     at_least(args.max_steps, "--max-steps", 1)
     at_least(args.max_value_digits, "--max-value-digits", 1)
-    limits = L.Limits(max_steps=args.max_steps, max_value_digits=args.max_value_digits)
-    return Runtime(echo=echo, limits=limits)
+    at_least(args.max_output_chars, "--max-output-chars", 1)
+    limits = L.Limits(
+        max_steps=args.max_steps,
+        max_value_digits=args.max_value_digits,
+        max_output_chars=args.max_output_chars,
+    )
+    return Runtime(echo=echo, limits=limits, allow_load_outside=args.allow_load_outside)
 
 
 @contextlib.contextmanager
@@ -139,8 +160,42 @@ def _parse_token(s: str) -> Any:
     return s
 
 
+def _vocab_tokens(text: str) -> list:
+    """The tokens of ``--vocab V1,V2,...`` in their order, each once.
+
+    A token is read as an int, else a float, else the text itself (spaces around it
+    dropped); ``""`` (or ``''``) is the empty string. An empty item (``a,,b``) is refused:
+    it is a typo more often than an empty token.
+
+    >>> _vocab_tokens('a,1,2.5,"",a')
+    ['a', 1, 2.5, '']
+    """
+    items = text.split(",")
+    empty = [k + 1 for k, t in enumerate(items) if not t.strip()]
+    if len(empty) == len(items):
+        raise UserError(
+            f"--vocab {text!r} holds no tokens; give them separated by commas, e.g. --vocab a,b,c"
+        )
+    if empty:
+        which = ", ".join(map(str, empty))
+        raise UserError(
+            f"--vocab {text!r}: item{'s' if len(empty) > 1 else ''} {which} "
+            f"{'are' if len(empty) > 1 else 'is'} empty (two commas in a row, or one at an "
+            f'end); remove the extra comma, or write "" for the empty string as a token'
+        )
+    # tokens told apart as the model tells them (1 and 1.0 are two, so are 0.0 and -0.0)
+    return values.distinct("" if t.strip() in ('""', "''") else _parse_token(t) for t in items)
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """Refuses options that would be ignored, and bad sizes."""
+    for flag, value, example in (
+        ("--eval", args.eval, "--eval 'sort(tokens_int, tokens_int)'"),
+        ("--compile", args.compile, "--compile NAME (an s-op the file defines)"),
+        ("--example", args.example, "--example '[1, 2, 3]'"),
+    ):
+        if value is not None and not value.strip():
+            raise UserError(f"{flag} {value!r} is empty; give one, e.g. {example}")
     if args.eval is None:
         only_with({"--json": args.json}, "--eval EXPR")
     if not args.compile:
@@ -265,6 +320,7 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
     import numpy as np
 
     from attnsim import rasp
+    from attnsim.rasp.text import values as V
 
     try:
         from attnsim import compiler
@@ -283,13 +339,7 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
     if args.vocab is not None:
         # the user's order (a set would lose it): it is the order of the model's token
         # directions and of the vocabulary the model reports
-        # tokens told apart as the model tells them (1 and 1.0 are two, so are 0.0 and -0.0)
-        vocab = values.distinct(_parse_token(t) for t in args.vocab.split(",") if t.strip())
-        if not vocab:
-            raise UserError(
-                f"--vocab {args.vocab!r} holds no tokens; give them separated by commas, "
-                f"e.g. --vocab a,b,c"
-            )
+        vocab = _vocab_tokens(args.vocab)
         declared = {values.value_key(v) for v in vocab}
         outside = [t for t in values.distinct(example) if values.value_key(t) not in declared]
         if outside:
@@ -326,15 +376,40 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
         compiled = list(compiled[0])
     with rt.budget():
         interpreted = rasp.evaluate(program, example)
+    # one formatter for both lines, and the one a file run uses: the original's types (an
+    # int where the original holds an int), every value in full
+    typed = rt.apply(rt.get(args.compile), example).values
     print(f"vocab:       {list(model.vocab) if model.vocab is not None else None}")
-    print(f"example:     {example}")
-    print(f"interpreted: {interpreted}")
-    print(f"compiled:    {list(compiled)}")
+    print(f"example:     {V.format_value(example)}")
+    print(f"interpreted: {V.format_value(typed)}")
+    print(f"compiled:    {V.format_value(_typed_like(list(compiled), typed))}")
     same = len(compiled) == len(interpreted) and all(
         _close(a, b) for a, b in zip(compiled, interpreted)
     )
     print("compiled == interpreted:", "yes" if same else "NO")
     return 0 if same else 1
+
+
+def _typed_like(values: list, typed: list) -> list:
+    """``values`` (a compiled model's) with an int where ``typed`` (the interpreter's) has
+    one and the value is that integer exactly; anything else as it is.
+
+    >>> _typed_like([0.0, 1.5, 2.0000001], [0, 1.5, 2])
+    [0, 1.5, 2.0000001]
+    """
+    out = []
+    for v, t in zip(values, typed):
+        if isinstance(t, int) and not isinstance(t, bool) and _is_whole(v):
+            v = int(v)
+        out.append(v)
+    return out + list(values[len(typed) :])
+
+
+def _is_whole(v: Any) -> bool:
+    """Whether ``v`` is a float (Python's or numpy's) holding a whole number."""
+    if isinstance(v, (bool, int, str)) or not isinstance(v, numbers.Real):
+        return False
+    return math.isfinite(float(v)) and float(v).is_integer()
 
 
 def _uses_positions(program: Any) -> bool:
@@ -385,4 +460,4 @@ def run_repl_command(args: argparse.Namespace) -> int:
                 rt.run_file(f)
             except RASPTextError as exc:
                 raise UserError(str(exc)) from None
-        return run_repl(rt)
+        return run_repl(rt, interactive=_stdin_is_terminal())

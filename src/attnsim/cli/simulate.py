@@ -14,21 +14,25 @@ import argparse
 import json
 import math
 
-from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memory
+from attnsim.cli import LibraryError, UserError, _module_file, _output, at_least, fits_in_memory
 from attnsim.cli.build_flags import DECODER_TARGET_KINDS, DEFAULT_MAX_D, DEFAULT_MAX_N
 from attnsim.cli.build_flags import add_build_args as _build_args
 
 MAX_SEED = 2**63 - 1
 
-_MODULE_HELP = """\
---module FILE: a torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer saved with
-torch.save(module, FILE) or torch.save(module.state_dict(), FILE), read with weights_only=True
-(no code from the file is run). A whole module records its heads, activation, norm_first and
-LayerNorm eps; a state_dict records only the weights (so d, the feed-forward width and the
-biases), so give --heads for it, and for an encoder layer also --activation and --norm-first
-or --no-norm-first (--layer-norm-eps defaults to torch's 1e-5). Flags that disagree with the
-file are refused. Sizes of the build (--max-d, --max-heads, --max-ff) default to the module's.
-"""
+# one paragraph: the help formatter wraps it to the terminal (80 columns through a pipe)
+_MODULE_HELP = (
+    "--module FILE: a torch.nn.MultiheadAttention or torch.nn.TransformerEncoderLayer saved "
+    "with torch.save(module, FILE) or torch.save(module.state_dict(), FILE), read with "
+    "weights_only=True (no code from the file is run). A whole module records its heads, "
+    "activation, norm_first, LayerNorm eps and add_zero_attn. A state_dict records only the "
+    "weights (so d, the feed-forward width and the biases): give --heads for it, and for an "
+    "encoder layer also --activation and --norm-first or --no-norm-first. What a state_dict "
+    "does not record and no flag gives is assumed at torch's default (--layer-norm-eps 1e-5, "
+    "--no-add-zero-attn); the run prints every assumption, and T(X) and the error are those "
+    "of the layer rebuilt with them. Flags that disagree with the file are refused. Sizes of "
+    "the build (--max-d, --max-heads, --max-ff) default to the module's."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_MODULE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _build_args(sim)
+    _build_args(sim, "simulate")
     sim.add_argument(
         "--module",
         metavar="FILE",
@@ -65,7 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--activation",
         choices=["relu", "gelu", "gelu_tanh", "maxmin", "silu", "identity"],
         default=None,
-        help="encoder or decoder target: the feed-forward activation (maxmin: GroupSort-2, "
+        metavar="ACT",
+        help="relu, gelu, gelu_tanh, maxmin, silu or identity: an encoder or decoder "
+        "target's feed-forward activation (maxmin: GroupSort-2, "
         "hidden pairs sorted; silu and identity: decoder layers only); required for a "
         "--module state_dict; random targets: default relu (decoder: silu)",
     )
@@ -73,7 +79,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--layer-norm-eps",
         type=float,
         default=None,
-        help="encoder --module state_dict: the LayerNorm eps (default torch's 1e-5)",
+        help="encoder --module state_dict: the LayerNorm eps (default: torch's 1e-5, "
+        "printed as an assumption)",
+    )
+    sim.add_argument(
+        "--add-zero-attn",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--module state_dict: whether the attention was built with add_zero_attn=True "
+        "(an extra all-zero key and value, which U does not simulate: refused); default: "
+        "--no-add-zero-attn, printed as an assumption",
     )
     sim.add_argument("--n", type=int, default=None, help="rows of X (default: --max-n)")
     sim.add_argument("--causal", action="store_true", help="apply a causal mask")
@@ -85,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Simulate N random targets (sizes up to the build, causal or not, "
         "biases, |scores| up to 50) and report the max and median relative error.",
     )
-    _build_args(ver)
+    _build_args(ver, "verify")
     ver.add_argument("--targets", type=int, default=100, help="how many random targets")
     ver.set_defaults(func=_verify)
 
@@ -181,14 +196,24 @@ def _config(args: argparse.Namespace):
         raise LibraryError(f"cannot build U: {exc}") from None
 
 
-def _check_memory(config) -> None:
-    """Refuses builds whose input and stream alone would not fit in memory (before
-    building; ``universal.memory_needed``)."""
+def _target_bytes(config) -> int:
+    """The bytes of a random target of the build's sizes and of its X (float64): the
+    attention's four [d, d] projections, the feed-forward's [d, ff] matrices (three for a
+    gated decoder layer), per layer."""
+    d, ff = config.max_d, config.max_ff if config.is_encoder else 0
+    per_layer = 4 * d * d + (3 if config.is_decoder else 2) * d * ff + 8 * d + ff
+    return 8 * (per_layer * config.n_layers + config.max_n * d)
+
+
+def _check_memory(config, target_bytes: int = 0) -> None:
+    """Refuses builds whose input and stream alone (and a random target of
+    ``target_bytes``) would not fit in memory, before anything is allocated
+    (``universal.memory_needed``)."""
     from attnsim.simulator import universal
 
     length = config.layout.length
     item = 4 if config.dtype_name == "float32" else 8
-    need = universal.memory_needed(config)
+    need = universal.memory_needed(config) + target_bytes
     sizes = f"--max-n {config.max_n} --max-d {config.max_d} --max-heads {config.max_heads}"
     fits_in_memory(
         need,
@@ -234,121 +259,17 @@ def _build(config, bar: _output.Progress):
         raise LibraryError(f"cannot build U: {exc}") from None
 
 
-def _module_target(args: argparse.Namespace):
-    """The --module file as a spec; resolves the flags against what the file records."""
-    from attnsim.simulator import adapters
+def _check_target(config, target, X) -> None:
+    """Refuses a target that U would refuse (its kind, activation, sizes), before U is built."""
+    from attnsim.simulator import checks, vector_codec
 
     try:
-        saved = adapters.read_layer(args.module)
-    except OSError as exc:
-        raise UserError(f"--module {args.module}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UserError(f"--module {exc}") from None
-    name = args.module
-    what = "nn.MultiheadAttention" if saved.kind == "attention" else "nn.TransformerEncoderLayer"
-    if args.layer is not None and args.layer != saved.kind:
-        raise UserError(
-            f"--layer {args.layer} disagrees with --module {name}, which holds an {what}; "
-            f"leave --layer out or pass --layer {saved.kind}"
-        )
-    args.layer = saved.kind
-    if saved.kind == "attention":
-        extra = [
-            flag
-            for flag, value in (
-                ("--activation", args.activation),
-                ("--norm-first/--no-norm-first", args.norm_first),
-                ("--layer-norm-eps", args.layer_norm_eps),
-                ("--max-ff", args.max_ff),
-                ("--value-bound", args.value_bound),
-            )
-            if value is not None
-        ]
-        if extra:
-            raise UserError(
-                f"{', '.join(extra)} appl{'ies' if len(extra) == 1 else 'y'} to encoder layers; "
-                f"--module {name} holds an nn.MultiheadAttention: leave "
-                f"{'it' if len(extra) == 1 else 'them'} out"
-            )
-    # each fact: the flag, the value given, what the file records, how to pass it
-    facts = [("--heads", "heads", args.heads, saved.heads)]
-    if saved.kind == "encoder":
-        facts += [
-            ("--activation", "activation", args.activation, saved.activation),
-            ("--norm-first", "norm_first", args.norm_first, saved.norm_first),
-            ("--layer-norm-eps", "layer_norm_eps", args.layer_norm_eps, saved.layer_norm_eps),
-        ]
-    for flag, attr, given, recorded in facts:
-        if given is not None and recorded is not None and given != recorded:
-            shown = _shown(flag, recorded)
-            raise UserError(
-                f"{_shown(flag, given)} disagrees with --module {name}: its layer has "
-                f"{attr.replace('_', ' ')} = {recorded}; leave the flag out or pass {shown}"
-            )
-    if saved.is_state_dict:
-        missing = [
-            flag for flag, attr, given, _ in facts if given is None and attr != "layer_norm_eps"
-        ]
-        if missing:
-            need = {
-                "--heads": f"--heads H (H divides d = {saved.d_model}: "
-                f"{', '.join(map(str, adapters.divisors(saved.d_model)))})",
-                "--activation": "--activation relu|gelu|gelu_tanh|maxmin",
-                "--norm-first": "--norm-first or --no-norm-first",
-            }
-            said = {
-                "--heads": "its number of heads",
-                "--activation": "its activation",
-                "--norm-first": "whether it is pre-norm",
-            }
-            raise UserError(
-                f"--module {name} is a state_dict of an {what}, which does not record "
-                f"{' or '.join(said[f] for f in missing)}; pass "
-                f"{'; '.join(need[f] for f in missing)}"
-            )
-        if args.heads < 1 or saved.d_model % args.heads:
-            raise UserError(
-                f"--heads {args.heads} does not divide the width d = {saved.d_model} of "
-                f"--module {name}; pass one of "
-                f"{', '.join(map(str, adapters.divisors(saved.d_model)))}"
-            )
-        if args.layer_norm_eps is not None and not (
-            math.isfinite(args.layer_norm_eps) and args.layer_norm_eps > 0
-        ):
-            raise UserError(f"--layer-norm-eps must be positive, got {args.layer_norm_eps}")
-    heads = saved.heads or args.heads
-    for flag, attr, need in (
-        ("--max-d", "max_d", saved.d_model),
-        ("--max-heads", "max_heads", heads),
-        ("--max-ff", "max_ff", saved.d_ff),
-    ):
-        have = getattr(args, attr)
-        if need is None:
-            continue
-        if have is None:
-            setattr(args, attr, need)
-        elif have < need:
-            raise UserError(
-                f"{flag} {have} is smaller than the {need} of --module {name}; pass "
-                f"{flag} {need} or more (or leave it out)"
-            )
-    args.max_n = args.max_n or DEFAULT_MAX_N
-    try:
-        module = saved.module(
-            heads=args.heads,
-            activation=args.activation,
-            norm_first=args.norm_first,
-            layer_norm_eps=args.layer_norm_eps,
-        )
-        return adapters.from_torch(module, causal=args.causal)
-    except (ValueError, TypeError) as exc:
-        raise LibraryError(f"--module {name}: {exc}") from None
-
-
-def _shown(flag: str, value) -> str:
-    if flag == "--norm-first":
-        return "--norm-first" if value else "--no-norm-first"
-    return f"{flag} {value}"
+        if config.is_vector:
+            vector_codec.prepare(config, config.layout, target, X, None)
+        else:
+            checks.prepare(config, target, X, None)
+    except (ValueError, NotImplementedError) as exc:
+        raise LibraryError(str(exc)) from None
 
 
 def _random_target(args: argparse.Namespace):
@@ -370,11 +291,14 @@ def _random_target(args: argparse.Namespace):
                 f"{' and '.join(extra)} appl{'ies' if len(extra) == 1 else 'y'} only to encoder "
                 f"layers; add --layer encoder or leave {'it' if len(extra) == 1 else 'them'} out"
             )
-    if args.layer_norm_eps is not None:
-        raise UserError(
-            "--layer-norm-eps applies only to a --module state_dict; leave it out for random "
-            "targets"
-        )
+    for flag, value in (
+        ("--layer-norm-eps", args.layer_norm_eps),
+        ("--add-zero-attn/--no-add-zero-attn", args.add_zero_attn),
+    ):
+        if value is not None:
+            raise UserError(
+                f"{flag} applies only to a --module state_dict; leave it out for random targets"
+            )
     heads = args.max_heads if args.heads is None else args.heads
     at_least(args.heads, "--heads", 1)
     if heads > args.max_heads:
@@ -387,6 +311,8 @@ def _random_target(args: argparse.Namespace):
             f"divide; pass --heads H with H dividing {args.max_d}, or another --max-d"
         )
     config = _config(args)
+    # the target's weights are drawn before U is built: refuse sizes that cannot fit first
+    _check_memory(config, _target_bytes(config))
     if config.is_encoder:
         if config.is_decoder:  # LLaMA's shape (rotary where the head width is even)
             draw, options = (
@@ -423,30 +349,24 @@ def _simulate(args: argparse.Namespace) -> int:
     from attnsim.simulator.verify import reference_of as reference
     from attnsim.simulator.verify import relative_error
 
-    if args.layer in DECODER_TARGET_KINDS:
-        raise UserError(
-            f"--layer {args.layer} chooses the kind of target `attnsim verify` draws; "
-            "`attnsim simulate` takes --layer attention, encoder or decoder (a decoder's "
-            "random target is LLaMA-shaped)"
-        )
     _check_build_args(args)
+    args.assumptions = None
     at_least(args.n, "--n", 1)
     at_least(args.heads, "--heads", 1)
     if args.module:
-        target = _module_target(args)
+        target = _module_file.module_target(args)
         config = _config(args)
     else:
         target, config = _random_target(args)
     n = args.max_n if args.n is None else args.n
     if n > args.max_n:
         raise UserError(f"--n {n} exceeds --max-n {args.max_n}; pass --max-n {n} or a smaller --n")
+    d = target.d_model
+    X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
+    _check_target(config, target, X)  # what U.simulate would refuse, before U is built
     with _output.Progress("attnsim simulate") as bar:
         U = _build(config, bar)
-        bar.step(f"simulating the target on X of shape ({n}, {target.d_model})")
-        d = target.d_model
-        X = torch.randn(
-            n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed)
-        )
+        bar.step(f"simulating the target on X of shape ({n}, {d})")
         try:
             got = U.simulate(target, X)
         except ValueError as exc:
@@ -465,12 +385,26 @@ def _simulate(args: argparse.Namespace) -> int:
                     "error_bound": None if bound is None else bound.tolist(),
                     "map_bounds": U.map_bounds,
                     "report": report.__dict__,
+                    **(
+                        {}
+                        if args.assumptions is None
+                        else {
+                            "target": {
+                                "module": args.module,
+                                "facts": {
+                                    k: {"value": v, "from": w} for k, v, w in args.assumptions
+                                },
+                            }
+                        }
+                    ),
                 }
             )
         )
         return 0
     # plain print: lines stay whole (rich would break them at 80 columns through a pipe)
-    print(f"T(X) (plain torch):\n{want}")
+    if args.assumptions is not None:
+        print(_module_file.describe(args))
+    print(f"T(X) (plain torch{'' if args.assumptions is None else ', the layer above'}):\n{want}")
     print(f"U(<T, X>):\n{got}")
     print(f"max relative error: {err:.3e}")
     if bound is not None:
@@ -481,7 +415,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     for label, b in U.map_bounds.items():
         print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
-    print(str(report))
+    print(_output.wrap(str(report)))
     return 0
 
 
@@ -505,25 +439,32 @@ def _verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0 if not result.failures else 1
-    print(str(U.report()))
+    print(_output.wrap(str(U.report())))
+    # lines fit the terminal (80 columns through a pipe): the verdict comes first
     print(
-        f"{result.count} targets: max relative error {result.max_error:.3e}, median "
-        f"{result.median_error:.3e}, "
-        + (f"tolerance {result.tolerance:g}, " if U.maps == "native" else "")
-        + f"failures {len(result.failures)}"
+        _output.wrap(
+            f"{result.count} targets: max relative error {result.max_error:.3e}, failures "
+            f"{len(result.failures)}, median {result.median_error:.3e}"
+            + (f", tolerance {result.tolerance:g}" if U.maps == "native" else "")
+        )
     )
     if result.max_bound_ratio is not None:
         print(
-            f"entrywise bound (U.error_bound): largest relative bound "
-            f"{result.max_certified:.3e}, largest |error| / bound {result.max_bound_ratio:.3g}"
-            + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
+            _output.wrap(
+                f"entrywise bound (U.error_bound): largest relative bound "
+                f"{result.max_certified:.3e}, largest |error| / bound "
+                f"{result.max_bound_ratio:.3g}"
+                + (" (the criterion for maps=relu)" if U.maps == "relu" else "")
+            )
         )
     for label, b in result.map_bounds.items():
         print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
     if result.refused:
         print(
-            f"  {result.refused} targets refused with a message: their values left the ranges "
-            "U's ReLU maps cover (--value-bound)"
+            _output.wrap(
+                f"  {result.refused} targets refused with a message: their values left the "
+                "ranges U's ReLU maps cover (--value-bound)"
+            )
         )
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")

@@ -146,6 +146,11 @@ def read_meta(path: Path) -> tuple[dict, ModelConfig]:
         FileNotFoundError: no ``model.json`` in ``path``.
         DamagedCheckpointError: the file is unreadable, not JSON, or not what ``save`` wrote.
     """
+    if path.is_file():  # e.g. .../model.json itself: the checkpoint is its folder
+        raise FileNotFoundError(
+            f"{path} is a file; a checkpoint is the folder CompiledModel.save wrote (with "
+            f"model.json and its weights): load the folder {path.parent}"
+        )
     meta_file = path / "model.json"
     if not meta_file.exists():
         raise FileNotFoundError(f"no model.json in {path}; expected a saved CompiledModel")

@@ -28,7 +28,6 @@ eps. :func:`read_layer` says what the file records (``None`` for what it does no
 from __future__ import annotations
 
 import contextlib
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,21 +211,29 @@ def _load(path: str) -> Any:
             return torch.load(path, weights_only=True, map_location="cpu")
     except OSError:
         raise
-    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, AttributeError) as exc:
-        text = str(exc)
+    except (MemoryError, RecursionError):
+        raise
+    except Exception as exc:  # a text file, random bytes: pickle's own errors (KeyError, ...)
+        text = str(exc) if not isinstance(exc, KeyError) else ""
         if "Weights only load failed" in text or "Unsupported global" in text:
             why = (
                 "it holds objects other than tensors and the supported torch modules, and "
                 "they are not loaded (no code from the file is run)"
             )
         else:
-            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            why = f"it is not a file written by torch.save ({first})"
+            first = text.strip().splitlines()[0] if text.strip() else ""
+            why = "it is not a file written by torch.save" + (f" ({first})" if first else "")
         raise ValueError(f"{path}: cannot be loaded: {why}") from None
 
 
 def _check_finite(tensors: dict[str, torch.Tensor], path: str) -> None:
     for name, t in tensors.items():
+        if t.is_meta:
+            raise ValueError(
+                f"{path}: {name} is a meta tensor (a shape without values: the layer was built "
+                f"on device='meta' and never given weights); save the state_dict of a layer "
+                f"whose weights are set"
+            )
         try:
             values.check_real(t, name)
         except TypeError:  # a float copy would keep the real parts only

@@ -7,9 +7,22 @@ a.rasp:1:5: unknown name 'foo'
     x = foo;
         ^
   define it first
+
+A number of more than 40 digits in the message is shown by its first and last digits and
+its length (``10000000000000000...00000 (401 digits)``).
 """
 
 from __future__ import annotations
+
+import re
+
+# a number this long in a message is shown by its ends and its length (never cut silently)
+_LONG_NUMBER = re.compile(r"\d{41,}")
+
+
+def _shorten(m: re.Match) -> str:
+    digits = m.group(0)
+    return f"{digits[:17]}...{digits[-5:]} ({len(digits)} digits)"
 
 
 class RASPTextError(Exception):
@@ -51,7 +64,7 @@ class RASPTextError(Exception):
                 if self.column is not None:
                     where += f":{self.column}"
             where += ": "
-        parts = [where + self.message]
+        parts = [where + _LONG_NUMBER.sub(_shorten, self.message)]
         if self.source_line is not None:
             parts.append("    " + self.source_line.rstrip("\n").expandtabs(4))
             if self.column is not None:
@@ -69,3 +82,7 @@ class OpError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class OutputLimitError(OpError):
+    """A statement printed more than ``Limits.max_output_chars`` characters."""

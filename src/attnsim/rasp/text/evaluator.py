@@ -15,6 +15,7 @@ belongs to :class:`attnsim.rasp.text.runtime.Runtime`, which a frame reaches as 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lark import Token, Tree
@@ -23,7 +24,7 @@ from attnsim.rasp.text import limits as L
 from attnsim.rasp.text import ops, scope
 from attnsim.rasp.text import parser as P
 from attnsim.rasp.text import values as V
-from attnsim.rasp.text.errors import OpError, RASPTextError
+from attnsim.rasp.text.errors import OpError, OutputLimitError, RASPTextError
 from attnsim.rasp.text.scope import Env, Source
 
 __all__ = ["Frame"]
@@ -79,18 +80,26 @@ class Frame:
     def stmt(self, node: Tree) -> None:
         self.step(node)
         handler = getattr(self, "_s_" + node.data)
+        outermost = self.top and self.rt._statement_output is None
+        if outermost:  # what one top-level statement prints is counted (Limits.max_output_chars)
+            self.rt._statement_output = 0
         try:
             handler(node)
         except OpError as exc:
             raise self.fail(node, exc.message, exc.hint) from None
         except RecursionError:
             raise self.fail(node, scope.DEEP, scope.DEEP_HINT) from None
+        finally:
+            if outermost:
+                self.rt._statement_output = None
 
     def _display(self, name: str | None, value: Any, node: Tree) -> None:
         if not (self.top and self.rt.echo):
             return
         try:
             self.rt.print_named(name, value)
+        except OutputLimitError:
+            raise
         except OpError as exc:
             raise self.fail(
                 node,
@@ -213,6 +222,17 @@ class Frame:
         tok = _kids(node)[0]
         libname = str(tok)[1:-1]
         path = (self.source.directory / (libname + ".rasp")).resolve()
+        # the folder of the program being run; outside a run (a function called by eval),
+        # the folder of the file that holds this load
+        root = self.rt.load_root or Path(self.source.directory).resolve()
+        if not self.rt.allow_load_outside and not path.is_relative_to(root):
+            raise self.fail(
+                tok,
+                f"load {str(tok)} reaches outside the program's folder {str(root)!r} (to "
+                f"{str(path)!r})",
+                "a program loads only files in its own folder and below; copy the file there, "
+                "or allow it with --allow-load-outside (Runtime(allow_load_outside=...))",
+            )
         if not path.is_file():
             raise self.fail(
                 tok,

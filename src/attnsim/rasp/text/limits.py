@@ -47,13 +47,17 @@ class Limits:
         max_steps: the step budget of one run (statements, expressions, items built).
         max_value_digits: the most decimal digits of an integer (Python's own limit for
             printing integers is 4300 digits).
+        max_output_chars: the most characters one top-level statement may print (a ``for``
+            loop is one statement, its body's prints included); the output is cut there
+            and the run stops with an error.
     """
 
     max_steps: int = 10_000_000  # seconds of work; the test corpus needs ~1,000 per file
     max_value_digits: int = 4300  # Python prints integers up to 4300 digits by default
+    max_output_chars: int = 200_000  # what one statement may print (a loop is one statement)
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "max_value_digits"):
+        for name in ("max_steps", "max_value_digits", "max_output_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(

@@ -40,7 +40,11 @@ __all__ = [
     "indicator",
     "abs_",
     "index",
+    "check_positions",
 ]
+
+# the annotation that marks ``sop[i]``: the one position it reads (checked on each input)
+_INDEX = "text_index"
 
 _CMP = {
     "==": rasp.Comparison.EQ,
@@ -447,7 +451,9 @@ def index(container: Any, i: Any, indices: V.SeqVal, length: V.SeqVal) -> Any:
         if not isinstance(i, int) or isinstance(i, bool):
             raise OpError(f"an index into a {what} must be an integer, got {V.describe(i)}")
         if i >= len(container) or -i > len(container):
-            raise OpError(f"index {i} is out of range for a {what} of length {len(container)}")
+            raise OpError(
+                f"index {V.short(i)} is out of range for a {what} of length {len(container)}"
+            )
         return container[i]
     if isinstance(container, dict):
         if not V.is_atom(i):
@@ -459,5 +465,41 @@ def index(container: Any, i: Any, indices: V.SeqVal, length: V.SeqVal) -> Any:
         if not isinstance(i, int) or isinstance(i, bool):
             raise OpError(f"an index into an s-op must be an integer, got {V.describe(i)}")
         where: Any = i if i >= 0 else binop("+", length, i)
-        return aggregate(select(indices, where, "=="), container)
+        out = aggregate(select(indices, where, "=="), container)
+        # as for a list, a position outside the input is an error (checked where the s-op
+        # is applied: check_positions), not the empty selection's default 0
+        return V.SeqVal(
+            rasp.annotate(out.expr, **{_INDEX: (i, container.expr.label)}), out.vtype, out.rule
+        )
     raise OpError(f"can only index into a list, dict, string or s-op, got {V.describe(container)}")
+
+
+def check_positions(expr: Any, n: int) -> None:
+    """Raises OpError when ``expr`` reads ``sop[i]`` at a position an input of length ``n``
+    lacks (``i >= n`` or ``i < -n``), as indexing a list of ``n`` items would.
+
+    >>> toks = V.SeqVal(rasp.tokens, "any")
+    >>> last = index(toks, 4, V.SeqVal(rasp.indices, "num"), V.SeqVal(rasp.length, "num"))
+    >>> check_positions(last.expr, 5)
+    >>> check_positions(last.expr, 3)
+    Traceback (most recent call last):
+    ...
+    attnsim.rasp.text.errors.OpError: tokens[4]: index 4 is out of range for an input of length 3
+    """
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        mark = e.annotations.get(_INDEX) if hasattr(e, "annotations") else None
+        if mark is not None:
+            i, name = mark
+            if i >= n or -i > n:
+                raise OpError(
+                    f"{name}[{V.short(i)}]: index {V.short(i)} is out of range for an input "
+                    f"of length {n}",
+                    f"an s-op's index reads one position: 0 to {n - 1} (or -{n} to -1) here",
+                )
+        stack.extend(getattr(e, "children", ()))

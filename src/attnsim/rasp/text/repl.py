@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -111,6 +112,13 @@ def _first_column(lines: list[str], line: int) -> int | None:
     return len(text) - len(text.lstrip()) + 1
 
 
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # a closed stdin
+        return False
+
+
 def history_path() -> Path:
     """Where the prompt keeps its history (``$ATTNSIM_RASP_HISTORY`` overrides it)."""
     return Path(os.environ.get("ATTNSIM_RASP_HISTORY", Path.home() / ".attnsim_rasp_history"))
@@ -141,21 +149,34 @@ def run_repl(
     rt: Runtime,
     read: Callable[[str], str] | None = None,
     banner: bool = True,
+    interactive: bool | None = None,
 ) -> int:
     """Reads statements and runs them until ``exit``, ``quit`` or end of input.
 
+    Input that is not a terminal (a pipe, a file) gets no prompts, no welcome lines and
+    no blank line at its end: the output holds only what the statements print.
+
     Args:
         rt: the session (create it with ``echo=True`` to see results).
-        read: reads one line given a prompt (default: ``input`` with readline history).
-        banner: print the welcome lines first.
+        read: reads one line given a prompt (default: ``input`` with readline history; at
+            an input that is not a terminal, ``input`` without a prompt).
+        banner: print the welcome lines first (at a terminal, or with ``read`` given).
+        interactive: whether a person types the input (prompts, welcome lines); None:
+            when ``read`` is given or stdin is a terminal.
 
     Returns:
         The exit status (0).
     """
     save = lambda: None  # noqa: E731
-    if read is None:
+    if interactive is None:
+        interactive = read is not None or _stdin_is_terminal()
+    if read is None and interactive:
         save = _setup_readline()
         read = input
+    elif read is None:
+        read = lambda prompt: input("")  # noqa: E731 - no prompt in the output
+    if not interactive:
+        banner = False
     if banner:
         rt.out("RASP (attnsim)")
         rt.out(f"running example is: {rt.seq_example}")
@@ -167,7 +188,8 @@ def run_repl(
                 try:
                     line = read(prompt)
                 except (EOFError, StopIteration):
-                    rt.out("")
+                    if interactive:
+                        rt.out("")  # end the prompt's line
                     return 0
                 except KeyboardInterrupt:
                     rt.out("")

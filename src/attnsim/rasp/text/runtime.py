@@ -33,7 +33,7 @@ from attnsim.rasp.text import limits as L
 from attnsim.rasp.text import ops, scope
 from attnsim.rasp.text import parser as P
 from attnsim.rasp.text import values as V
-from attnsim.rasp.text.errors import OpError, RASPTextError
+from attnsim.rasp.text.errors import OpError, OutputLimitError, RASPTextError
 from attnsim.rasp.text.evaluator import Frame
 from attnsim.rasp.text.scope import Env, Source, read_source
 
@@ -75,6 +75,11 @@ class Runtime:
         library: start with the original library (``sort``, ``count``, ``shift``, ...).
         limits: the step budget and integer size limit of each call (``run``, ``run_file``,
             ``eval``, ``values``, ``apply``); default :class:`limits.Limits`.
+        allow_load_outside: let ``load`` read files outside the folder of the program being
+            run (the file given to ``run_file``; the ``directory`` of ``run``, else the
+            current folder). By default a ``load`` of an absolute path, or of a ``../`` path
+            that leaves that folder, is refused: a program from elsewhere reads only files
+            beside it.
 
     >>> rt = Runtime()
     >>> rt.run("hist = selector_width(select(tokens, tokens, ==));")
@@ -89,14 +94,20 @@ class Runtime:
         out: Callable[[str], None] | None = None,
         library: bool = True,
         limits: L.Limits | None = None,
+        allow_load_outside: bool = False,
     ) -> None:
+        if not isinstance(allow_load_outside, bool):
+            raise TypeError(f"allow_load_outside must be True or False, got {allow_load_outside!r}")
+        self.allow_load_outside = allow_load_outside
+        self.load_root: Path | None = None  # the folder loads stay in (set while a run runs)
         if limits is not None and not isinstance(limits, L.Limits):
             raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
         self.limits = limits or L.Limits()
         self._budget = L.Budget(self.limits)
         self._depth = 0
         self.echo = echo
-        self.out = out or print
+        self._write = out or print
+        self._statement_output: int | None = None  # characters the statement running printed
         self.seq_example: Any = "hello"
         self.sel_example: Any = "hello"
         self.show_seq_examples = True
@@ -155,11 +166,17 @@ class Runtime:
         """
         tree = P.parse(source, filename)
         src = Source(filename, source, directory or Path.cwd())
+        outermost = self.load_root is None
+        if outermost:
+            self.load_root = Path(src.directory).resolve()
         try:
             with self.budget():
                 Frame(self, self.env, src, top=True).run(tree.children)
         except scope.Exit:
             pass
+        finally:
+            if outermost:
+                self.load_root = None
 
     def run_file(self, path: str | Path) -> None:
         """Runs a ``.rasp`` file; ``load`` inside it resolves beside the file."""
@@ -258,6 +275,7 @@ class Runtime:
         with self.budget():
             try:
                 self._budget.charge(n * n, f"applying an s-op to an input of length {n}")
+                ops.check_positions(value.expr, n)
                 trace = V.Trace(xs_list)
                 if isinstance(value, V.SelVal):
                     return V.AppliedSelector(trace.selector(value.expr).tolist(), xs)
@@ -279,6 +297,28 @@ class Runtime:
                     f"evaluating on {V.format_example(xs)} failed: {exc}",
                     "check the program's operations against this input's values",
                 ) from None
+
+    def out(self, line: str) -> None:
+        """Prints one line (to ``out``); a top-level statement prints at most
+        ``limits.max_output_chars`` characters, then its output is cut and it fails."""
+        used = self._statement_output
+        if used is None:  # outside a statement (an error message, the prompt's lines)
+            self._write(line)
+            return
+        limit = self.limits.max_output_chars
+        if used + len(line) + 1 > limit:
+            room = max(0, limit - used)
+            if room:
+                self._write(line[:room])
+            self._statement_output = limit
+            raise OutputLimitError(
+                f"this statement printed more than {limit:,} characters, so its output is cut "
+                f"there",
+                "print less (assign without printing inside loops, turn examples off), or "
+                "raise the limit with --max-output-chars (Limits(max_output_chars=...))",
+            )
+        self._statement_output = used + len(line) + 1
+        self._write(line)
 
     # -- helpers used by frames -------------------------------------------------------------
     def label(self, name: str) -> str:
@@ -320,7 +360,10 @@ class Runtime:
             flat = not any(
                 isinstance(v, (list, dict, V.SeqVal, V.SelVal, V.Function)) for v in items
             )
-            if flat:
+            cap = self.limits.max_output_chars // 2 + 1  # items that surely overflow a line
+            if flat and isinstance(val, list) and len(val) > cap:
+                out(" ".join([pref, first, named]) + V.format_value(val[:cap]))  # cut by out
+            elif flat:
                 out(" ".join([pref, first, named]) + V.format_value(val))
             else:
                 out(" ".join([pref, first, named]) + ("[" if kind == "list" else "{"))

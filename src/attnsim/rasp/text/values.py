@@ -138,6 +138,42 @@ def atom_vtype(v: Any) -> str:
     return "any"
 
 
+# a number with more digits than this is shown shortened, its digit count said
+SHORT_DIGITS = 40
+
+
+def short(v: Any, digits: int = SHORT_DIGITS) -> str:
+    """An int (or its text) for a message: in full up to ``digits`` digits, else its first
+    and last digits and how many there are, so a cut number never reads as another one.
+
+    >>> short(12345)
+    '12345'
+    >>> short(10**400)
+    '10000000000000000...00000 (401 digits)'
+    """
+    text = str(v)
+    sign = "-" if text.startswith("-") else ""
+    body = text[len(sign) :]
+    if not body.isdigit() or len(body) <= digits:
+        return text
+    return f"{sign}{body[:17]}...{body[-5:]} ({len(body)} digits)"
+
+
+def _short_items(v: Any, width: int = 40) -> str:
+    """A list for a message: whole items only, as many as fit ``width`` characters."""
+    parts: list[str] = []
+    used = 1
+    for x in v:
+        item = short(x) if isinstance(x, int) and not isinstance(x, bool) else format_value(x)
+        if len(item) > width:
+            item = item[:width] + "..."
+        if used + len(item) > width and parts:
+            return "[" + ", ".join(parts) + f", ... ({len(v)} items)]"
+        parts.append(item)
+        used += len(item) + 2
+    return "[" + ", ".join(parts) + "]"
+
+
 def describe(v: Any) -> str:
     """A short description of a runtime value for error messages."""
     if isinstance(v, SeqVal):
@@ -149,15 +185,16 @@ def describe(v: Any) -> str:
     if isinstance(v, Applied):
         return "an evaluated sequence"
     if isinstance(v, list):
-        return f"the list {format_value(v)[:40]}"
+        return f"the list {_short_items(v)}"
     if isinstance(v, dict):
         return "a dict"
     if isinstance(v, bool):
         return f"the bool {v}"
     if isinstance(v, str):
-        return f'the string "{v}"'
+        shown = v if len(v) <= 60 else f"{v[:40]}...{v[-10:]}"
+        return f'the string "{shown}"' + ("" if len(v) <= 60 else f" ({len(v)} characters)")
     if isinstance(v, (int, float)):
-        return f"the number {v}"
+        return f"the number {short(v)}"
     return type(v).__name__
 
 
