@@ -9,9 +9,10 @@ in ``CompiledModel.run``) and raises the interpreter's error instead of answerin
 - a function that raises on a value (``lambda x: 10 // x`` at 0), or a numerical map that
   gives a non-number: the interpreter raises, the model would give None or 0 (those values,
   or combinations of values, may not occur);
-- None (no value, from an empty categorical aggregate) reaching a map, a selector or a
-  numerical aggregate that treats None otherwise than the model does: the model never calls
-  a function on None, never selects by it and reads it as 0 (the S-op may not be None there).
+- None (no value, from an empty categorical aggregate) reaching a numerical map, a selector
+  or a numerical aggregate that treats None otherwise than the model does: the model reads
+  None as 0 and never selects by it (the S-op may not be None there). A categorical map of
+  None is None in both, without calling the function (tracr's semantics).
 
 The checks read the final residual stream: each S-op's directions are written only by the
 S-op itself, so they are complete there.
@@ -167,9 +168,10 @@ def _call(f: Any, *args: Any) -> Any:
 
 
 def _call_map(e: E.Map | E.SequenceMap, args: tuple) -> Any:
-    """The map's function on values as the interpreter passes them (None stays None)."""
+    """The map's value as the interpreter computes it: None where an argument is None (the
+    function is not called), else the function on the values as the interpreter passes them."""
     if any(a is None for a in args):
-        return _call(e.f, *args)
+        return None
     try:
         return call_function(e, args)
     except Exception as exc:
