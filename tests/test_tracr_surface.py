@@ -201,3 +201,18 @@ def test_evaluators():
     pairs = [(1, "a"), (2, "b")]
     assert rasp.evaluate(rasp.tokens, pairs) == pairs  # one sequence of tuples, not a batch
     assert rasp.DefaultRASPEvaluator().evaluate(rasp.length, "ab") == [2, 2]
+
+
+def test_tracrs_keyword_arguments():
+    sm = rasp.SequenceMap(f=lambda x, y: x * y, fst=rasp.tokens, snd=rasp.indices)
+    assert sm([3, 3]) == [0, 3] and (sm.fst, sm.snd) == (rasp.tokens, rasp.indices)
+    m = rasp.Map(f=lambda x: -x, inner=rasp.tokens, simplify=False)
+    sel = rasp.Select(keys=rasp.tokens, queries=rasp.tokens, predicate=rasp.Comparison.EQ)
+    agg = rasp.Aggregate(selector=sel, sop=m, default=None)
+    assert agg([1, 2]) == [-1, -2]
+    assert rasp.SelectorWidth(selector=sel)([1, 1]) == [2, 2]
+    assert rasp.LinearSequenceMap(fst=rasp.tokens, snd=rasp.indices, fst_fac=1, snd_fac=2)(
+        [1, 1]
+    ) == [1, 3]
+    with pytest.raises(TypeError, match="either by position or as fst= snd="):
+        rasp.SequenceMap(lambda x, y: x, rasp.tokens, snd=rasp.indices)

@@ -591,8 +591,14 @@ class SequenceMap(SOp):
 
     _default_prefix = "sequence_map"
 
-    def __init__(self, f: Callable[..., Any], *sops: SOp) -> None:
+    def __init__(
+        self, f: Callable[..., Any], *sops: SOp, fst: SOp | None = None, snd: SOp | None = None
+    ) -> None:
         super().__init__()
+        if fst is not None or snd is not None:  # tracr's keywords: SequenceMap(f, fst=, snd=)
+            if sops or fst is None or snd is None:
+                raise TypeError("SequenceMap takes its S-ops either by position or as fst= snd=")
+            sops = (fst, snd)
         if len(sops) < 2:
             raise TypeError(f"SequenceMap expects at least two S-ops, got {len(sops)}")
         for s in sops:
