@@ -313,3 +313,17 @@ def test_every_lib_program_equals_tracrs_evaluator():
             want = tracr_rasp.evaluate(theirs[name], xs)
             got = attnsim_rasp.evaluate(ours[name], xs)
             assert _same(got, want), (name, xs, got, want)
+
+
+def test_numerical_sum_with_a_none_input_is_refused_by_both():
+    # the interpreter raises (a numerical S-op holds numbers); the model must not read 0
+    from attnsim.model.compiled import RunTimeCheckError
+
+    r = attnsim_rasp
+    prev = _shift(r, r.tokens).named("prev")
+    program = (r.numerical(r.Map(lambda x: x, r.tokens)) + prev).named("s")
+    with pytest.raises(ValueError, match="'s' is numerical but holds the value None"):
+        r.evaluate(program, [1, 2, 3])
+    model = compile_program(program, vocab=[1, 2, 3], max_seq_len=4)
+    with pytest.raises(RunTimeCheckError, match="'prev' is None .* 's' cannot hold None"):
+        model.run([1, 2, 3])
