@@ -16,6 +16,21 @@ out = model.apply(["BOS", 1, 2, 3])
 print(out.decoded)
 assert out.decoded == ["BOS", 3, 3, 3]
 
+
+# --- the README's hand-written version, called with keywords ----------------------------------
+def make_length():
+    all_true_selector = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE)
+    return rasp.SelectorWidth(all_true_selector)
+
+
+compiled_model = compiling.compile_rasp_to_model(
+    program=make_length(),
+    vocab={1, 2, 3},
+    max_seq_len=5,
+    compiler_bos="BOS",
+)
+assert compiled_model.apply(["BOS", 1, 2, 3]).decoded == ["BOS", 3, 3, 3]
+
 # --- and with string tokens, as the issue shows it --------------------------------------------
 model = compiling.compile_rasp_to_model(
     program, vocab={"a", "b", "c"}, max_seq_len=5, compiler_bos="BOS"
