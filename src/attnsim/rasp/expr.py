@@ -24,7 +24,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, Union
+from typing import Any, List, Protocol, TypeVar, Union  # noqa: UP035
 
 import numpy as np
 
@@ -96,7 +96,7 @@ __all__ = [
 _ids = itertools.count(1)
 
 # tracr's type names: what a position of an S-op holds, and what a selector evaluates to
-SelectorValue = list[list[bool]]
+SelectorValue = List[List[bool]]  # noqa: UP006  (a runtime alias, as in tracr)
 NumericValue = Union[int, float]  # noqa: UP007  (a runtime alias, as in tracr)
 Value = Union[None, int, float, str, bool]  # noqa: UP007
 VT = TypeVar("VT", bound=Value)
