@@ -143,10 +143,16 @@ def test_lookup_with_failing_combinations_in_an_aggregate(attention):
 
 # -- an S-op that is None everywhere, read by a function that treats None as a value ------------
 @pytest.mark.parametrize("attention", ATTENTION)
-def test_always_none_read_by_a_function_is_refused_clearly(attention):
+def test_always_none_read_by_a_function_stays_none(attention):
+    # tracr's semantics: a map of None is None, the function is not called
     zero = rasp.Map(lambda x: 0, rasp.tokens)
     nothing = rasp.Map(lambda x: None if x == 0 else x, zero)
     program = rasp.Map(lambda x: x is None, nothing, simplify=False)
-    assert rasp.evaluate(program, ["a", "a"]) == [True, True]
+    assert rasp.evaluate(program, ["a", "a"]) == [None, None]
+    _agrees(program, ["a"], 3, [["a"], ["a", "a", "a"]], attention)
+    # a numerical S-op cannot hold None: both refuse it
+    numeric = rasp.numerical(rasp.Map(lambda x: 1, nothing, simplify=False)).named("one")
+    with pytest.raises(ValueError, match="'one' is numerical but holds the value None"):
+        rasp.evaluate(numeric, ["a"])
     with pytest.raises(NotImplementedError, match="holds no value but None"):
-        compile_program(program, vocab=["a"], max_seq_len=3, attention=attention)
+        compile_program(numeric, vocab=["a"], max_seq_len=3, attention=attention)

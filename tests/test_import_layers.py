@@ -30,6 +30,8 @@ ALLOWED = {
         "__init__",
     },
     "library": {"rasp"},
+    # tracr's import layout (attnsim.tracr.rasp.rasp, .compiler.compiling, .compiler.lib)
+    "tracr": {"rasp", "compiler", "model", "library", "values"},
     "__init__": {"rasp"},
     "__main__": {"cli"},
     "values": set(),  # value identity: the one leaf below every layer

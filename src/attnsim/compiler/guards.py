@@ -9,9 +9,10 @@ in ``CompiledModel.run``) and raises the interpreter's error instead of answerin
 - a function that raises on a value (``lambda x: 10 // x`` at 0), or a numerical map that
   gives a non-number: the interpreter raises, the model would give None or 0 (those values,
   or combinations of values, may not occur);
-- None (no value, from an empty categorical aggregate) reaching a map, a selector or a
-  numerical aggregate that treats None otherwise than the model does: the model never calls
-  a function on None, never selects by it and reads it as 0 (the S-op may not be None there).
+- None (no value, from an empty categorical aggregate) reaching a numerical map, a selector
+  or a numerical aggregate that treats None otherwise than the model does: the model reads
+  None as 0 and never selects by it (the S-op may not be None there). A categorical map of
+  None is None in both, without calling the function (tracr's semantics).
 
 The checks read the final residual stream: each S-op's directions are written only by the
 S-op itself, so they are complete there.
@@ -167,9 +168,10 @@ def _call(f: Any, *args: Any) -> Any:
 
 
 def _call_map(e: E.Map | E.SequenceMap, args: tuple) -> Any:
-    """The map's function on values as the interpreter passes them (None stays None)."""
+    """The map's value as the interpreter computes it: None where an argument is None (the
+    function is not called), else the function on the values as the interpreter passes them."""
     if any(a is None for a in args):
-        return _call(e.f, *args)
+        return None
     try:
         return call_function(e, args)
     except Exception as exc:
@@ -183,42 +185,27 @@ def _raised(out: Any) -> bool:
 def _mismatch(e: E.Map | E.SequenceMap, args: tuple, got: Any, numeric: bool) -> str | None:
     """Why the model differs from the interpreter on ``args`` (None when it does not).
 
-    The model gives ``f(*args)`` where no argument is None and the function returns a value;
-    where one is None it gives None (categorical) or the value with None read as 0 (a sum
-    of numbers) or 0 (anything else numerical), without calling the function.
+    ``got`` is the interpreter's value (``_call_map``). The model gives ``f(*args)`` where no
+    argument is None and the function returns a value. Where one is None it gives None
+    without calling the function, as the interpreter does, except that a numerical S-op
+    cannot hold None: the interpreter raises there, and the model would read it as 0.
     """
     shown = ", ".join(repr(a) for a in args)
     if _raised(got):
         exc = got[1]
         return f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on ({shown})"
+    if numeric and any(a is None for a in args):
+        return (
+            f"S-op {e.label!r} is numerical but holds the value None (an input is None: "
+            f"({shown})); numerical S-ops need numbers; {NONE_ADVICE}"
+        )
     if numeric and not is_numeric(got):
         return (
             f"S-op {e.label!r} is numerical but holds the value {got!r} (its function on "
             f"({shown})); numerical S-ops need numbers (annotate it categorical, or map the "
             "value to a number first)"
         )
-    if not any(a is None for a in args):
-        return None
-    if numeric:
-        op = e._op
-        if op is not None and op.kind == "linear":
-            a, b = op.params
-            x, y = (0.0 if v is None else float(v) for v in args)
-            model = a * x + b * y
-        else:
-            model = 0.0
-        if abs(float(got) - model) <= 1e-12 * max(1.0, abs(model)):
-            return None
-        return (
-            f"{e.label!r} is {got!r} on ({shown}) in the interpreter, but the compiled model "
-            f"reads None as 0 and gives {model!r}; {NONE_ADVICE}"
-        )
-    if got is None:
-        return None
-    return (
-        f"{e.label!r} is {got!r} on ({shown}) in the interpreter, but the compiled model "
-        f"passes None through a function without calling it; {NONE_ADVICE}"
-    )
+    return None
 
 
 def _function_guards(e: E.Map | E.SequenceMap, vi: ValueInference, low: _Placed) -> list[GuardSpec]:
@@ -227,9 +214,14 @@ def _function_guards(e: E.Map | E.SequenceMap, vi: ValueInference, low: _Placed)
     numeric = E.is_numerical(e)
     blocks = [low.block(s) for s in inputs]
     if any(b is None for b in blocks):
-        if isinstance(e, E.Map):
-            return _form_guards(e, vi, low, numeric)
-        return []  # sums, products and quotients of numbers: no function is called
+        # sums, products and quotients of numbers: no function is called, but a numerical
+        # S-op cannot hold None (the interpreter raises), where the model would read 0
+        out = _form_guards(e, vi, low, numeric) if isinstance(e, E.Map) else []
+        for s in inputs if numeric else ():
+            if not E.is_numerical(s) and vi.may_be_none(s):
+                reason = f"the numerical S-op {e.label!r} cannot hold None (the interpreter raises)"
+                out.extend(_not_none(low, s, reason))
+        return out
     choices = []
     for s, b in zip(inputs, blocks):
         none = not E.is_numerical(s) and vi.may_be_none(s)

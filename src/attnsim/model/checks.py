@@ -72,7 +72,7 @@ class GuardSpec:
         forbidden: ``(combination, message)``: combinations of values, one per block (an
             index into the block, or -1 for None), that may not occur together at one
             position because the interpreter does something there that the model does not
-            (a function raises on them, or gives a value on None), with the error.
+            (a function raises on them, or a numerical one meets None), with the error.
         reason: what goes wrong, appended to the error message.
     """
 

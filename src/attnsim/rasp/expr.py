@@ -23,14 +23,30 @@ import enum
 import itertools
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, List, Protocol, TypeVar, Union  # noqa: UP035
 
 import numpy as np
 
 from attnsim.values import is_number
 
 __all__ = [
+    "Value",
+    "NumericValue",
+    "SelectorValue",
+    "VT",
+    "RASPExprT",
+    "SOpT",
+    "T",
+    "Annotator",
+    "Predicate",
+    "DEFAULT_ANNOTATORS",
+    "default_name",
+    "default_encoding",
+    "selector_and",
+    "selector_or",
+    "selector_not",
+    "sop_not",
     "RASPExpr",
     "SOp",
     "Selector",
@@ -80,6 +96,35 @@ __all__ = [
 
 _ids = itertools.count(1)
 
+# tracr's type names: what a position of an S-op holds, and what a selector evaluates to
+SelectorValue = List[List[bool]]  # noqa: UP006  (a runtime alias, as in tracr)
+NumericValue = Union[int, float]  # noqa: UP007  (a runtime alias, as in tracr)
+Value = Union[None, int, float, str, bool]  # noqa: UP007
+VT = TypeVar("VT", bound=Value)
+RASPExprT = TypeVar("RASPExprT", bound="RASPExpr")
+SOpT = TypeVar("SOpT", bound="SOp")
+T = TypeVar("T")
+
+
+class Annotator(Protocol):
+    """A function giving the default value of one annotation of an expression."""
+
+    def __call__(self, expr: RASPExpr) -> Any:
+        """The annotation's value for ``expr``."""
+
+
+class Predicate(Protocol):
+    """What ``Select`` accepts as its predicate: ``(key, query) -> bool``."""
+
+    def __call__(self, key: Value, query: Value) -> bool:
+        """Whether ``key`` is selected for ``query``."""
+
+
+# The default of each annotation an expression was not given, computed when it is read:
+# ``expr.annotations[key]`` calls ``DEFAULT_ANNOTATORS[key](expr)``, as in tracr (add an
+# entry for a custom annotation). "name" and "encoding" are filled below the classes.
+DEFAULT_ANNOTATORS: dict[str, Annotator] = {}
+
 
 class Encoding(enum.Enum):
     """How an S-op is represented in a compiled residual stream."""
@@ -99,11 +144,48 @@ def _check_expr(obj: Any, what: str, kind: type) -> None:
         )
 
 
+def _check_function(f: Any, what: str) -> None:
+    if not callable(f) or isinstance(f, RASPExpr):
+        raise TypeError(f"{what} expects a callable, got {type(f).__name__} {f!r}")
+
+
+class _Annotations(Mapping):
+    """An expression's annotations, read-only; a key it was not given reads its default
+    from ``DEFAULT_ANNOTATORS`` (iteration lists the given keys only, as in tracr)."""
+
+    __slots__ = ("_expr", "_given")
+
+    def __init__(self, expr: RASPExpr, given: dict[str, Any]) -> None:
+        self._expr = expr
+        self._given = given
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._given:
+            return self._given[key]
+        if key in DEFAULT_ANNOTATORS:
+            return DEFAULT_ANNOTATORS[key](self._expr)
+        known = sorted(set(self._given) | set(DEFAULT_ANNOTATORS))
+        raise KeyError(f"no annotation {key!r}; the annotations here are {known}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict(self._given))
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+    def __repr__(self) -> str:
+        return repr(dict(self._given))
+
+
 class RASPExpr:
     """Base class of every RASP expression.
 
+    Calling an expression on a sequence evaluates it with the reference interpreter
+    (``program(["a", "b"])``, as in tracr).
+
     Attributes:
-        annotations: read-only mapping (``name``, ``encoding``, ``value_range``, ...).
+        annotations: read-only mapping (``name``, ``encoding``, ``value_range``, ...); a key
+            that was not given reads its default from ``DEFAULT_ANNOTATORS``.
     """
 
     _default_prefix = "expr"
@@ -119,8 +201,17 @@ class RASPExpr:
         return self._uid
 
     @property
+    def unique_id(self) -> int:
+        """tracr's name for :attr:`uid`."""
+        return self._uid
+
+    @property
     def annotations(self) -> Mapping[str, Any]:
-        return dict(self._annotations)
+        return _Annotations(self, self._annotations)
+
+    @annotations.setter
+    def annotations(self, annotations: Mapping[str, Any]) -> None:
+        self._annotations = dict(annotations)
 
     @property
     def label(self) -> str:
@@ -129,17 +220,32 @@ class RASPExpr:
 
     @property
     def name(self) -> str:
-        return self.label
+        """The ``name`` annotation: given with ``named``, else the kind (``"map"``)."""
+        return self.annotations["name"]
 
-    def named(self, name: str) -> RASPExpr:
+    def named(self: RASPExprT, name: str) -> RASPExprT:
         """Returns a copy of this expression called ``name``."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"named() expects a non-empty string, got {name!r}")
         return annotate(self, name=name)
 
+    def annotated(self: RASPExprT, **annotations: Any) -> RASPExprT:
+        """Returns a copy of this expression with ``annotations`` added."""
+        return annotate(self, **annotations)
+
+    def copy(self: RASPExprT) -> RASPExprT:
+        """Returns a shallow copy of this expression with a new uid."""
+        return annotate(self)
+
     @property
     def children(self) -> tuple[RASPExpr, ...]:
         return ()
+
+    def __call__(self, xs: Sequence[Value]) -> list:
+        """Evaluates this expression on one sequence ``xs`` (as tracr's ``expr(xs)``)."""
+        from attnsim.rasp import evaluators  # the interpreter imports this module
+
+        return evaluators.evaluate_one(self, xs)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label}>"
@@ -286,17 +392,19 @@ class SOp(RASPExpr):
     def __ge__(self, other):
         return self._binary(other, "ge", operator.ge)
 
+    # Python's `and` / `or` on the values, as in tracr (``2 & 3`` is 3, ``0 | "a"`` is "a");
+    # a constant on the left of `|` is still the right operand of `or`, as in tracr
     def __and__(self, other):
-        return self._binary(other, "and", lambda x, y: bool(x) and bool(y))
+        return self._binary(other, "and", _and)
 
     def __rand__(self, other):
-        return self._binary(other, "and", lambda x, y: bool(x) and bool(y), reverse=True)
+        return self._binary(other, "and", _and, reverse=True)
 
     def __or__(self, other):
-        return self._binary(other, "or", lambda x, y: bool(x) or bool(y))
+        return self._binary(other, "or", _or)
 
     def __ror__(self, other):
-        return self._binary(other, "or", lambda x, y: bool(x) or bool(y), reverse=True)
+        return self._binary(other, "or", _or, reverse=isinstance(other, SOp))
 
     def __invert__(self):
         out = Map(lambda x: not x, self, simplify=False)
@@ -310,6 +418,14 @@ class SOp(RASPExpr):
         )
 
     __hash__ = object.__hash__
+
+
+def _and(x: Any, y: Any) -> Any:
+    return x and y
+
+
+def _or(x: Any, y: Any) -> Any:
+    return x or y
 
 
 def _affine_fn(a: float, b: float) -> Callable:
@@ -332,8 +448,6 @@ def _numpy_binary(kind: str) -> Callable | None:
         "le": np.less_equal,
         "gt": np.greater,
         "ge": np.greater_equal,
-        "and": np.logical_and,
-        "or": np.logical_or,
     }.get(kind)
 
 
@@ -508,8 +622,7 @@ class Map(SOp):
     def __init__(self, f: Callable[[Any], Any], inner: SOp, simplify: bool = True) -> None:
         super().__init__()
         _check_expr(inner, "Map", SOp)
-        if not callable(f):
-            raise TypeError(f"Map expects a callable, got {type(f).__name__} {f!r}")
+        _check_function(f, "Map")
         if (
             simplify
             and isinstance(inner, Map)
@@ -539,14 +652,19 @@ class SequenceMap(SOp):
 
     _default_prefix = "sequence_map"
 
-    def __init__(self, f: Callable[..., Any], *sops: SOp) -> None:
+    def __init__(
+        self, f: Callable[..., Any], *sops: SOp, fst: SOp | None = None, snd: SOp | None = None
+    ) -> None:
         super().__init__()
+        if fst is not None or snd is not None:  # tracr's keywords: SequenceMap(f, fst=, snd=)
+            if sops or fst is None or snd is None:
+                raise TypeError("SequenceMap takes its S-ops either by position or as fst= snd=")
+            sops = (fst, snd)
         if len(sops) < 2:
             raise TypeError(f"SequenceMap expects at least two S-ops, got {len(sops)}")
         for s in sops:
             _check_expr(s, "SequenceMap", SOp)
-        if not callable(f):
-            raise TypeError(f"SequenceMap expects a callable, got {type(f).__name__} {f!r}")
+        _check_function(f, "SequenceMap")
         self.f = f
         self.sops = tuple(sops)
         self._op: ElementwiseOp | None = None
@@ -594,6 +712,7 @@ class ConstantSOp(SOp):
     """A fixed sequence of values; its length must match the input's when ``check_length``."""
 
     _default_prefix = "constant_sop"
+    __class_getitem__ = classmethod(lambda cls, item: cls)  # ConstantSOp[str], as in tracr
 
     def __init__(self, value: Sequence[Any], check_length: bool = True) -> None:
         super().__init__()
@@ -609,28 +728,35 @@ class ConstantSOp(SOp):
 
 
 class Comparison(enum.Enum):
-    """The predicates of ``Select``, applied as ``predicate(key, query)``."""
+    """The predicates of ``Select``, applied as ``predicate(key, query)``.
 
-    EQ = "EQ"
-    LT = "LT"
-    LEQ = "LEQ"
-    GT = "GT"
-    GEQ = "GEQ"
-    NEQ = "NEQ"
-    TRUE = "TRUE"
-    FALSE = "FALSE"
+    The members and their values are tracr's. As in tracr, a comparison of None (the value
+    of an empty categorical aggregate) raises ``ValueError``; the interpreter and the
+    compiled models never call ``TRUE`` and ``FALSE``, so those select on None too.
+
+    >>> Comparison.LEQ(1, 2), Comparison.EQ.value
+    (True, '==')
+    """
+
+    EQ = "=="
+    LT = "<"
+    LEQ = "<="
+    GT = ">"
+    GEQ = ">="
+    NEQ = "!="
+    TRUE = "True"
+    FALSE = "False"
 
     def __call__(self, key: Any, query: Any) -> bool:
+        if key is None or query is None:
+            side = "key" if key is None else "query"
+            raise ValueError(
+                f"{side} is None! (None is what an empty categorical Aggregate gives; a "
+                "comparison needs a value: give that Aggregate a default)"
+            )
         if self is Comparison.TRUE:
             return True
         if self is Comparison.FALSE:
-            return False
-        if key is None or query is None:
-            # None (an empty categorical aggregate) equals only None and orders with nothing
-            if self is Comparison.EQ:
-                return key is query
-            if self is Comparison.NEQ:
-                return key is not query
             return False
         return bool(_COMPARISON_FN[self](key, query))
 
@@ -697,7 +823,9 @@ class Select(Selector):
         super().__init__()
         _check_expr(keys, "Select (keys)", SOp)
         _check_expr(queries, "Select (queries)", SOp)
-        if not (isinstance(predicate, Comparison) or callable(predicate)):
+        if not isinstance(predicate, Comparison) and (
+            not callable(predicate) or isinstance(predicate, RASPExpr)
+        ):
             raise TypeError(
                 f"Select expects a Comparison or a function (key, query) -> bool, got {predicate!r}"
             )
@@ -836,6 +964,7 @@ class Aggregate(SOp):
     """
 
     _default_prefix = "aggregate"
+    __class_getitem__ = classmethod(lambda cls, item: cls)  # Aggregate[int], as in tracr
 
     def __init__(
         self, selector: Selector, sop: SOp, default: Any = None, reduction: str = "mean"
@@ -921,7 +1050,12 @@ def categorical(sop: SOp) -> SOp:
 
 def get_encoding(sop: SOp) -> Encoding:
     """The encoding of ``sop`` (categorical unless annotated otherwise)."""
-    return sop._annotations.get("encoding", Encoding.CATEGORICAL)
+    got = sop._annotations.get("encoding")
+    if got is not None:
+        return got
+    if isinstance(sop, SOp):
+        return DEFAULT_ANNOTATORS.get("encoding", default_encoding)(sop)
+    return Encoding.CATEGORICAL
 
 
 def is_numerical(sop: RASPExpr) -> bool:
@@ -935,6 +1069,132 @@ def is_categorical(sop: RASPExpr) -> bool:
 def value_range(sop: SOp) -> tuple[float, float] | None:
     """The declared value range of a numerical S-op, or None."""
     return sop._annotations.get("value_range")
+
+
+def default_encoding(expr: RASPExpr) -> Encoding:
+    """The encoding of an S-op that was not annotated: categorical (tracr's default).
+
+    Raises:
+        TypeError: ``expr`` is not an S-op.
+
+    >>> default_encoding(tokens).value
+    'categorical'
+    """
+    if not isinstance(expr, SOp):
+        raise TypeError(f"only an S-op has an encoding, got {type(expr).__name__} {expr!r}")
+    return Encoding.CATEGORICAL
+
+
+_PRIMITIVE_NAMES = ((TokensType, "tokens"), (IndicesType, "indices"), (LengthType, "length"))
+
+
+def default_name(expr: RASPExpr) -> str:
+    """The name of an expression that was not named: its kind (``"map"``, ``"select"``).
+
+    >>> default_name(Map(lambda x: x, tokens)), default_name(indices)
+    ('map', 'indices')
+    """
+    for cls, name in _PRIMITIVE_NAMES:
+        if isinstance(expr, cls):
+            return name
+    return expr._default_prefix
+
+
+DEFAULT_ANNOTATORS["encoding"] = default_encoding
+DEFAULT_ANNOTATORS["name"] = default_name
+
+
+def sop_not(sop: SOp) -> SOp:
+    """``not x`` at every position (``~sop``).
+
+    >>> from attnsim import rasp
+    >>> rasp.evaluate(sop_not(rasp.tokens == "a"), ["a", "b"])
+    [False, True]
+    """
+    _check_expr(sop, "sop_not", SOp)
+    return ~sop
+
+
+def selector_not(inner: Selector, simplify: bool = True) -> Selector:
+    """``not`` of a selector: a Select with the negated predicate when ``inner`` is a
+    Select and ``simplify``, else a ``SelectorNot``.
+
+    >>> from attnsim import rasp
+    >>> before = selector_not(rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.GEQ))
+    >>> type(before).__name__, rasp.evaluate(rasp.SelectorWidth(before), "abc")
+    ('Select', [0, 1, 2])
+    """
+    _check_expr(inner, "selector_not", Selector)
+    if simplify and isinstance(inner, Select):
+        pred = inner.predicate
+        return Select(inner.keys, inner.queries, lambda k, q, p=pred: not p(k, q))
+    return SelectorNot(inner)
+
+
+def selector_and(fst: Selector, snd: Selector, simplify: bool = True) -> Selector:
+    """Both selectors: one Select with the combined predicate when both are Selects on the
+    same keys and queries (a ``Full`` side matches any) and ``simplify``, else a
+    ``SelectorAnd``.
+
+    >>> from attnsim import rasp
+    >>> i, C = rasp.indices, rasp.Comparison
+    >>> band = selector_and(rasp.Select(i, i, C.LEQ), rasp.Select(i, i, C.GEQ))
+    >>> type(band).__name__, rasp.evaluate(rasp.SelectorWidth(band), "abc")
+    ('Select', [1, 1, 1])
+    """
+    _check_expr(fst, "selector_and", Selector)
+    _check_expr(snd, "selector_and", Selector)
+    if simplify and isinstance(fst, Select) and isinstance(snd, Select):
+        merged = _merge_selects(fst, snd, lambda a, b: a and b)
+        if merged is not None:
+            return merged
+    return SelectorAnd(fst, snd)
+
+
+def selector_or(fst: Selector, snd: Selector, simplify: bool = True) -> Selector:
+    """Either selector: one Select with the combined predicate when both are Selects on the
+    same keys and queries (a ``Full`` side matches any) and ``simplify``, else a
+    ``SelectorOr``.
+
+    >>> from attnsim import rasp
+    >>> i, C = rasp.indices, rasp.Comparison
+    >>> ends = selector_or(rasp.Select(i, i, C.LT), rasp.Select(i, i, C.GT))
+    >>> rasp.evaluate(rasp.SelectorWidth(ends), "abc")
+    [2, 2, 2]
+    """
+    _check_expr(fst, "selector_or", Selector)
+    _check_expr(snd, "selector_or", Selector)
+    if simplify and isinstance(fst, Select) and isinstance(snd, Select):
+        merged = _merge_selects(fst, snd, lambda a, b: a or b)
+        if merged is not None:
+            return merged
+    return SelectorOr(fst, snd)
+
+
+def _merge_selects(fst: Select, snd: Select, combine: Callable) -> Select | None:
+    """One Select equal to ``combine(fst, snd)``, or None when their inputs differ.
+
+    A ``Full`` key (or query) side holds one value everywhere: it is folded into that
+    side's predicate, so the other Select's S-op serves for both.
+    """
+    preds = [fst.predicate, snd.predicate]
+    keys: SOp | None = None
+    queries: SOp | None = None
+    for i, (this, other) in enumerate(((fst, snd), (snd, fst))):
+        if isinstance(this.keys, Full):
+            keys = other.keys
+            preds[i] = lambda k, q, p=preds[i], c=this.keys.fill: p(c, q)
+        if isinstance(this.queries, Full):
+            queries = other.queries
+            preds[i] = lambda k, q, p=preds[i], c=this.queries.fill: p(k, c)
+    if fst.keys is snd.keys:
+        keys = fst.keys
+    if fst.queries is snd.queries:
+        queries = fst.queries
+    if keys is None or queries is None:
+        return None
+    p0, p1 = preds
+    return Select(keys, queries, lambda k, q: combine(p0(k, q), p1(k, q)))
 
 
 # --------------------------------------------------------------------------------------

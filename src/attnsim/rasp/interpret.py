@@ -10,8 +10,11 @@ Values inside the interpreter (glossary: batch, n = sequence length):
   it is the same for every sequence of the batch (a selector on indices, say); consumers
   broadcast it.
 
-Semantics (the same in the compiled models):
+Semantics (the same in the compiled models, and tracr's ``DefaultRASPEvaluator``'s):
 
+- ``Map`` gives None where its input is None, ``SequenceMap`` where any input is, without
+  calling the function (None is "no value", what an empty categorical aggregate gives); a
+  numerical S-op cannot hold None (an error names it);
 - ``Select(keys, queries, p)`` selects key k for query q when ``p(keys[k], queries[q])``;
 - ``Aggregate`` is the mean (or sum) over the selected keys; an empty selection gives the
   default (numerical: 0 unless given; categorical: None unless given); a categorical
@@ -45,7 +48,13 @@ from attnsim.values import as_token, is_hashable, not_in_vocab_message, value_ke
 # names that other layers read from this module
 _as_python_number = columns.as_python_number
 
-__all__ = ["evaluate", "evaluate_batch", "Cat", "RASPEvaluationError", "is_hashable"]
+__all__ = [
+    "evaluate",
+    "evaluate_batch",
+    "Cat",
+    "RASPEvaluationError",
+    "is_hashable",
+]
 
 
 class _Evaluator:
@@ -198,7 +207,8 @@ class _Evaluator:
                 if np.array_equal(x.codes[0], np.arange(len(vals))):  # `indices` itself
                     return np.broadcast_to(vals, x.codes.shape)  # read-only, not a copy
             return vals[x.codes]
-        raw = [_call(e, e.f, v) for v in x.table]
+        # None (no value) stays None without calling the function, as in tracr
+        raw = [None if v is None else _call(e, e.f, v) for v in x.table]
         return columns.cat_from_table_values(x.codes, raw)
 
     def _sequence_map(self, e: E.SequenceMap, args: list[Any]) -> Any:
@@ -223,7 +233,9 @@ class _Evaluator:
                 size = max(len(c.table), 1)
                 vals.append(c.table[u % size])
                 u //= size
-            raw.append(_call(e, e.f, *reversed(vals)))
+            vals.reverse()
+            # None in any argument gives None without calling the function, as in tracr
+            raw.append(None if any(v is None for v in vals) else _call(e, e.f, *vals))
         return columns.cat_from_table_values(inv.astype(np.int64), raw)
 
     # -- selectors -------------------------------------------------------------------------

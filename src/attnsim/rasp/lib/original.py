@@ -162,7 +162,8 @@ def make_dyck_ptf(pairs: Sequence[str]) -> rasp.SOp:
             & same_level
             & rasp.Select(rank, rank - 1, _C.EQ)
         ).named("open_for_close")
-        opener = rasp.Aggregate(partner, rasp.tokens).named("matched_opener")
+        # "" where a bracket has no partner: no opener is "", and a map of None is None
+        opener = rasp.Aggregate(partner, rasp.tokens, default="").named("matched_opener")
         mismatch = rasp.SequenceMap(
             lambda t, o: t in closers and closers[t] != o, rasp.tokens, opener
         ).named("mismatch")

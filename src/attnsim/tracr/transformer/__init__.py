@@ -1,0 +1,1 @@
+"""tracr's ``tracr.transformer`` package: :mod:`~attnsim.tracr.transformer.encoder`."""
