@@ -19,7 +19,7 @@ The differential test against tracr (``tests/fuzz_tracr.py``, needs tracr-pypi; 
 a line saying so without it): ``--tracr N`` (default 2,000; 0 skips it) programs built with
 tracr's own classes, evaluated by tracr's evaluator and, after ``attnsim.rasp.from_tracr``,
 by attnsim's interpreter and compiled model (hard attention); the counts by status (agreed,
-refused, tracr raised, stricter, the known pending classes, disagreements) go under
+refused, tracr raised, stricter, the documented differences, disagreements) go under
 ``"tracr"`` in the results. Its disagreements and unclear errors count in the exit status.
 
 Usage: python benchmarks/compiler_fuzz.py [--programs N | --quick | --full] [--seed 12345]
@@ -113,9 +113,9 @@ def print_tracr(res: dict) -> None:
         f"tracr    drawn {res['drawn']}: compiled {res['compiled']}, agreed {res['agreed']}, "
         f"agreed by error {res['agreed_by_error']}, tracr raised (attnsim answered) "
         f"{res['tracr_raised']}, refused {res['refused']}, stricter {res['stricter']}, "
-        f"pending: None semantics {res['none_pending']}, categorical mean "
-        f"{res['tracr_mean']}; disagreements {res['disagreement']}, unclear errors "
-        f"{res['unclear_error']} ({res['seconds']} s)",
+        f"documented differences: numerical default {res['numerical_default']}, "
+        f"categorical mean {res['tracr_mean']}; disagreements {res['disagreement']}, "
+        f"unclear errors {res['unclear_error']} ({res['seconds']} s)",
         flush=True,
     )
     for reason, count in list(res["reasons"].items())[:12]:

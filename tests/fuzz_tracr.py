@@ -23,14 +23,13 @@ attnsim's interpreter, compiles it with ``attnsim.compile_program`` and runs the
 - ``stricter``: attnsim's interpreter raised a clear error where tracr answered and no value
   of the tracr program is None (a categorical aggregate over several different numbers,
   which tracr averages);
-- ``tracr_mean``: a difference (values, or attnsim's clear error) on an input where tracr's
-  evaluator averages a categorical ``Aggregate`` whose query selects several keys: tracr's
-  mean of equal ints is a float (``str`` of it is ``'2.0'``, attnsim's ``'2'``, as tracr's
-  compiled model gives), and of different numbers their mean, where attnsim raises;
-- ``none_pending``: a difference (values, or a clear error where tracr answered) on an input
-  where some S-op of the tracr program holds None: tracr's Map and SequenceMap give None on
-  None and its empty numerical aggregate gives its default (None unless given), which
-  attnsim's interpreter does not do yet (issue 30);
+- ``tracr_mean``: a value difference on an input where tracr's evaluator averages a
+  categorical ``Aggregate`` whose query selects several keys: tracr's mean of equal ints is a
+  float (``str`` of it is ``'2.0'``, attnsim's ``'2'``, as tracr's compiled model gives);
+  docs/tracr.md lists it;
+- ``numerical_default``: a value difference on an input where a numerical ``Aggregate`` with
+  tracr's default None selects nothing: tracr's evaluator gives None, attnsim 0 (tracr's
+  compiler refuses such an aggregate: a numerical default must be 0); docs/tracr.md lists it;
 - ``disagreement``: a value that differs from tracr's, no None involved;
 - ``unclear_error``: an exception that is not a clear error (``fuzz_programs.is_clear_error``).
 
@@ -64,7 +63,7 @@ STATUSES = (
     "refused",
     "stricter",
     "tracr_mean",
-    "none_pending",
+    "numerical_default",
     "disagreement",
     "unclear_error",
 )
@@ -647,6 +646,21 @@ def holds_none(program: Any, xs: list) -> bool:
     )
 
 
+def empty_numerical_default(program: Any, xs: list) -> bool:
+    """Whether a numerical ``Aggregate`` of ``program`` whose default is None (tracr's) selects
+    nothing for some query on ``xs``: tracr's evaluator gives None there, attnsim 0."""
+    recorded = _recorded(program, xs)
+    values = {id(e): vals for e, vals in recorded}
+    for e, _ in recorded:
+        if not isinstance(e, tr.Aggregate) or e.default is not None:
+            continue
+        held = list(e.annotations)
+        if "encoding" in held and e.annotations["encoding"] == tr.Encoding.NUMERICAL:
+            if any(not any(map(bool, row)) for row in values.get(id(e.selector), [])):
+                return True
+    return False
+
+
 def averages_categorical(program: Any, xs: list) -> bool:
     """Whether tracr's evaluator takes the mean of several selected values of a categorical
     ``Aggregate`` of ``program`` on ``xs`` (attnsim takes one value or raises)."""
@@ -758,9 +772,9 @@ def check_case(case: TracrCase, attention: str = "hard") -> fp.Outcome:
             out.inputs_agreed += 1
         if differs is not None:
             status, reason = differs
-            if holds_none(case.program, xs):
-                status = "none_pending"
-            elif averages_categorical(case.program, xs):
+            if status == "disagreement" and empty_numerical_default(case.program, xs):
+                status = "numerical_default"
+            elif status == "disagreement" and averages_categorical(case.program, xs):
                 status = "tracr_mean"
             note(status, reason, detail)
     return out
@@ -787,7 +801,7 @@ class Tally:
         if outcome.status not in ("agreed", "agreed_by_error"):
             self.reasons[f"{outcome.status}: {outcome.reason[:120]}"] += 1
         if (
-            outcome.status in ("tracr_mean", "none_pending", "disagreement", "unclear_error")
+            outcome.status in ("tracr_mean", "numerical_default", "disagreement", "unclear_error")
             and len(self.examples) < self.max_examples
         ):
             self.examples.append(
