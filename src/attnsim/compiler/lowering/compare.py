@@ -152,9 +152,12 @@ def side(ctx: Context, e: E.SOp, form: dict[str, float], values: Sequence[Any] |
     exact_dirs = set(ctx.static_embed) | set(ctx.token_dims) | {BOS, NOTBOS}
     if ctx.token_num_dir is not None:
         exact_dirs.add(ctx.token_num_dir)
+    # exact in the stream: the value itself in one exact direction, or a one-hot block of
+    # exact directions weighted by the values
+    one_dir = r.kind == "num" and len(form) == 1 and abs(next(iter(form.values()), 0.0)) == 1.0
     g = None
-    if values is not None and all(d in exact_dirs for d in form):
-        g = grain_of(nums + list(form.values()))
+    if values is not None and (one_dir or r.kind == "cat") and all(d in exact_dirs for d in form):
+        g = grain_of(nums)
     return Side(bound, g)
 
 
