@@ -222,3 +222,21 @@ def test_random_vocabularies_compare_as_the_interpreter_or_are_refused(vocab, pr
 @given(vocabularies(), st.sampled_from(PREDICATES), st.sampled_from(["width", "mean"]))
 def test_random_vocabularies_many(vocab, pred, kind):
     check_random(vocab, pred, kind)
+
+
+def test_a_conjunction_adds_its_comparisons_rounding():
+    # each computed copy's equality rounds by about 0.02 (|q| + |k| = 1.8e6): seven fit in
+    # the tolerance's half, eight do not
+    vocab = [0.0, 1.0, 9e5, 3.0]
+
+    def conj(n):
+        s = rasp.Select(nt(), nt(), C.EQ)
+        for _ in range(n - 1):
+            s = s & rasp.Select(rasp.numerical(rasp.Map(lambda x: x, nt())), nt(), C.EQ)
+        return rasp.SelectorWidth(s)
+
+    prog = conj(7)
+    model = attnsim.compile_program(prog, vocab=vocab, max_seq_len=4)
+    assert model.run(vocab) == rasp.evaluate(prog, vocab) == [1, 1, 1, 1]
+    with pytest.raises(NotImplementedError, match=r"a conjunction whose numerical comparisons"):
+        attnsim.compile_program(conj(8), vocab=vocab, max_seq_len=4)

@@ -43,6 +43,14 @@ def score(ctx: Context, sel: E.Selector) -> Score:
         # with the BOS terms a head adds (a real query scores BOS like this)
         bos = ((NOTBOS, BOS, max_score - 0.5 * gain), (NOTBOS, BOS, max_score))
         ctx.check_exact_scores(ctx.label(sel), terms, bos)
+        rounding = ctx.roundings.get(sel.uid, 0.0)
+        if isinstance(sel, E.SelectorAnd) and not rounding < compare.TOLERANCE / 2:
+            raise UnsupportedError(
+                f"{ctx.label(sel)}: a conjunction whose numerical comparisons round by up "
+                f"to {rounding:.3g} together, not below {compare.TOLERANCE / 2:g}: the head "
+                "cannot tell its selected keys from the others; combine fewer numerical "
+                "comparisons in one selector"
+            )
     return got
 
 
