@@ -211,14 +211,14 @@ def check_random(vocab, pred, kind):
         assert row["level"] != "exact" or "not below" not in proved, row
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(vocabularies(), st.sampled_from(PREDICATES), st.sampled_from(["width", "mean"]))
 def test_random_vocabularies_compare_as_the_interpreter_or_are_refused(vocab, pred, kind):
     check_random(vocab, pred, kind)
 
 
 @pytest.mark.slow
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(vocabularies(), st.sampled_from(PREDICATES), st.sampled_from(["width", "mean"]))
 def test_random_vocabularies_many(vocab, pred, kind):
     check_random(vocab, pred, kind)

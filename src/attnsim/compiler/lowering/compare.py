@@ -314,7 +314,8 @@ def check_collisions(ctx: Context, label: str, sel: E.Select, matrix: Callable) 
         return
     i, j = (int(x[0]) for x in bad.nonzero())
     k, q = kvals[j], qvals[i]
-    a, b = (k, kheld[j]) if float(kheld[j]) != float(k) else (q, qheld[i])
+    merged_key = kmap is not None and kmap.get(float(k), float(k)) != float(k)
+    a, b = (k, kheld[j]) if merged_key else (q, qheld[i])
     pred = getattr(sel.predicate, "name", "its predicate")
     raise UnsupportedError(
         f"{label}: compares values that differ only by float rounding ({b!r} and {a!r}), "

@@ -4,8 +4,11 @@ A selected key scores ``max_score``, any other key at most ``max_score - 1`` (th
 BOS: ``ir.attention.bos_default_head``). The score terms are
 
 - tables over one-hot values (``ir.attention.table_scores``), for any predicate;
-- ``1 - (q - k)^2`` for equality of integer-valued numbers (``equality_scores``; against a
-  constant ``1 - (c - x)^2``, read on one side only);
+- ``1 - s (q - k)^2`` for equality of numbers (``equality_scores``; against a constant
+  ``1 - s (c - x)^2``, read on one side only) where ``compare`` proves its float rounding
+  below the margin over the values; otherwise, and for the other numerical comparisons, a
+  table over the values' one-hot steps (their ranks), refused where float rounding merges
+  values the predicate tells apart;
 - sums of those for conjunctions, tables over joint values for disjunctions and negations;
 - position tables for static selectors;
 - ``G * base + score`` for ``SelectMax(base, score)``, with a power of two ``G`` above the
