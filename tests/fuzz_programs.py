@@ -143,6 +143,26 @@ PREDICATES = {  # custom Select predicates (key, query) -> bool
 COMPARISONS = [c.name for c in rasp.Comparison]  # all eight, TRUE and FALSE included
 CAT_KINDS = ("int", "str", "bool", "float", "mixed", "tuple")
 
+
+def rounding_vocab(rng: random.Random) -> list[float]:
+    """2 to 5 distinct floats that numerical comparisons lose to rounding: a base of size
+    1e-12 to 1e15, neighbours a few ulps, or a relative 1e-12 to 0.5, away, sometimes a
+    small integer (the compiler must prove its comparisons for them, or refuse them)."""
+    base = rng.uniform(1.0, 10.0) * 10.0 ** rng.randint(-12, 15) * rng.choice([1, -1])
+    out = {base}
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(["ulps", "relative", "relative", "integer"])
+        if kind == "ulps":
+            out.add(base + rng.randint(-8, 8) * math.ulp(base))
+        elif kind == "relative":
+            out.add(base * (1.0 + rng.choice([1e-12, 1e-9, 1e-7, 1e-3, 0.5])))
+        else:
+            out.add(float(rng.randint(-5, 5)))
+    if len(out) < 2:
+        out.add(2.0 * base)
+    return sorted(out)
+
+
 # vocabularies: (name, weight, make(rng), token kind)
 VOCABS = [
     ("small ints", 4, lambda r: list(range(r.randint(2, 5))), "int"),
@@ -153,6 +173,7 @@ VOCABS = [
     ("mixed", 0.5, lambda r: ["a", 1, 2.5][: r.randint(2, 3)], "mixed"),
     ("with None", 0.5, lambda r: [None, 1, 2][: r.randint(2, 3)], "mixed"),
     ("real-valued (vocab=None)", 1.5, lambda r: None, "real"),
+    ("rounding floats", 1, rounding_vocab, "float"),
 ]
 
 
@@ -170,6 +191,9 @@ class FuzzCase:
     fixed_length: bool
     inputs: list[list]
     features: frozenset[str]  # constructs used (for coverage counts)
+    # softmax mode's value_scale (the documented contract: values up to this much larger
+    # than the smallest relevant one); the rounding vocabularies hold values up to 1e15
+    value_scale: float = 1.0
 
     def source(self, attention: str = "hard") -> str:
         """A runnable reproducer: the program, the compile call and the comparison."""
@@ -179,7 +203,9 @@ class FuzzCase:
             f"{body}\nprogram = {self.lines[-1].split(' = ', 1)[0]}\n"
             f"model = compile_program(program, vocab={self.vocab!r}, "
             f"max_seq_len={self.max_seq_len}, causal={self.causal}, "
-            f"fixed_length={self.fixed_length}, attention={attention!r})\n"
+            f"fixed_length={self.fixed_length}, attention={attention!r}"
+            + (f", value_scale={self.value_scale!r}" if self.value_scale != 1.0 else "")
+            + ")\n"
             f"xs = {self.inputs[0]!r}\n"
             f"print(rasp.evaluate(program, xs, causal={self.causal}), model.run(xs))"
         )
@@ -709,13 +735,41 @@ class _Gen:
         self.features.add(f"Comparison {cmp}")
         return self.emit(f"rasp.Select({k}, {q}, {pred})", "sel", feature)
 
+    def rounding_compare(self, depth: int) -> str:
+        """A SelectorWidth or numerical mean over a numerical comparison of the tokens, the
+        programs the rounding vocabularies are drawn for (``rounding_vocab``)."""
+        r = self.rng
+        t = self.emit("rasp.numerical(rasp.tokens)", "num", "tokens (numerical)")
+
+        def side() -> str:  # the token direction itself, or a computed copy of it
+            if r.random() < 0.25:
+                return self.emit(f"rasp.numerical(rasp.Map(lambda x: x, {t}))", "num", "Map")
+            return t
+
+        cmp = r.choice(["EQ", "LT", "LEQ", "GT", "GEQ", "NEQ"])
+        self.features.add(f"Comparison {cmp}")
+        sel = self.emit(
+            f"rasp.Select({side()}, {side()}, rasp.Comparison.{cmp})", "sel", "Select numerical"
+        )
+        if r.random() < 0.25:
+            sel = self.emit(f"{sel} & {self.sel(depth - 1)}", "sel", "SelectorAnd")
+        if r.random() < 0.5:
+            return self.emit(f"rasp.SelectorWidth({sel})", "int", "SelectorWidth")
+        return self.emit(
+            f"rasp.numerical(rasp.Aggregate({sel}, {t}{self.num_default()}))",
+            "num",
+            "Aggregate mean (numerical)",
+        )
+
 
 def random_case(rng: random.Random, max_depth: int = 4) -> FuzzCase:
     """A random program of the whole language, compile settings and inputs."""
     g = _Gen(rng)
     depth = rng.randint(1, max_depth)
     u = rng.random()
-    if u < 0.45:
+    if g.vocab_name == "rounding floats" and u < 0.6:
+        g.rounding_compare(depth)
+    elif u < 0.45:
         g.num(depth)
     else:
         g.cat(depth)
@@ -737,7 +791,13 @@ def random_case(rng: random.Random, max_depth: int = 4) -> FuzzCase:
         fixed_length=fixed,
         inputs=inputs,
         features=frozenset(g.features),
+        value_scale=_value_scale(g.vocab) if g.vocab_name == "rounding floats" else 1.0,
     )
+
+
+def _value_scale(vocab: list) -> float:
+    """The softmax value_scale of a rounding vocabulary: its largest size (at least 1)."""
+    return max([1.0] + [abs(float(v)) for v in vocab])
 
 
 def random_inputs(
@@ -911,6 +971,7 @@ def compile_case(case: FuzzCase, attention: str):
         causal=case.causal,
         fixed_length=case.fixed_length,
         attention=attention,
+        value_scale=case.value_scale,
     )
 
 

@@ -71,8 +71,8 @@ def test_a_state_dict_of_complex_weights_is_refused(tmp_path, capsys):
     err = _error([*SIM, "--module", str(f), "--heads", "2"], capsys)
     assert err == (
         f"attnsim simulate: error: --module {f}: in_proj_weight holds complex numbers "
-        f"(torch.complex64); a torch layer's weights are real: save real weights (the "
-        f"simulated layer is real)\n"
+        f"(torch.complex64); the weights of a layer U simulates are real, and a conversion "
+        f"would keep only their real parts: save real weights\n"
     )
 
 

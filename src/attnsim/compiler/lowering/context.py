@@ -75,6 +75,7 @@ class Context:
         self.realisations: list[Realisation] = []
         self.squares: dict[tuple, tuple[str, After]] = {}
         self.gains: dict[int, float] = {}  # SelectMax selector uid -> the gain G of its base
+        self.roundings: dict[int, float] = {}  # selector uid -> a bound on its scores' rounding
         self.float32_needs: list[Float32Need] = []
         self.numeric_reads: set[int] = set()  # S-ops read as numbers
         self.bounds: dict[str, float] = {}  # direction -> a bound on |its value| (internal ones)

@@ -4,8 +4,11 @@ A selected key scores ``max_score``, any other key at most ``max_score - 1`` (th
 BOS: ``ir.attention.bos_default_head``). The score terms are
 
 - tables over one-hot values (``ir.attention.table_scores``), for any predicate;
-- ``1 - (q - k)^2`` for equality of integer-valued numbers (``equality_scores``; against a
-  constant ``1 - (c - x)^2``, read on one side only);
+- ``1 - s (q - k)^2`` for equality of numbers (``equality_scores``; against a constant
+  ``1 - s (c - x)^2``, read on one side only) where ``compare`` proves its float rounding
+  below the margin over the values; otherwise, and for the other numerical comparisons, a
+  table over the values' one-hot steps (their ranks), refused where float rounding merges
+  values the predicate tells apart;
 - sums of those for conjunctions, tables over joint values for disjunctions and negations;
 - position tables for static selectors;
 - ``G * base + score`` for ``SelectMax(base, score)``, with a power of two ``G`` above the
@@ -21,13 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from attnsim.compiler.lowering import forms
+from attnsim.compiler.lowering import compare, forms
 from attnsim.compiler.lowering.context import FAILED, MAX_LOOKUP, Context, apply_safely
 from attnsim.compiler.lowering.program import After, UnsupportedError
 from attnsim.ir import attention
+from attnsim.ir import discretise as D
 from attnsim.ir.blocks import BOS, NOTBOS, linear_form
 from attnsim.rasp import expr as E
-from attnsim.values import is_number, value_key
+from attnsim.values import as_number, is_number, value_key
 
 Score = tuple[tuple, float, After]
 
@@ -42,6 +46,14 @@ def score(ctx: Context, sel: E.Selector) -> Score:
         # with the BOS terms a head adds (a real query scores BOS like this)
         bos = ((NOTBOS, BOS, max_score - 0.5 * gain), (NOTBOS, BOS, max_score))
         ctx.check_exact_scores(ctx.label(sel), terms, bos)
+        rounding = ctx.roundings.get(sel.uid, 0.0)
+        if isinstance(sel, E.SelectorAnd) and not rounding < compare.TOLERANCE / 2:
+            raise UnsupportedError(
+                f"{ctx.label(sel)}: a conjunction whose numerical comparisons round by up "
+                f"to {rounding:.3g} together, not below {compare.TOLERANCE / 2:g}: the head "
+                "cannot tell its selected keys from the others; combine fewer numerical "
+                "comparisons in one selector"
+            )
     return got
 
 
@@ -60,6 +72,8 @@ def _score(ctx: Context, sel: E.Selector) -> Score:
                 )
         t1, m1, r1 = score(ctx, sel.fst)
         t2, m2, r2 = score(ctx, sel.snd)
+        parts = (ctx.roundings.get(sel.fst.uid, 0.0), ctx.roundings.get(sel.snd.uid, 0.0))
+        ctx.roundings[sel.uid] = sum(parts)
         return t1 + t2, m1 + m2, r1 | r2
     if isinstance(sel, E.Select):
         return _select_score(ctx, sel)
@@ -116,14 +130,28 @@ def _max_score(ctx: Context, sel: E.SelectMax) -> Score:
     bound = max(abs(lo), abs(hi)) * stretch
     gain = 2.0 ** math.ceil(math.log2(4.0 * (bound + 1.0)))
     scaled = attention.max_scores(terms, gain, form, stretch)
-    exact = values is not None
+    # rounding: the base's, scaled by the gain, and that of the sum itself
+    base_rounding = ctx.roundings.get(sel.base.uid, 0.0)
+    proof = compare.max_proof(ctx, base_rounding, gain, max_score, bound, len(scaled))
+    what = f"{stretch:g} * {ctx.label(sel.score)}"
+    if values is not None and not proof.holds:
+        # the score's ranks instead (steps on its values): small integers, 1 apart
+        rank_form, rank_after, n = _score_ranks(ctx, sel, form, values)
+        after = base_after | rank_after
+        gain = 2.0 ** math.ceil(math.log2(4.0 * n))
+        scaled = attention.max_scores(terms, gain, rank_form, 1.0)
+        first = proof
+        proof = compare.max_proof(ctx, base_rounding, gain, max_score, n - 1.0, len(scaled))
+        what = f"the rank of {ctx.label(sel.score)} (on its values {first.text()})"
+    exact = values is not None and proof.holds
+    ctx.roundings[sel.uid] = proof.rounding
     ctx.gains[sel.uid] = gain
     ctx.guard(
         ctx.rep(sel.score).after, ctx.label(sel.score), linear_form(form), value_range=(lo, hi)
     )
     ctx.realised(
         label,
-        f"max by one head: score {gain:g} * base + {stretch:g} * {ctx.label(sel.score)}",
+        f"max by one head: score {gain:g} * base + {what}",
         "exact" if exact else "bounded",
         0,
         note=(
@@ -133,11 +161,33 @@ def _max_score(ctx: Context, sel: E.SelectMax) -> Score:
             else "hard attention averages the keys within its tolerance (0.25) of the "
             "largest score, softmax weights them by exp(beta * score): the mean of the "
             "score over it is within that of the row maximum (exact for scores apart "
-            "by more than the tolerance)"
+            "by more than the tolerance)" + ("" if proof.holds else f"; {proof.text()}")
         )
         + "; the score range is checked at run time",
     )
     return scaled, gain * max_score, after
+
+
+def _score_ranks(
+    ctx: Context, sel: E.SelectMax, form: dict, values: Sequence[Any]
+) -> tuple[dict, After, int]:
+    """``(form, after, n)``: the rank (0 to n - 1) of a SelectMax's score among its values,
+    by steps; refuses values that differ only by float rounding (the steps merge them)."""
+    label = ctx.label(sel)
+    xs = sorted({float(v) for v in values if v is not None})
+    groups = D.close_groups(xs)
+    for group in groups:
+        if len(group) > 1:
+            raise UnsupportedError(
+                f"{label}: its score {ctx.label(sel.score)!r} takes values that differ only "
+                f"by float rounding ({group[0]!r} and {group[1]!r}), which the model cannot "
+                "tell apart, while the maximum does; round the score first (for example "
+                "with a map to round(x, 9)) or keep its values further apart"
+            )
+    table = {value_key(as_number(x)): float(i) for i, x in enumerate(xs)}
+    r = ctx.rep(sel.score)
+    rank = forms.discretise(ctx, f"{label}@rank", form, r.after, xs, table, None, num_out=True)
+    return dict(rank.form), rank.after, len(xs)
 
 
 def _static_score(ctx: Context, sel: E.Selector) -> Score:
@@ -146,12 +196,16 @@ def _static_score(ctx: Context, sel: E.Selector) -> Score:
         and sel.predicate is E.Comparison.EQ
         and _integer_valued(ctx.vi.static_values(sel.keys))
         and _integer_valued(ctx.vi.static_values(sel.queries))
+        and _static_proof(ctx, sel).holds
     ):
         fq = forms.numeric_static(ctx, sel.queries)
         fk = forms.numeric_static(ctx, sel.keys)
         sq = forms.static_square(ctx, sel.queries)
         sk = forms.static_square(ctx, sel.keys)
+        ctx.roundings[sel.uid] = _static_proof(ctx, sel).rounding
         return attention.equality_scores(fq, sq, fk, sk, 1.0), 1.0, frozenset()
+    # any other static selector (and an equality of integers too large for its scores):
+    # a table over positions, exact
     m = ctx.vi.static_matrix(sel)
     for i in range(ctx.L):
         forms.position_dir(ctx, i)
@@ -170,18 +224,22 @@ def _select_score(ctx: Context, sel: E.Select) -> Score:
     if kr.kind == "cat" and qr.kind == "cat":
         return _table_score(ctx, sel.keys, sel.queries, pred)
     kvals, qvals = ctx.vi.values(sel.keys), ctx.vi.values(sel.queries)
+    finite = kvals is not None and qvals is not None
     if pred is E.Comparison.EQ:
         fk, fq = forms.numeric_form(ctx, sel.keys), forms.numeric_form(ctx, sel.queries)
         both = [v for v in (kvals or ()) + (qvals or ()) if v is not None]
-        if kvals is not None and qvals is not None:
-            gap = _min_gap(both)
-        else:  # a real-valued side is checked integer at run time: how far from the other's
-            gap = _integer_gap(both)
-        if kvals is None or qvals is None:
-            for s, f, r in ((sel.keys, fk, kr), (sel.queries, fq, qr)):
-                if ctx.vi.values(s) is None:
-                    ctx.guard(r.after, ctx.label(s), linear_form(f), integer=True)
+        # a real-valued side is checked integer at run time: how far from the other's values
+        gap = _min_gap(both) if finite else _integer_gap(both)
         scale = 1.0 / (gap * gap)
+        proof = _equality_proof(ctx, sel, fk, fq, scale)
+        if not proof.holds and finite:
+            # the values' ranks instead: each side one-hot on its values, a table over pairs
+            return _ranked(ctx, sel, proof)
+        if not finite:
+            proof = _real_valued_guards(ctx, sel, fk, fq, scale, proof)
+        else:
+            compare.record(ctx, ctx.label(sel), "equality 1 - s (q - k)^2 on the values", proof)
+        ctx.roundings[sel.uid] = proof.rounding
         for const_side in ("queries", "keys"):
             c = _constant(ctx, getattr(sel, const_side))
             if c is None:
@@ -198,8 +256,8 @@ def _select_score(ctx: Context, sel: E.Select) -> Score:
         sk, rk = _square_of(ctx, sel.keys, fk, kr.after)
         sq, rq = _square_of(ctx, sel.queries, fq, qr.after)
         return attention.equality_scores(fq, sq, fk, sk, scale), 1.0, rk | rq
-    if kvals is not None and qvals is not None:
-        return _table_score(ctx, sel.keys, sel.queries, pred)
+    if finite:
+        return _ranked(ctx, sel, None)
     raise UnsupportedError(
         f"{ctx.label(sel)}: compares real-valued S-ops with {_pred_name(pred)}; only "
         "EQ (on integer values) is supported for S-ops without a finite value set"
@@ -215,6 +273,100 @@ def _constant(ctx: Context, e: E.SOp) -> float | None:
         return None
     first = float(vals[0])
     return first if all(float(v) == first for v in vals) else None
+
+
+def _equality_proof(ctx: Context, sel: E.Select, fk: dict, fq: dict, scale: float) -> compare.Proof:
+    """What float rounding does to the scores ``1 - scale (q - k)^2`` of an equality."""
+    sides = []
+    for e, f in ((sel.queries, fq), (sel.keys, fk)):
+        c = _constant(ctx, e)
+        if c is None:
+            sides.append(compare.side(ctx, e, f, ctx.vi.values(e)))
+        else:  # a constant is a weight of the scores, not a feature
+            sides.append(compare.Side(abs(c), compare.grain_of([c])))
+    n_terms = len(fq) * len(fk) + 3
+    return compare.equality_proof(ctx, sides[0], sides[1], scale, n_terms)
+
+
+def _ranked(ctx: Context, sel: E.Select, proof: compare.Proof | None) -> Score:
+    """A comparison of numbers with finite value sets as a table over their one-hot values
+    (their ranks), once no two values it tells apart are merged by float rounding."""
+    label = ctx.label(sel)
+    compare.check_collisions(ctx, label, sel, pred_matrix)
+    got = _table_score(ctx, sel.keys, sel.queries, sel.predicate)
+    stepped = [
+        (ctx.vi.values(e) or (), ctx.rep(e).kind == "num" and not ctx.vi.is_static(e))
+        for e in (sel.keys, sel.queries)
+    ]
+    table, step = compare.table_proof(ctx, stepped)
+    if not table.holds:
+        lo, hi, x = step or (math.nan, math.nan, math.nan)
+        raise UnsupportedError(
+            f"{label}: compares values too close for their size: the model's step between "
+            f"{lo!r} and {hi!r} rounds at the value {x!r} ({table.text()}); keep the values "
+            "further apart relative to their size (or round them first)"
+        )
+    ctx.roundings[sel.uid] = table.rounding
+    note = "" if proof is None else f"on the values themselves {proof.text()}"
+    compare.record(
+        ctx, label, f"{_pred_name(sel.predicate)} as a table over the values' ranks", table, note
+    )
+    return got
+
+
+def _real_valued_guards(
+    ctx: Context, sel: E.Select, fk: dict, fq: dict, scale: float, proof: compare.Proof
+) -> compare.Proof:
+    """Run-time checks of an equality with a side without a finite value set: integers, and
+    within the declared range (or, undeclared, the largest size the proof allows); returns
+    the proof that holds within them."""
+    label = ctx.label(sel)
+    sides = ((sel.keys, fk), (sel.queries, fq))
+    unknown = [(e, f) for e, f in sides if ctx.vi.values(e) is None]
+    declared = all(E.value_range(e) is not None for e, _ in unknown)
+    # the size of a side that has one: its values, or its declared range
+    fixed = [compare.side(ctx, e, f, ctx.vi.values(e)).bound for e, f in sides]
+    other = next((b for b in fixed if math.isfinite(b)), None)
+    n_terms = len(fq) * len(fk) + 3
+    bound = math.inf
+    if not declared:
+        bound = compare.largest_magnitude(ctx, other, scale, n_terms)
+        wide = compare.Side(bound if other is None else other, None)
+        proof = compare.equality_proof(ctx, compare.Side(bound, None), wide, scale, n_terms)
+    if not proof.holds:
+        where = "over their declared value_range" if declared else "at any size"
+        raise UnsupportedError(
+            f"{label}: compares numbers by EQ {where}, where {proof.text()}: its scores "
+            "1 - (q - k)^2 cannot tell neighbouring integers apart there; "
+            + ("declare a narrower value_range" if declared else "compare smaller numbers")
+        )
+    for e, f in unknown:
+        r = ctx.rep(e)
+        ctx.guard(r.after, ctx.label(e), linear_form(f), integer=True)
+        rng = E.value_range(e) or (-bound, bound)
+        why = (
+            ""
+            if E.value_range(e)
+            else f"{label} compares it by EQ, proved exact only for integers within "
+            f"+-{bound:g} ({proof.dtype} rounding of its scores); compare smaller numbers"
+        )
+        ctx.guard(r.after, ctx.label(e), linear_form(f), value_range=rng, reason=why)
+    note = (
+        "over the declared value_range (checked at run time)"
+        if declared
+        else f"for integers within +-{bound:g}, checked at run time"
+    )
+    compare.record(ctx, label, "equality 1 - (q - k)^2 on integers", proof, note)
+    return proof
+
+
+def _static_proof(ctx: Context, sel: E.Select) -> compare.Proof:
+    """The proof for a static equality of integers written as ``1 - (q - k)^2``."""
+    sides = []
+    for e in (sel.queries, sel.keys):
+        vals = [float(v) for v in ctx.vi.static_values(e)]
+        sides.append(compare.Side(max(abs(x) for x in vals), compare.grain_of(vals)))
+    return compare.equality_proof(ctx, sides[0], sides[1], 1.0, 4)
 
 
 def _square_of(ctx: Context, e: E.SOp, form: dict, after: After) -> tuple[str, After]:
@@ -241,6 +393,8 @@ def _check_table_size(nq: int, nk: int) -> None:
 def _joint_score(ctx: Context, sel: E.Selector) -> Score:
     leaves: list[E.Select] = []
     _collect_leaves(sel, leaves)
+    for leaf in leaves:  # numerical sides become one-hot by steps: no value may collide
+        compare.check_collisions(ctx, ctx.label(sel), leaf, pred_matrix)
     keys = _unique([s.keys for s in leaves])
     queries = _unique([s.queries for s in leaves])
     # the joint keys and queries get names of the selector's, so that the directions
