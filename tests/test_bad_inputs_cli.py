@@ -37,6 +37,7 @@ RASP_FILES = {
 }
 
 SIM = ["simulate", "--max-n", "2"]
+SD_FACTS = ["--layer-norm-eps", "1e-5", "--no-add-zero-attn"]  # what a state_dict cannot tell
 
 # (id, argv, pattern the stderr must match)
 ERRORS = [
@@ -67,11 +68,12 @@ ERRORS = [
         "state-dict-without-heads",
         [*SIM, "--module", "{d}/mha2.pt"],
         r"state_dict of an nn\.MultiheadAttention, which does not record its number of "
-        r"heads; pass --heads H \(H divides d = 4: 1, 2, 4\)",
+        r"heads or whether its attention adds a zero key \(add_zero_attn\); pass --heads H "
+        r"\(H divides d = 4: 1, 2, 4\); --no-add-zero-attn",
     ),
     (
         "heads-not-a-divisor",
-        [*SIM, "--module", "{d}/mha2.pt", "--heads", "3"],
+        [*SIM, "--module", "{d}/mha2.pt", "--heads", "3", "--no-add-zero-attn"],
         r"--heads 3 does not divide the width d = 4 of --module .*; pass one of 1, 2, 4",
     ),
     (
@@ -81,7 +83,7 @@ ERRORS = [
     ),
     (
         "encoder-state-dict-without-activation",
-        [*SIM, "--module", "{d}/enc.pt", "--heads", "2"],
+        [*SIM, "--module", "{d}/enc.pt", "--heads", "2", *SD_FACTS],
         r"does not record its activation or whether it is pre-norm; pass --activation "
         r"relu\|gelu\|gelu_tanh\|maxmin; --norm-first or --no-norm-first",
     ),
@@ -133,7 +135,7 @@ ERRORS = [
     ),
     (
         "max-d-below-module-width",
-        [*SIM, "--module", "{d}/mha2.pt", "--heads", "2", "--max-d", "2"],
+        [*SIM, "--module", "{d}/mha2.pt", "--heads", "2", "--no-add-zero-attn", "--max-d", "2"],
         r"--max-d 2 is smaller than the 4 of --module .*; pass --max-d 4 or more",
     ),
     # -- simulate / verify: sizes and options that would be ignored ----------------------
@@ -486,12 +488,17 @@ def _encoder_oracle(d: Path) -> torch.Tensor:
 
 RESULTS = [
     # a state_dict with the right --heads: the 2-head layer, not a 1-head one
-    ("state-dict-with-heads", [*SIM, "--module", "{d}/mha2.pt", "--heads", "2"], _mha_oracle),
+    (
+        "state-dict-with-heads",
+        [*SIM, "--module", "{d}/mha2.pt", "--heads", "2", "--no-add-zero-attn"],
+        _mha_oracle,
+    ),
     # a whole module records its heads: no flag needed
     ("whole-module-reads-its-heads", [*SIM, "--module", "{d}/mha2_module.pt"], _mha_oracle),
     (
         "encoder-state-dict-with-every-fact",
-        [*SIM, "--module", "{d}/enc.pt", "--heads", "2", "--activation", "gelu", "--norm-first"],
+        [*SIM, "--module", "{d}/enc.pt", "--heads", "2", "--activation", "gelu", "--norm-first"]
+        + SD_FACTS,
         _encoder_oracle,
     ),
     (

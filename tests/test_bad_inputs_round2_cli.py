@@ -118,42 +118,51 @@ def eps_layer(tmp_path_factory):
 
 
 def _encoder_argv(path: Path) -> list[str]:
-    return [*SIM, "--module", str(path), "--heads", "2", "--activation", "relu", "--no-norm-first"]
+    argv = [*SIM, "--module", str(path), "--heads", "2", "--activation", "relu"]
+    return [*argv, "--no-norm-first", "--no-add-zero-attn"]
 
 
-def test_a_state_dict_run_prints_each_assumption(eps_layer, capsys):
+def test_a_state_dict_run_needs_every_fact_it_cannot_tell(eps_layer, capsys):
     enc, path = eps_layer
-    assert main(_encoder_argv(path)) == 0
+    err = _error(_encoder_argv(path), capsys)
+    assert err == (
+        f"attnsim simulate: error: --module {path} is a state_dict of an "
+        "nn.TransformerEncoderLayer, which does not record its LayerNorm eps; pass "
+        "--layer-norm-eps EPS (torch's default is 1e-05)\n"
+    )
+
+
+def test_a_state_dict_run_prints_each_fact_and_its_source(eps_layer, capsys):
+    enc, path = eps_layer
+    assert main([*_encoder_argv(path), "--layer-norm-eps", "1e-5"]) == 0
     out = capsys.readouterr().out.splitlines()
     start = out.index(f"--module {path}: the layer simulated, fact by fact:")
-    assert out[start + 1 : start + 12] == [
+    assert out[start + 1 : start + 11] == [
         "  heads           2  (--heads)",
         "  activation      relu  (--activation)",
         "  norm_first      False  (--no-norm-first)",
-        "  layer_norm_eps  1e-05  (assumed: torch's default; --layer-norm-eps sets it)",
-        "  add_zero_attn   False  (assumed: torch's default; --add-zero-attn sets it)",
+        "  layer_norm_eps  1e-05  (--layer-norm-eps)",
+        "  add_zero_attn   False  (--no-add-zero-attn)",
         "  bias            True  (the file)",
         "  causal mask     False  (no --causal)",
         "  dropout         off  (simulated in eval mode)",
         "  batch_first     either  (X is one sequence [n, d])",
-        "  T(X), U's output and the error below are those of this layer; a saved layer",
-        "  that differs from an assumption computes something else: give its flag",
+        "  T(X), U's output and the error below are those of this layer",
     ]
-    assert out[start + 12] == "T(X) (plain torch, the layer above):"
+    assert out[start + 11] == "T(X) (plain torch, the layer above):"
 
 
-def test_the_assumed_eps_is_what_runs_and_the_flag_gives_the_saved_layer(eps_layer, capsys):
+def test_the_eps_flag_decides_and_gives_the_saved_layer(eps_layer, capsys):
     enc, path = eps_layer
     want = enc(_x(2, 4)).detach()  # the saved layer, eps 0.3
-    assert main([*_encoder_argv(path), "--json"]) == 0
+    assert main([*_encoder_argv(path), "--layer-norm-eps", "1e-5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assumed = out["target"]["facts"]["layer_norm_eps"]
-    assert assumed == {
+    assert out["target"]["facts"]["layer_norm_eps"] == {
         "value": "1e-05",
-        "from": "assumed: torch's default; --layer-norm-eps sets it",
+        "from": "--layer-norm-eps",
     }
     got = torch.tensor(out["simulated"], dtype=torch.float64)
-    assert not torch.allclose(got, want, atol=1e-6)  # eps matters: the assumption is not it
+    assert not torch.allclose(got, want, atol=1e-6)  # eps matters: another eps, another layer
     assert main([*_encoder_argv(path), "--layer-norm-eps", "0.3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["target"]["facts"]["layer_norm_eps"] == {"value": "0.3", "from": "--layer-norm-eps"}
@@ -268,7 +277,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(capsys, mon
 def test_a_missing_key_names_the_file_once(tmp_path, capsys):
     f = tmp_path / "partial.pt"
     torch.save({"in_proj_weight": torch.zeros(12, 4)}, f)
-    err = _error([*SIM, "--module", str(f), "--heads", "2"], capsys)
+    err = _error([*SIM, "--module", str(f), "--heads", "2", "--no-add-zero-attn"], capsys)
     assert err.count(str(f)) == 1, err
     assert err.startswith(
         f"attnsim simulate: error: --module {f}: the weights do not fit a MultiheadAttention: "

@@ -58,8 +58,9 @@ def test_encoder_without_biases_and_with_tanh_gelu(tmp_path, capsys):
     torch.save(enc.state_dict(), tmp_path / "sd.pt")
     torch.save(enc, tmp_path / "module.pt")
     want = enc(_x(3, 4)).detach()
-    argv = ["--module", str(tmp_path / "sd.pt"), "--heads", "2"]
-    got = _simulated([*argv, "--activation", "gelu_tanh", "--no-norm-first"], capsys)
+    argv = ["--module", str(tmp_path / "sd.pt"), "--heads", "2", "--layer-norm-eps", "1e-5"]
+    argv += ["--no-add-zero-attn", "--activation", "gelu_tanh", "--no-norm-first"]
+    got = _simulated(argv, capsys)
     assert torch.allclose(got, want, rtol=1e-9, atol=1e-12)
     got = _simulated(["--module", str(tmp_path / "module.pt")], capsys)
     assert torch.allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -84,8 +84,7 @@ def test_names_and_encodings_are_kept_and_default_names_dropped():
     assert cx.label == "x1" and rasp.is_numerical(cx)
     assert rasp.is_categorical(rasp.from_tracr(cat))
     conv_plain = rasp.from_tracr(plain)
-    assert "name" not in conv_plain.annotations  # tracr's default name is not kept
-    assert conv_plain.label.startswith("map_")
+    assert conv_plain.label.startswith("map_")  # tracr's default name "map" is not kept
     assert rasp.evaluate(conv, [1, 2]) == tr.evaluate(prog, [1, 2]) == [1, 3]
     # primitives stay attnsim's own; annotated ones are annotated copies of them
     assert rasp.from_tracr(tr.tokens) is rasp.tokens

@@ -384,4 +384,6 @@ def test_kinds_refused_where_they_do_not_apply(capsys):
     assert got["failures"] == [] and got["count"] == 3
     assert main(["simulate", "--layer", "glu"]) != 0
     err = capsys.readouterr().err
-    assert "attnsim verify" in err and "Traceback" not in err
+    assert "invalid choice: 'glu'" in err and "Traceback" not in err
+    assert main(["simulate", "--help"]) == 0  # simulate's help says where the kinds are
+    assert "attnsim verify --layer KIND" in " ".join(capsys.readouterr().out.split())

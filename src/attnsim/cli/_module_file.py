@@ -70,20 +70,25 @@ def module_target(args: argparse.Namespace):
                 f"{attr.replace('_', ' ')} = {recorded}; leave the flag out or pass {shown}"
             )
     if saved.is_state_dict:
-        missing = [
-            flag for flag, attr, given, _ in facts if given is None and attr != "layer_norm_eps"
-        ]
+        # a state_dict records none of these: the flags decide, none is assumed
+        missing = [flag for flag, _, given, _ in facts if given is None]
+        if args.add_zero_attn is None:
+            missing.append("--add-zero-attn")
         if missing:
             need = {
                 "--heads": f"--heads H (H divides d = {saved.d_model}: "
                 f"{', '.join(map(str, adapters.divisors(saved.d_model)))})",
                 "--activation": "--activation relu|gelu|gelu_tanh|maxmin",
                 "--norm-first": "--norm-first or --no-norm-first",
+                "--layer-norm-eps": "--layer-norm-eps EPS (torch's default is 1e-05)",
+                "--add-zero-attn": "--no-add-zero-attn (U does not simulate add_zero_attn=True)",
             }
             said = {
                 "--heads": "its number of heads",
                 "--activation": "its activation",
                 "--norm-first": "whether it is pre-norm",
+                "--layer-norm-eps": "its LayerNorm eps",
+                "--add-zero-attn": "whether its attention adds a zero key (add_zero_attn)",
             }
             raise UserError(
                 f"--module {name} is a state_dict of an {what}, which does not record "
@@ -160,13 +165,12 @@ def _without_path(message: str, path: str) -> str:
 def _assumptions(args: argparse.Namespace, saved, module) -> list[tuple[str, str, str]]:
     """What the layer simulated is, fact by fact: ``(name, value, where it comes from)``.
 
-    The sources: "the file", "--FLAG" (given), or "assumed: torch's default" (a state_dict
-    does not record it and no flag gave it). T(X) and the error printed are those of this
-    layer, so each assumption is shown.
+    The sources: "the file" or "--FLAG" (given: a state_dict records neither these flags'
+    facts nor the eps, so its run needs them). T(X) and the error printed are those of this
+    layer: each fact is shown.
     """
     file = "the file"
     given = lambda flag, value: flag if value is not None else None
-    default = "assumed: torch's default"
     facts: list[tuple[str, str, str]] = [
         ("heads", str(saved.heads or args.heads), given("--heads", args.heads) or file),
     ]
@@ -182,16 +186,14 @@ def _assumptions(args: argparse.Namespace, saved, module) -> list[tuple[str, str
             (
                 "layer_norm_eps",
                 f"{module.norm1.eps:g}",
-                given("--layer-norm-eps", args.layer_norm_eps)
-                or (file if not saved.is_state_dict else default + "; --layer-norm-eps sets it"),
+                given("--layer-norm-eps", args.layer_norm_eps) or file,
             ),
         ]
     facts += [
         (
             "add_zero_attn",
             "False",
-            given("--no-add-zero-attn", args.add_zero_attn)
-            or (file if not saved.is_state_dict else default + "; --add-zero-attn sets it"),
+            "--no-add-zero-attn" if args.add_zero_attn is False else file,
         ),
         ("bias", str(saved.bias), file),
         ("causal mask", str(bool(args.causal)), "--causal" if args.causal else "no --causal"),
@@ -207,11 +209,7 @@ def describe(args: argparse.Namespace) -> str:
     width = max(len(k) for k, _, _ in args.assumptions)
     for name, value, source in args.assumptions:
         lines.append(f"  {name:<{width}}  {value}  ({source})")
-    if any(src.startswith("assumed") for _, _, src in args.assumptions):
-        lines.append(
-            "  T(X), U's output and the error below are those of this layer; a saved layer\n"
-            "  that differs from an assumption computes something else: give its flag"
-        )
+    lines.append("  T(X), U's output and the error below are those of this layer")
     return "\n".join(lines)
 
 

@@ -105,7 +105,8 @@ def add_build_args(p: argparse.ArgumentParser, command: str = "simulate") -> Non
         "today's layers too (decoder: RMSNorm, gated feed-forwards, rotary embeddings, "
         "linear attention, Linformer; "
         + (
-            "a random decoder target is LLaMA-shaped) (default attention, or the --module's kind)"
+            "a random decoder target is LLaMA-shaped) (default attention, or the --module's "
+            "kind); targets of one decoder kind (glu, rotary, ...): attnsim verify --layer KIND"
             if module
             else "targets of every kind) (default attention); one kind of decoder layer "
             "builds a decoder U and draws targets of that kind only"
