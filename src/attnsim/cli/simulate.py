@@ -420,8 +420,8 @@ def _random_target(args: argparse.Namespace):
 def _simulate(args: argparse.Namespace) -> int:
     import torch
 
+    from attnsim.simulator.verify import reference_notes, relative_error
     from attnsim.simulator.verify import reference_of as reference
-    from attnsim.simulator.verify import relative_error
 
     if args.layer in DECODER_TARGET_KINDS:
         raise UserError(
@@ -473,6 +473,8 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"T(X) (plain torch):\n{want}")
     print(f"U(<T, X>):\n{got}")
     print(f"max relative error: {err:.3e}")
+    for note in reference_notes(target):  # where torch's own forward differs from U's
+        print(f"note: {note}")
     if bound is not None:
         within = bool(((got - want).abs() <= bound).all())
         print(
@@ -525,6 +527,8 @@ def _verify(args: argparse.Namespace) -> int:
             f"  {result.refused} targets refused with a message: their values left the ranges "
             "U's ReLU maps cover (--value-bound)"
         )
+    for note in result.notes:
+        print(f"note: {note}")
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from attnsim.compiler import tracing
 from attnsim.compiler.options import CompileOptions
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
-from attnsim.values import is_number
+from attnsim.values import as_truth, brief, fits_float, is_hashable, is_number
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
 MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
@@ -229,8 +230,8 @@ class ValueInference:
         if isinstance(e, E.TokensType):
             if self.vocab is None:
                 return None
-            if num and not all(_is_number(v) for v in self.vocab):
-                return None  # program_errors names the token that is not a number
+            if num and not all(_is_number(v) and fits_float(v) for v in self.vocab):
+                return None  # program_errors names the token that is not a float
             return tuple(float(v) for v in self.vocab) if num else self.vocab
         if isinstance(e, E.LengthType):
             vals = tuple(range(1, self.L + 1))
@@ -273,7 +274,7 @@ class ValueInference:
         if num:
             try:
                 return dedupe(float(v) for v in vals if v is not None)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 return None
         return vals
 
@@ -428,11 +429,19 @@ def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]
             and vi.vocab is not None
         ):
             bad = [v for v in vi.vocab if not _is_number(v)]
+            huge = [v for v in vi.vocab if _is_number(v) and not fits_float(v)]
             if bad:
                 errors.append(
                     f"tokens are used as numbers (rasp.numerical(rasp.tokens)) but the vocab "
-                    f"holds {bad[0]!r}, which is not a number; map the tokens to numbers "
+                    f"holds {brief(bad[0])}, which is not a number; map the tokens to numbers "
                     "first (rasp.numerical(rasp.Map(f, rasp.tokens))) or use a vocab of numbers"
+                )
+            elif huge:
+                errors.append(
+                    f"tokens are used as numbers (rasp.numerical(rasp.tokens)) but the vocab "
+                    f"holds {brief(huge[0])}, too large for a float (at most about "
+                    f"{sys.float_info.max:.1e}); use smaller numbers, or keep the tokens "
+                    "categorical (a categorical token may be any int)"
                 )
         if isinstance(e, E.Select):
             errors.extend(_select_errors(vi, e))
@@ -469,13 +478,20 @@ def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
     for k in kvals:
         for q in qvals:
             try:
-                pred(k, q)
+                got = pred(k, q)
             except Exception as exc:  # the interpreter raises here too: say the same
                 return [
                     f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on "
                     f"({k!r}, {q!r}) (key {k!r} of {e.keys.label!r}, query {q!r} of "
                     f"{e.queries.label!r}); every key value must be comparable with every "
                     "query value: compare values of one kind (map one side first)"
+                ]
+            try:
+                as_truth(got)
+            except TypeError as exc:
+                return [
+                    f"the predicate of {e.label!r} on key {brief(k)} of {e.keys.label!r} and "
+                    f"query {brief(q)} of {e.queries.label!r}: {exc}"
                 ]
     return []
 
@@ -518,9 +534,15 @@ def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str
                 out = e.f(*args)
         except Exception:
             continue  # a run-time check covers a function that raises (as the interpreter does)
+        shown = args[0] if len(args) == 1 else args
+        what = "input value" if len(args) == 1 else "input values"
+        if E.is_numerical(e) and _is_number(out) and not fits_float(out):
+            return [
+                f"numerical map {e.label!r} gives {brief(out)} for the {what} {brief(shown)}, "
+                f"too large for a float (at most about {sys.float_info.max:.1e}); a numerical "
+                "S-op holds floats: scale the result down, or make the map categorical"
+            ]
         if not _finite_value(out):
-            shown = args[0] if len(args) == 1 else args
-            what = "input value" if len(args) == 1 else "input values"
             return [
                 f"map {e.label!r} gives {out!r} for the {what} {shown!r}; a compiled model "
                 "computes with finite values only (a NaN or an infinity in one table row "
@@ -571,8 +593,30 @@ def call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
     interpreter runs a named op vectorised when every input is numerical (a categorical result
     is then read back from floats: integer-valued ones as ints, a test as bools); otherwise it
     calls the function on the inputs' categorical values, where a numerical input's
-    integer-valued floats are ints. Raises what the function raises.
+    integer-valued floats are ints. Raises what the function raises, and
+    :class:`UnhashableResultError` (a TypeError) for a result that cannot be a RASP value.
     """
+    out = _call_function(e, args)
+    if not is_hashable(out):  # the interpreter refuses it too: say which map and where
+        raise UnhashableResultError(
+            f"map {e.label!r} returns the {type(out).__name__} {brief(out)} for the input "
+            f"{_args_text(args)}; RASP values must be hashable (they are looked up in "
+            "tables): return a tuple instead of a list (or another hashable value)"
+        )
+    return out
+
+
+class UnhashableResultError(TypeError):
+    """A map returned a value that cannot be a RASP value (a list, a dict, an array)."""
+
+
+def _args_text(args: Sequence[Any]) -> str:
+    if len(args) == 1:
+        return f"value {brief(args[0])}"
+    return "values (" + ", ".join(brief(a) for a in args) + ")"
+
+
+def _call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
     inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
     numerical = [E.is_numerical(s) for s in inputs]
     op = e._op
@@ -594,6 +638,8 @@ def _safe_map(e: E.Map | E.SequenceMap, arg_tuples) -> list:
             continue
         try:
             out.append(call_function(e, args))
+        except UnhashableResultError:
+            raise
         except Exception:  # a value the function rejects cannot occur at run time
             continue
     return out

@@ -35,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -59,6 +60,7 @@ from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by 
     SCORE_BOUND,
     SCORE_LIMIT,
     SimulatorConfig,
+    build_weight_bytes,
     max_score_bound,
     memory_needed,
 )
@@ -318,6 +320,10 @@ class UniversalSimulator:
                 ``score_bound``; with maps="relu", a LayerNorm variance or a feed-forward
                 pre-activation beyond what ``value_bound`` covers): the message names the
                 quantity, where it occurs, the bound and what to build instead.
+
+        U computes each activation as the target defines it: for GELU(approximate="tanh"),
+        torch's own TransformerEncoderLayer under ``no_grad`` in eval mode computes the exact
+        GELU instead (about 1e-4 apart; :func:`attnsim.simulator.verify.reference_notes`).
         """
         return self.simulate_batch([(target, X)], causal=causal)[0]
 
@@ -506,12 +512,10 @@ def build(
     """
     config = _config(max_n, max_d, max_heads, config, options)
     layout = config.layout
-    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
-    what = f"building U for {sizes} (a sequence of {layout.length:,} positions)"
     if storage == "auto" and not memory.fits(memory_needed(config, "dense")):
         storage = "sparse"  # dense weights could not run it: no need to find that out
-    need = memory_needed(config, storage)  # refuse what cannot fit before building
-    memory.check_fits(need, what, "lower max_n, max_d or max_heads")
+    check_memory(config, storage)  # refuse what cannot fit before building
+    what = _build_what(config)
     start = time.perf_counter()
     program = _program(config)
     model = compile_program(
@@ -532,7 +536,7 @@ def build(
     )
     if model.storage == "dense":  # "auto" chose dense weights: their attention must fit
         need = memory_needed(config, "dense")
-        memory.check_fits(need, what, "build with storage='sparse'")
+        memory.check_available(need, what, "build with storage='sparse'")
     keep = program if model.storage == "dense" else None  # a large U makes it again on use
     del program  # (its position tables take gigabytes at the largest sizes)
     memory.release_free()  # the compiler's tables, freed, leave the resident memory too
@@ -542,6 +546,49 @@ def build(
     memory.release_free()
     seconds = time.perf_counter() - start
     return UniversalSimulator(config, model, build_seconds=seconds, program=keep)
+
+
+def _build_what(config: SimulatorConfig) -> str:
+    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
+    return f"building U for {sizes} (a sequence of {config.layout.length:,} positions)"
+
+
+def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
+    """Refuses, before anything is built, a U whose estimated memory
+    (:func:`~attnsim.simulator.config.memory_needed`) exceeds the memory available now.
+
+    The message gives the estimate, the memory available and this machine's, and what to
+    lower; for the scalar layout, the vector layout's estimate where that would fit.
+
+    Raises:
+        ModelTooLargeError: (a MemoryError and a ValueError) it does not fit.
+
+    >>> check_memory(SimulatorConfig(2, 2))  # a few MiB: nothing to say
+    >>> try:
+    ...     check_memory(SimulatorConfig(400, 400, 1, layout_kind="scalar"))
+    ... except MemoryError as exc:
+    ...     print(str(exc)[:74])
+    building U for max_n=400, max_d=400, max_heads=1 (a sequence of 482,002 po
+    """
+    need = memory_needed(config, storage)
+    if storage == "dense":
+        basis = "one [pos, pos] score matrix of its dense attention"
+    elif build_weight_bytes(config) >= need:
+        basis = (
+            f"{config.layout_kind.value} layout: its weights while building, at the bytes "
+            "per position and unit of max_d measured on built sizes"
+        )
+    else:
+        basis = "its input and channels in the stream, and the compiler's position tables"
+    advice = "lower max_n, max_d or max_heads"
+    if not config.is_vector:
+        try:
+            vector = memory_needed(dataclasses.replace(config, layout_kind="vector"))
+        except ValueError:  # options the vector layout does not take
+            vector = None
+        if vector is not None and vector < need:
+            advice += f", or build with layout='vector' (about {memory.gib(vector)} at these sizes)"
+    memory.check_available(need, _build_what(config), advice, basis)
 
 
 def _program(config: SimulatorConfig) -> E.SOp:

@@ -27,7 +27,7 @@ from attnsim.compiler.lowering.program import After, UnsupportedError
 from attnsim.ir import attention
 from attnsim.ir.blocks import BOS, NOTBOS, linear_form
 from attnsim.rasp import expr as E
-from attnsim.values import is_number, value_key
+from attnsim.values import as_truth, is_number, value_key
 
 Score = tuple[tuple, float, After]
 
@@ -332,7 +332,7 @@ def pred_matrix(pred: Any, qvals: Sequence[Any], kvals: Sequence[Any]) -> np.nda
     for i, qv in enumerate(qvals):
         for j, kv in enumerate(kvals):
             r = apply_safely(pred, kv, qv)
-            m[i, j] = r is not FAILED and r is not None and bool(r)
+            m[i, j] = r is not FAILED and r is not None and as_truth(r)
     return m
 
 
