@@ -27,10 +27,17 @@ from typing import Any
 import numpy as np
 
 from attnsim.compiler import tracing
+from attnsim.compiler.functions import (  # noqa: F401 - call_function, as_read: read here
+    UnhashableResultError,
+    as_read,
+    call_function,
+    safe_map,
+)
+from attnsim.compiler.functions import is_number_or_bool as _is_number
 from attnsim.compiler.options import CompileOptions
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
-from attnsim.values import as_truth, brief, fits_float, is_hashable, is_number
+from attnsim.values import as_truth, brief, fits_float
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
 MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
@@ -241,7 +248,7 @@ class ValueInference:
             inner = self.values(e.inner)
             if inner is None:
                 return None
-            vals = dedupe(_safe_map(e, [(v,) for v in inner]))
+            vals = dedupe(safe_map(e, [(v,) for v in inner]))
         elif isinstance(e, E.SequenceMap):
             linear = e._op is not None and e._op.kind == "linear"
             if linear and num:
@@ -260,7 +267,7 @@ class ValueInference:
                     return tuple(float(v) for v in np.unique(xs))
             if size > MAX_TABLE:
                 return None
-            vals = dedupe(_safe_map(e, itertools.product(*parts)))
+            vals = dedupe(safe_map(e, itertools.product(*parts)))
         elif isinstance(e, E.Aggregate):
             vals = self._aggregate_values(e)
             if vals is None:
@@ -571,75 +578,5 @@ def _sop_key(sop: E.SOp) -> tuple:
     return ("uid", sop.uid)
 
 
-def _is_number(v: Any) -> bool:
-    """A Python or numpy int or float, bools included (the interpreter reads True as 1.0)."""
-    return is_number(v) or isinstance(v, bool)
-
-
 def _all_numbers(parts: Sequence[Sequence[Any]]) -> bool:
     return all(_is_number(v) for p in parts for v in p)
-
-
-def as_read(v: Any) -> Any:
-    """A numerical S-op's value as the interpreter hands it to a function: integer-valued
-    floats become ints (``1.0`` -> ``1``), as when it views a numerical array categorically."""
-    return I._as_python_number(v) if _is_number(v) and not isinstance(v, bool) else v
-
-
-def call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
-    """``e``'s function on one combination of input values, as the interpreter computes it.
-
-    ``args`` are values from the inputs' value sets (numerical inputs as floats). The
-    interpreter runs a named op vectorised when every input is numerical (a categorical result
-    is then read back from floats: integer-valued ones as ints, a test as bools); otherwise it
-    calls the function on the inputs' categorical values, where a numerical input's
-    integer-valued floats are ints. Raises what the function raises, and
-    :class:`UnhashableResultError` (a TypeError) for a result that cannot be a RASP value.
-    """
-    out = _call_function(e, args)
-    if not is_hashable(out):  # the interpreter refuses it too: say which map and where
-        raise UnhashableResultError(
-            f"map {e.label!r} returns the {type(out).__name__} {brief(out)} for the input "
-            f"{_args_text(args)}; RASP values must be hashable (they are looked up in "
-            "tables): return a tuple instead of a list (or another hashable value)"
-        )
-    return out
-
-
-class UnhashableResultError(TypeError):
-    """A map returned a value that cannot be a RASP value (a list, a dict, an array)."""
-
-
-def _args_text(args: Sequence[Any]) -> str:
-    if len(args) == 1:
-        return f"value {brief(args[0])}"
-    return "values (" + ", ".join(brief(a) for a in args) + ")"
-
-
-def _call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
-    inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
-    numerical = [E.is_numerical(s) for s in inputs]
-    op = e._op
-    if all(numerical) and op is not None and op.numpy_fn is not None and not E.is_numerical(e):
-        with np.errstate(all="ignore"):
-            out = np.asarray(op.numpy_fn(*(np.asarray([float(a)]) for a in args)))
-        if out.dtype == bool:
-            return bool(out.reshape(-1)[0])
-        if out.dtype != object:
-            return I._as_python_number(float(out.reshape(-1)[0]))
-        return out.reshape(-1)[0]
-    return e.f(*(as_read(a) if n else a for a, n in zip(args, numerical)))
-
-
-def _safe_map(e: E.Map | E.SequenceMap, arg_tuples) -> list:
-    out = []
-    for args in arg_tuples:
-        if any(a is None for a in args):
-            continue
-        try:
-            out.append(call_function(e, args))
-        except UnhashableResultError:
-            raise
-        except Exception:  # a value the function rejects cannot occur at run time
-            continue
-    return out

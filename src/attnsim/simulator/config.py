@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from attnsim.compiler.options import STORAGES
-from attnsim.model.memory import attention_bytes
+from attnsim.model.memory import attention_bytes, check_available, gib
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.vector_layout import VectorLayout
 
@@ -415,3 +415,51 @@ def build_weight_bytes(config: SimulatorConfig) -> int:
     rate = BUILD_BYTES_PER_POSITION_D[config.layout_kind.value, kind]
     layers = 1.0 + BUILD_BYTES_PER_EXTRA_LAYER * (config.n_layers - 1)
     return int(rate * config.layout.length * config.max_d * layers)
+
+
+def build_what(config: SimulatorConfig) -> str:
+    """What a build is, for messages: its sizes and its sequence length.
+
+    >>> build_what(SimulatorConfig(2, 2))
+    'building U for max_n=2, max_d=2, max_heads=1 (a sequence of 14 positions)'
+    """
+    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
+    return f"building U for {sizes} (a sequence of {config.layout.length:,} positions)"
+
+
+def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
+    """Refuses, before anything is built, a U whose estimated memory
+    (:func:`~attnsim.simulator.config.memory_needed`) exceeds the memory available now.
+
+    The message gives the estimate, the memory available and this machine's, and what to
+    lower; for the scalar layout, the vector layout's estimate where that would fit.
+
+    Raises:
+        ModelTooLargeError: (a MemoryError and a ValueError) it does not fit.
+
+    >>> check_memory(SimulatorConfig(2, 2))  # a few MiB: nothing to say
+    >>> try:
+    ...     check_memory(SimulatorConfig(1000, 1000, 1, layout_kind="scalar"))
+    ... except MemoryError as exc:
+    ...     print(str(exc)[:50])
+    building U for max_n=1000, max_d=1000, max_heads=1
+    """
+    need = memory_needed(config, storage)
+    if storage == "dense":
+        basis = "one [pos, pos] score matrix of its dense attention"
+    elif build_weight_bytes(config) >= need:
+        basis = (
+            f"{config.layout_kind.value} layout: its weights while building, at the bytes "
+            "per position and unit of max_d measured on built sizes"
+        )
+    else:
+        basis = "its input and channels in the stream, and the compiler's position tables"
+    advice = "lower max_n, max_d or max_heads"
+    if not config.is_vector:
+        try:
+            vector = memory_needed(dataclasses.replace(config, layout_kind="vector"))
+        except ValueError:  # options the vector layout does not take
+            vector = None
+        if vector is not None and vector < need:
+            advice += f", or build with layout='vector' (about {gib(vector)} at these sizes)"
+    check_available(need, build_what(config), advice, basis)

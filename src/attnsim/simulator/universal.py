@@ -35,7 +35,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -61,6 +60,8 @@ from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by 
     SCORE_LIMIT,
     SimulatorConfig,
     build_weight_bytes,
+    build_what,
+    check_memory,
     max_score_bound,
     memory_needed,
 )
@@ -515,7 +516,7 @@ def build(
     if storage == "auto" and not memory.fits(memory_needed(config, "dense")):
         storage = "sparse"  # dense weights could not run it: no need to find that out
     check_memory(config, storage)  # refuse what cannot fit before building
-    what = _build_what(config)
+    what = build_what(config)
     start = time.perf_counter()
     program = _program(config)
     model = compile_program(
@@ -546,49 +547,6 @@ def build(
     memory.release_free()
     seconds = time.perf_counter() - start
     return UniversalSimulator(config, model, build_seconds=seconds, program=keep)
-
-
-def _build_what(config: SimulatorConfig) -> str:
-    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
-    return f"building U for {sizes} (a sequence of {config.layout.length:,} positions)"
-
-
-def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
-    """Refuses, before anything is built, a U whose estimated memory
-    (:func:`~attnsim.simulator.config.memory_needed`) exceeds the memory available now.
-
-    The message gives the estimate, the memory available and this machine's, and what to
-    lower; for the scalar layout, the vector layout's estimate where that would fit.
-
-    Raises:
-        ModelTooLargeError: (a MemoryError and a ValueError) it does not fit.
-
-    >>> check_memory(SimulatorConfig(2, 2))  # a few MiB: nothing to say
-    >>> try:
-    ...     check_memory(SimulatorConfig(400, 400, 1, layout_kind="scalar"))
-    ... except MemoryError as exc:
-    ...     print(str(exc)[:74])
-    building U for max_n=400, max_d=400, max_heads=1 (a sequence of 482,002 po
-    """
-    need = memory_needed(config, storage)
-    if storage == "dense":
-        basis = "one [pos, pos] score matrix of its dense attention"
-    elif build_weight_bytes(config) >= need:
-        basis = (
-            f"{config.layout_kind.value} layout: its weights while building, at the bytes "
-            "per position and unit of max_d measured on built sizes"
-        )
-    else:
-        basis = "its input and channels in the stream, and the compiler's position tables"
-    advice = "lower max_n, max_d or max_heads"
-    if not config.is_vector:
-        try:
-            vector = memory_needed(dataclasses.replace(config, layout_kind="vector"))
-        except ValueError:  # options the vector layout does not take
-            vector = None
-        if vector is not None and vector < need:
-            advice += f", or build with layout='vector' (about {memory.gib(vector)} at these sizes)"
-    memory.check_available(need, _build_what(config), advice, basis)
 
 
 def _program(config: SimulatorConfig) -> E.SOp:
