@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -475,13 +476,35 @@ def test_the_cli_simulate_prints_the_note(tmp_path, capsys):
 
     path = tmp_path / "layer.pt"
     torch.save(_tanh_gelu_layer(), path)
-    code = main(["simulate", "--module", str(path), "--max-n", "2", "--n", "2"])
+    argv = ["simulate", "--module", str(path), "--max-n", "2", "--n", "2"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    if code != 0:
-        pytest.skip(f"simulate --module did not run here: {out[-300:]}")
-    assert "note: " + verify.TANH_GELU_NOTE in out
+    assert " ".join(out.split()).count("note: " + verify.TANH_GELU_NOTE) == 1
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("note: "))
+    assert lines[start - 1].startswith("max relative error: ")  # under the error it explains
+    count = len(textwrap.wrap("note: " + verify.TANH_GELU_NOTE, 80))  # the note's lines
+    shown = lines[start : start + count]
+    assert " ".join(" ".join(shown).split()) == "note: " + verify.TANH_GELU_NOTE
+    assert all(len(line) <= 80 for line in shown)
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [verify.TANH_GELU_NOTE]
 
 
 def test_the_tanh_gelu_note_is_in_the_simulator_page():
     page = (ROOT / "docs/simulator.md").read_text()
     assert 'nn.GELU(approximate="tanh")' in page and "verify.reference_notes" in page
+
+
+def test_verify_records_the_note_for_the_tanh_gelu_targets_it_draws(monkeypatch):
+    """verify's result carries the note when a drawn target is a tanh-GELU layer, and U
+    agrees with the reference (the definition) on it."""
+    from attnsim.simulator import adapters
+
+    spec = adapters.from_torch(_tanh_gelu_layer())
+    X = torch.randn(2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(verify, "random_target", lambda *args, **kw: (spec, X, 7))
+    U = universal.build(2, 4, 2, layer="encoder", max_ff=8)
+    result = verify.verify(U, targets=1, progress=False)
+    assert result.notes == [verify.TANH_GELU_NOTE]
+    assert result.max_error < 1e-9 and not result.failures

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 
 from attnsim.cli import LibraryError, UserError, _output, at_least, fits_in_memory
 from attnsim.cli.build_flags import DECODER_TARGET_KINDS, DEFAULT_MAX_D, DEFAULT_MAX_N
@@ -464,6 +465,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     "relative_error": err,
                     "error_bound": None if bound is None else bound.tolist(),
                     "map_bounds": U.map_bounds,
+                    "notes": reference_notes(target),
                     "report": report.__dict__,
                 }
             )
@@ -474,7 +476,7 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"U(<T, X>):\n{got}")
     print(f"max relative error: {err:.3e}")
     for note in reference_notes(target):  # where torch's own forward differs from U's
-        print(f"note: {note}")
+        print(textwrap.fill(f"note: {note}", 80, subsequent_indent="  "))
     if bound is not None:
         within = bool(((got - want).abs() <= bound).all())
         print(
@@ -528,7 +530,7 @@ def _verify(args: argparse.Namespace) -> int:
             "U's ReLU maps cover (--value-bound)"
         )
     for note in result.notes:
-        print(f"note: {note}")
+        print(textwrap.fill(f"note: {note}", 80, subsequent_indent="  "))
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1
