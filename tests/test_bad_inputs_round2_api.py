@@ -508,3 +508,18 @@ def test_verify_records_the_note_for_the_tanh_gelu_targets_it_draws(monkeypatch)
     result = verify.verify(U, targets=1, progress=False)
     assert result.notes == [verify.TANH_GELU_NOTE]
     assert result.max_error < 1e-9 and not result.failures
+
+
+def test_the_simulator_page_states_the_estimate_the_code_uses():
+    from attnsim.simulator import config
+
+    rates = config.BUILD_BYTES_PER_POSITION_D
+    page = " ".join((ROOT / "docs/simulator.md").read_text().split())
+    assert (
+        f"scalar {rates['scalar', 'attention']}, vector {rates['vector', 'attention']} for "
+        f"attention and {rates['vector', 'layer']} for encoder and decoder layers; a stack "
+        f"counts {config.BUILD_BYTES_PER_EXTRA_LAYER} more per further layer" in page
+    )
+    assert rates["scalar", "attention"] == rates["scalar", "layer"]
+    needed = memory_needed(SimulatorConfig(400, 400, 1, layout_kind="scalar"))
+    assert f"needs about {memory.gib(needed)} by it" in page
