@@ -423,7 +423,7 @@ def test_examples_state_measured_times():
         text = path.read_text()
         assert "a few seconds" not in text and "a minute" not in text, path.name
     large = (ROOT / "examples/large_u.py").read_text()
-    assert "about 30 s on two cores" in large
+    assert re.search(r"about \d+ s on two idle cores \(measured: [\d.]+ s", large)
 
 
 # -- 4. torch's tanh-GELU fast path: a note where errors are reported ------------------------
