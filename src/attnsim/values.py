@@ -38,10 +38,13 @@ import numpy as np
 __all__ = [
     "as_number",
     "as_token",
-    "distinct",
-    "distinct_numbers",
+    "as_truth",
+    "brief",
     "check_bool",
     "check_real",
+    "distinct",
+    "distinct_numbers",
+    "fits_float",
     "is_hashable",
     "is_int",
     "is_number",
@@ -338,3 +341,61 @@ def not_in_vocab_message(token: Any, where: str, vocab: Sequence[Any], advice: s
         "apart by type and value (and a float by its sign), since a function can answer "
         f"differently for them; pass {like!r}, or add {token!r} to the vocabulary"
     )
+
+
+def brief(v: Any, limit: int = 60) -> str:
+    """``repr(v)`` shortened for a message: a long int by its digit count, other long
+    texts cut in the middle.
+
+    >>> brief(10**400), brief("a" * 100, limit=20)
+    ('an int of 401 digits (1000...0000)', "'aaaaaaa...aaaaaaa'")
+    """
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**limit:
+        digits = str(abs(v))
+        sign = "-" if v < 0 else ""
+        return f"an int of {len(digits)} digits ({sign}{digits[:4]}...{digits[-4:]})"
+    text = repr(v)
+    if len(text) <= limit:
+        return text
+    half = (limit - 3) // 2
+    return text[:half] + "..." + text[len(text) - half :]
+
+
+def fits_float(v: Any) -> bool:
+    """Whether a number converts to a float without overflowing (``float(10**400)`` does
+    not); True for anything that is not an int (those are checked elsewhere).
+
+    >>> fits_float(10**300), fits_float(-(10**400)), fits_float(1e308), fits_float("x")
+    (True, False, True, True)
+    """
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        try:
+            float(v)
+        except OverflowError:
+            return False
+    return True
+
+
+def as_truth(v: Any) -> bool:
+    """A predicate's result as a bool (True/False, numpy bools, numbers, anything with one
+    truth value).
+
+    Raises:
+        TypeError: ``v`` has no single truth value (a numpy array of several entries).
+
+    >>> as_truth(np.bool_(True)), as_truth(0)
+    (True, False)
+    >>> try:
+    ...     as_truth(np.array([1, 2]))
+    ... except TypeError as exc:
+    ...     print(str(exc)[:66])
+    a predicate must return True or False, got the ndarray array([1, 2
+    """
+    try:
+        return bool(v)
+    except Exception:
+        raise TypeError(
+            f"a predicate must return True or False, got the {type(v).__name__} {brief(v)}, "
+            "which has no single truth value; reduce an array to one bool with .all() or "
+            ".any()"
+        ) from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 
 from attnsim.cli import LibraryError, UserError, _module_file, _output, at_least, fits_in_memory
 from attnsim.cli.build_flags import DECODER_TARGET_KINDS, DEFAULT_MAX_D, DEFAULT_MAX_N
@@ -346,8 +347,8 @@ def _random_target(args: argparse.Namespace):
 def _simulate(args: argparse.Namespace) -> int:
     import torch
 
+    from attnsim.simulator.verify import reference_notes, relative_error
     from attnsim.simulator.verify import reference_of as reference
-    from attnsim.simulator.verify import relative_error
 
     _check_build_args(args)
     args.assumptions = None
@@ -384,6 +385,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     "relative_error": err,
                     "error_bound": None if bound is None else bound.tolist(),
                     "map_bounds": U.map_bounds,
+                    "notes": reference_notes(target),
                     "report": report.__dict__,
                     **(
                         {}
@@ -407,6 +409,8 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"T(X) (plain torch{'' if args.assumptions is None else ', the layer above'}):\n{want}")
     print(f"U(<T, X>):\n{got}")
     print(f"max relative error: {err:.3e}")
+    for note in reference_notes(target):  # where torch's own forward differs from U's
+        print(textwrap.fill(f"note: {note}", 80, subsequent_indent="  "))
     if bound is not None:
         within = bool(((got - want).abs() <= bound).all())
         print(
@@ -466,6 +470,8 @@ def _verify(args: argparse.Namespace) -> int:
                 "ranges U's ReLU maps cover (--value-bound)"
             )
         )
+    for note in result.notes:
+        print(textwrap.fill(f"note: {note}", 80, subsequent_indent="  "))
     for seed, err in result.failures[:10]:
         print(f"  failure: target seed {seed}, error {err:.3e}")
     return 0 if not result.failures else 1

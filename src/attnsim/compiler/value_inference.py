@@ -20,16 +20,31 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from attnsim.compiler import tracing
+from attnsim.compiler.functions import (  # noqa: F401 - call_function, as_read: read here
+    UnhashableResultError,
+    as_read,
+    call_function,
+    safe_map,
+)
+from attnsim.compiler.functions import is_number_or_bool as _is_number
 from attnsim.compiler.options import CompileOptions
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
-from attnsim.values import as_token, distinct, distinct_numbers, is_number
+from attnsim.values import (
+    as_token,
+    as_truth,
+    brief,
+    distinct,
+    distinct_numbers,
+    fits_float,
+)
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
 MAX_LINEAR_TABLE = 1_000_000  # the most value pairs a linear map of two S-ops is summed on
@@ -229,8 +244,8 @@ class ValueInference:
         if isinstance(e, E.TokensType):
             if self.vocab is None:
                 return None
-            if num and not all(_is_number(v) for v in self.vocab):
-                return None  # program_errors names the token that is not a number
+            if num and not all(_is_number(v) and fits_float(v) for v in self.vocab):
+                return None  # program_errors names the token that is not a float
             return distinct_numbers(self.vocab) if num else self.vocab
         if isinstance(e, E.LengthType):
             vals = tuple(range(1, self.L + 1))
@@ -240,7 +255,7 @@ class ValueInference:
             inner = self.values(e.inner)
             if inner is None:
                 return None
-            vals = dedupe(_safe_map(e, [(v,) for v in inner]))
+            vals = dedupe(safe_map(e, [(v,) for v in inner]))
         elif isinstance(e, E.SequenceMap):
             linear = e._op is not None and e._op.kind == "linear"
             if linear and num:
@@ -259,7 +274,7 @@ class ValueInference:
                     return tuple(float(v) for v in np.unique(xs))
             if size > MAX_TABLE:
                 return None
-            vals = dedupe(_safe_map(e, itertools.product(*parts)))
+            vals = dedupe(safe_map(e, itertools.product(*parts)))
         elif isinstance(e, E.Aggregate):
             vals = self._aggregate_values(e)
             if vals is None:
@@ -273,7 +288,7 @@ class ValueInference:
         if num:
             try:
                 return distinct_numbers(v for v in vals if v is not None)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 return None
         return vals
 
@@ -428,11 +443,19 @@ def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]
             and vi.vocab is not None
         ):
             bad = [v for v in vi.vocab if not _is_number(v)]
+            huge = [v for v in vi.vocab if _is_number(v) and not fits_float(v)]
             if bad:
                 errors.append(
                     f"tokens are used as numbers (rasp.numerical(rasp.tokens)) but the vocab "
-                    f"holds {bad[0]!r}, which is not a number; map the tokens to numbers "
+                    f"holds {brief(bad[0])}, which is not a number; map the tokens to numbers "
                     "first (rasp.numerical(rasp.Map(f, rasp.tokens))) or use a vocab of numbers"
+                )
+            elif huge:
+                errors.append(
+                    f"tokens are used as numbers (rasp.numerical(rasp.tokens)) but the vocab "
+                    f"holds {brief(huge[0])}, too large for a float (at most about "
+                    f"{sys.float_info.max:.1e}); use smaller numbers, or keep the tokens "
+                    "categorical (a categorical token may be any int)"
                 )
         if isinstance(e, E.Select):
             errors.extend(_select_errors(vi, e))
@@ -469,13 +492,20 @@ def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
     for k in kvals:
         for q in qvals:
             try:
-                pred(k, q)
+                got = pred(k, q)
             except Exception as exc:  # the interpreter raises here too: say the same
                 return [
                     f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on "
                     f"({k!r}, {q!r}) (key {k!r} of {e.keys.label!r}, query {q!r} of "
                     f"{e.queries.label!r}); every key value must be comparable with every "
                     "query value: compare values of one kind (map one side first)"
+                ]
+            try:
+                as_truth(got)
+            except TypeError as exc:
+                return [
+                    f"the predicate of {e.label!r} on key {brief(k)} of {e.keys.label!r} and "
+                    f"query {brief(q)} of {e.queries.label!r}: {exc}"
                 ]
     return []
 
@@ -518,9 +548,15 @@ def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str
                 out = e.f(*args)
         except Exception:
             continue  # a run-time check covers a function that raises (as the interpreter does)
+        shown = args[0] if len(args) == 1 else args
+        what = "input value" if len(args) == 1 else "input values"
+        if E.is_numerical(e) and _is_number(out) and not fits_float(out):
+            return [
+                f"numerical map {e.label!r} gives {brief(out)} for the {what} {brief(shown)}, "
+                f"too large for a float (at most about {sys.float_info.max:.1e}); a numerical "
+                "S-op holds floats: scale the result down, or make the map categorical"
+            ]
         if not _finite_value(out):
-            shown = args[0] if len(args) == 1 else args
-            what = "input value" if len(args) == 1 else "input values"
             return [
                 f"map {e.label!r} gives {out!r} for the {what} {shown!r}; a compiled model "
                 "computes with finite values only (a NaN or an infinity in one table row "
@@ -549,51 +585,5 @@ def _sop_key(sop: E.SOp) -> tuple:
     return ("uid", sop.uid)
 
 
-def _is_number(v: Any) -> bool:
-    """A Python or numpy int or float, bools included (the interpreter reads True as 1.0)."""
-    return is_number(v) or isinstance(v, bool)
-
-
 def _all_numbers(parts: Sequence[Sequence[Any]]) -> bool:
     return all(_is_number(v) for p in parts for v in p)
-
-
-def as_read(v: Any) -> Any:
-    """A numerical S-op's value as the interpreter hands it to a function: integer-valued
-    floats become ints (``1.0`` -> ``1``), as when it views a numerical array categorically."""
-    return I._as_python_number(v) if _is_number(v) and not isinstance(v, bool) else v
-
-
-def call_function(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
-    """``e``'s function on one combination of input values, as the interpreter computes it.
-
-    ``args`` are values from the inputs' value sets (numerical inputs as floats). The
-    interpreter runs a named op vectorised when every input is numerical (a categorical result
-    is then read back from floats: integer-valued ones as ints, a test as bools); otherwise it
-    calls the function on the inputs' categorical values, where a numerical input's
-    integer-valued floats are ints. Raises what the function raises.
-    """
-    inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
-    numerical = [E.is_numerical(s) for s in inputs]
-    op = e._op
-    if all(numerical) and op is not None and op.numpy_fn is not None and not E.is_numerical(e):
-        with np.errstate(all="ignore"):
-            out = np.asarray(op.numpy_fn(*(np.asarray([float(a)]) for a in args)))
-        if out.dtype == bool:
-            return bool(out.reshape(-1)[0])
-        if out.dtype != object:
-            return I._as_python_number(float(out.reshape(-1)[0]))
-        return out.reshape(-1)[0]
-    return e.f(*(as_read(a) if n else a for a, n in zip(args, numerical)))
-
-
-def _safe_map(e: E.Map | E.SequenceMap, arg_tuples) -> list:
-    out = []
-    for args in arg_tuples:
-        if any(a is None for a in args):
-            continue
-        try:
-            out.append(call_function(e, args))
-        except Exception:  # a value the function rejects cannot occur at run time
-            continue
-    return out

@@ -14,6 +14,7 @@ arrays of the same kind. Programs and compiled models are built once per shape a
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def run(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     check = values.check_bool(check, "check")
-    arr = _real(seqs, "seqs")
+    arr = as_real_array(seqs, "seqs")
     if arr.ndim not in (1, 2):
         raise ValueError(f"expected a sequence [n] or a batch [batch, n], got shape {arr.shape}")
     batch = arr[None] if arr.ndim == 1 else arr
@@ -109,15 +110,72 @@ def run(
     return out[0] if arr.ndim == 1 else out
 
 
-def _real(x: np.ndarray | list, what: str) -> np.ndarray:
-    """``x`` as a float64 array; complex input is refused (its imaginary part would be lost:
-    the programs compute over the reals)."""
-    values.check_real(x, what)
-    return np.asarray(x, dtype=np.float64)
+def as_real_array(m: Any, what: str) -> np.ndarray:
+    """``m`` as a float64 array, refusing what no float array holds with a clear message.
+
+    Args:
+        m: an array, or nested lists of numbers.
+        what: its name in messages.
+
+    Returns:
+        The float64 array.
+
+    Raises:
+        ValueError: ``m`` is ragged (rows of different lengths).
+        TypeError: ``m`` holds complex numbers, text or other non-numbers.
+
+    >>> try:
+    ...     as_real_array([[1, 2], [3]], "m")
+    ... except ValueError as exc:
+    ...     print(str(exc)[:50])
+    m is ragged: m[0] has 2 entries but m[1] has 1 ent
+    """
+    try:
+        arr = np.asarray(m)
+    except ValueError:  # numpy refuses nested lists of unequal lengths
+        arr = None
+    if arr is None or arr.dtype == object:
+        where = _ragged(m, what)
+        if where is not None:
+            raise ValueError(
+                f"{what} is ragged: {where}; a matrix needs rows of one length (pad the short "
+                "rows, or pass a numpy array)"
+            )
+    if arr is not None and np.iscomplexobj(arr):
+        raise TypeError(
+            f"{what} holds complex numbers (dtype {arr.dtype}); the matrix programs compute "
+            "with real numbers: pass the real and imaginary parts as separate real matrices"
+        )
+    try:
+        return np.asarray(arr if arr is not None else m, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what} must hold real numbers (a numpy array or nested lists of numbers), got "
+            f"{type(m).__name__}: {exc}"
+        ) from None
+
+
+def _ragged(m: Any, what: str) -> str | None:
+    """Where nested lists ``m`` first have two sibling rows of different lengths."""
+    if isinstance(m, (str, bytes)) or not isinstance(m, (list, tuple, np.ndarray)):
+        return None
+    sized = [len(x) if isinstance(x, (list, tuple, np.ndarray)) else None for x in m]
+    for i in range(1, len(sized)):
+        if sized[i] != sized[0]:
+            first, other = (
+                "a number" if k is None else f"{k} {'entry' if k == 1 else 'entries'}"
+                for k in (sized[0], sized[i])
+            )
+            return f"{what}[0] has {first} but {what}[{i}] has {other}"
+    for i, x in enumerate(m):
+        found = _ragged(x, f"{what}[{i}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _batched(m: np.ndarray | list, ndim: int, what: str) -> tuple[np.ndarray, bool]:
-    arr = _real(m, what)
+    arr = as_real_array(m, what)
     if arr.ndim == ndim:
         return arr[None], False
     if arr.ndim == ndim + 1:
@@ -212,7 +270,7 @@ def relu(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     >>> relu([-1.0, 1.0]).tolist()
     [0.0, 1.0]
     """
-    return run(_program("relu"), _real(x, "x"), backend=backend)
+    return run(_program("relu"), as_real_array(x, "x"), backend=backend)
 
 
 def maxmin(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
@@ -221,7 +279,7 @@ def maxmin(x: np.ndarray | list, backend: str = "interpreter") -> np.ndarray:
     >>> maxmin([1.0, 2.0, 3.0]).tolist()
     [2.0, 1.0, 3.0]
     """
-    return run(_program("maxmin"), _real(x, "x"), backend=backend)
+    return run(_program("maxmin"), as_real_array(x, "x"), backend=backend)
 
 
 def bias_add(

@@ -333,20 +333,23 @@ class CompiledModel:
         Args:
             xs: the input (one sequence or a batch).
             source: an input of the same shape whose activations are patched in.
-            components: rows of :meth:`components` (heads or MLP unit ranges).
+            components: rows of :meth:`components` (heads or MLP unit ranges), or their
+                names (``"L1H0"``, ``"L0 MLP relu 3-7"``).
 
         Returns:
             The decoded output, like :meth:`run`.
+
+        Raises:
+            TypeError: ``components`` is not a collection of rows or names.
+            ValueError: a name this model has no row for, a row of another model, or the
+                embedding or the readout (only heads and MLP units can be patched).
         """
         self.dense_only("run_patched")
         batch, single = _as_batch(xs, self._is_token)
         src, _ = _as_batch(source, self._is_token)
         if len(src) != len(batch) or any(len(a) != len(b) for a, b in zip(src, batch)):
             raise ValueError("run_patched needs a source input of the same shape as xs")
-        components = list(components)
-        for c in components:
-            if c.site not in ("attn", "mlp"):
-                raise ValueError(f"only heads and MLP units can be patched, got {c.name}")
+        components = self._patchable(components)
         src_out = {c: self.component_output(src, c) for c in components}
         handles = []
         for c in components:
@@ -366,6 +369,44 @@ class CompiledModel:
                 h.remove()
         out = self._decode(resid)
         return out[0] if single else out
+
+    def _patchable(self, components: Any) -> list[Component]:
+        """``run_patched``'s components as rows of this model's table (names looked up)."""
+        if isinstance(components, (str, Component)) or not isinstance(components, Iterable):
+            raise TypeError(
+                "run_patched takes a list of components (rows of model.components() or "
+                f"their names, such as ['L0H0']), got {type(components).__name__} "
+                f"{components!r}; wrap a single one in a list"
+            )
+        components = list(components)
+        has_table = self._report is not None and self._report.components is not None
+        named = any(isinstance(c, str) for c in components)
+        table = self.components() if has_table or named else ()
+        rows = {c.name: c for c in table if c.site in ("attn", "mlp")}
+        out = []
+        for c in components:
+            if isinstance(c, str):
+                if c not in rows:
+                    names = ", ".join(list(rows)[:12]) + (", ..." if len(rows) > 12 else "")
+                    raise ValueError(
+                        f"this model has no head or MLP unit range named {c!r}; it has "
+                        f"{names or 'none'} (see model.components())"
+                    )
+                c = rows[c]
+            elif not isinstance(c, Component):
+                raise TypeError(
+                    f"run_patched components must be rows of model.components() or their "
+                    f"names, got {type(c).__name__} {c!r}"
+                )
+            elif c.site not in ("attn", "mlp"):
+                raise ValueError(f"only heads and MLP units can be patched, got {c.name}")
+            elif (table and c not in table) or not 0 <= c.layer < len(self.model.blocks):
+                raise ValueError(
+                    f"{c.name} is not a row of this model's components() (a row of another "
+                    "model?); take the rows from this model's components()"
+                )
+            out.append(c)
+        return out
 
     def _contribution(self, x: torch.Tensor, c: Component) -> torch.Tensor:
         """The residual update of head/unit range ``c`` on the stream ``x`` entering it."""

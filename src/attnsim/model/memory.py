@@ -128,6 +128,28 @@ def check_fits(needed: int, what: str, advice: str) -> None:
         )
 
 
+def check_available(needed: int, what: str, advice: str, basis: str = "") -> None:
+    """Raises ModelTooLargeError when ``needed`` bytes exceed the memory available now (the
+    kernel's ``MemAvailable``; this machine's memory where that cannot be read). The message
+    gives the estimate (and its ``basis``, in parentheses), what is available, this
+    machine's memory and ``advice``.
+
+    >>> try:
+    ...     check_available(10**18, "a model of 10^18 bytes", "make it smaller")
+    ... except ModelTooLargeError as exc:
+    ...     print(str(exc)[:56])
+    a model of 10^18 bytes needs about 931322574.6 GiB, more
+    """
+    limit = memory_limit()
+    have = available_memory()
+    have = limit if have is None else min(have, limit)
+    if needed > have:
+        raise ModelTooLargeError(
+            f"{what} needs about {gib(needed)}{f' ({basis})' if basis else ''}, more than the "
+            f"{gib(have)} of memory available now (this machine has {gib(limit)}); {advice}"
+        )
+
+
 def release_free() -> bool:
     """Hands the C allocator's free pages back to the system (glibc's ``malloc_trim``):
     after a large build, the freed program and compiler tables would otherwise stay in the

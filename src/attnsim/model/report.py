@@ -14,11 +14,14 @@ checkpoint's JSON loads back with ``Report(**d)``. Re-exported by
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["Component", "ComponentTable", "Report", "Resources"]
+
+WIDTH = 80  # the columns a printed report or table fits in
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,18 @@ class Component:
     reads: tuple[tuple[str, tuple[str, ...]], ...] = ()
     writes: tuple[str, ...] = ()
     hook: str = ""
+
+    def __repr__(self) -> str:
+        """A short form: name, labels and hook (``str(ComponentTable([c]))`` shows all).
+
+        >>> Component("attn", 1, "head", 0, 1, ("reverse",), hook="blocks.1.attn.hook_z")
+        Component(L1H0 computes 'reverse', hook blocks.1.attn.hook_z)
+        """
+        labels = ", ".join(repr(lb) for lb in self.labels[:3])
+        if len(self.labels) > 3:
+            labels += f", ... ({len(self.labels)} labels)"
+        hook = f", hook {self.hook}" if self.hook else ""
+        return f"Component({self.name} computes {labels or 'nothing'}{hook})"
 
     @property
     def name(self) -> str:
@@ -131,16 +146,47 @@ class ComponentTable(tuple):
         return [c.to_dict() for c in self]
 
     def __str__(self) -> str:
-        rows = [("component", "hook", "computes", "reads -> writes")]
+        return self.format()
+
+    def format(self, width: int = 80) -> str:
+        """The table as text no wider than ``width`` columns: per component a line with its
+        name and hook, then what it computes, reads and writes, each wrapped and indented.
+
+        >>> c = Component("attn", 1, "head", 0, 1, ("rev",), ops=("Aggregate 'rev'",),
+        ...               reads=(("query", ("indices:0",)),), writes=("rev:a",),
+        ...               hook="blocks.1.attn.hook_z")
+        >>> print(ComponentTable([c]).format())
+        L1H0  blocks.1.attn.hook_z
+          computes: Aggregate 'rev'
+          reads:    query: indices:0
+          writes:   rev:a
+        """
+        lines: list[str] = []
         for c in self:
-            reads = "; ".join(f"{side}: {_few(dirs)}" for side, dirs in c.reads)
+            lines.append(f"{c.name}  {c.hook}".rstrip())
             ops = " | ".join(c.ops) if c.ops else ", ".join(c.labels)
-            ops = ops if len(ops) <= 100 else ops[:97] + "..."
-            rows.append((c.name, c.hook, ops, f"{reads} -> {_few(c.writes)}"))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        return "\n".join(
-            "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows
-        ).rstrip()
+            ops = ops if len(ops) <= 300 else ops[:297] + "..."
+            parts = [("computes:", ops)]
+            parts += [
+                ("reads:" if i == 0 else "", f"{side}: {_few(dirs)}")
+                for i, (side, dirs) in enumerate(c.reads)
+            ]  # one line per side
+            parts.append(("writes:", _few(c.writes)))
+            for name, text in parts:
+                if text:
+                    lines.extend(_wrap(text, width, f"  {name:<10}", " " * 12))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"ComponentTable({', '.join(c.name for c in self)})" if self else "ComponentTable()"
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` wrapped to ``width`` columns, the first line after ``first``, the others
+    after ``rest`` (a word longer than a line is broken)."""
+    return textwrap.wrap(
+        text, width=width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
+    ) or [first.rstrip()]
 
 
 def _few(dirs: Sequence[str], n: int = 4) -> str:
@@ -220,8 +266,12 @@ class Report(Resources):
                 lines.append(
                     f"    {r['label']}: {r['how']}, {r['level']}, {r['units']} units{note}"
                 )
+        out: list[str] = []
+        for line in lines:  # each wrapped to 80 columns, continued 4 deeper
+            lead = line[: len(line) - len(line.lstrip())]
+            out.extend(_wrap(line.strip(), WIDTH, lead, lead + "    "))
         if self.components:
-            lines.append("  components (which part computes which RASP expression):")
+            out.append("  components (which part computes which RASP expression):")
             table = ComponentTable(Component.from_dict(c) for c in self.components)
-            lines.extend("    " + line for line in str(table).splitlines())
-        return "\n".join(lines)
+            out.extend("    " + line for line in table.format(WIDTH - 4).splitlines())
+        return "\n".join(out)

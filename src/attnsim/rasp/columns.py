@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from attnsim.rasp import expr as E
-from attnsim.values import value_key
+from attnsim.values import brief, value_key
 
 __all__ = [
     "Cat",
@@ -149,7 +149,13 @@ def to_number(x: Any, what: str) -> float:
             f"{what} is numerical but holds the value {x!r}; numerical S-ops need numbers "
             "(annotate it categorical, or map the value to a number first)"
         )
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:
+        raise RASPEvaluationError(
+            f"{what} is numerical but holds {brief(x)}, too large for a float (at most "
+            "about 1.8e+308); use smaller numbers, or keep the value categorical"
+        ) from None
 
 
 def to_cat(v: Any) -> Cat:

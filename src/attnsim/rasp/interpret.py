@@ -43,7 +43,13 @@ import numpy as np
 from attnsim.rasp import columns
 from attnsim.rasp import expr as E
 from attnsim.rasp.columns import Cat, RASPEvaluationError
-from attnsim.values import as_token, is_hashable, not_in_vocab_message, value_key
+from attnsim.values import (
+    as_token,
+    as_truth,
+    is_hashable,
+    not_in_vocab_message,
+    value_key,
+)
 
 # names that other layers read from this module
 _as_python_number = columns.as_python_number
@@ -270,7 +276,7 @@ class _Evaluator:
             table = np.zeros((len(qc.table), len(kc.table)), dtype=bool)
             for qi, qv in enumerate(qc.table):
                 for ki, kv in enumerate(kc.table):
-                    table[qi, ki] = bool(_call(e, pred, kv, qv))
+                    table[qi, ki] = _call(e, _truth_of(pred), kv, qv)
         sel = table[qcodes[:, :, None], kcodes[:, None, :]]
         return self._causal(sel)
 
@@ -349,6 +355,11 @@ def _call(e: E.RASPExpr, f: Any, *args: Any) -> Any:
         raise RASPEvaluationError(
             f"the function of {e.label!r} raised {type(exc).__name__}: {exc} on ({shown})"
         ) from exc
+
+
+def _truth_of(pred: Any) -> Any:
+    """``pred`` returning a bool (a result with no single truth value raises TypeError)."""
+    return lambda k, q: as_truth(pred(k, q))
 
 
 def _is_batch(xs: Any) -> bool:

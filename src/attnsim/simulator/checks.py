@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnsim import values
-from attnsim.simulator import adapters, codec, stack
+from attnsim.simulator import adapters, codec, spec_checks, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
 from attnsim.simulator.programs import INV_Z, SCORE
@@ -208,6 +208,7 @@ def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None
 def _check_x(X: Any, d: int, max_n: int) -> torch.Tensor:
     """X as a float64 ``[n, d]`` tensor with 1 <= n <= max_n and finite entries."""
     values.check_real(X, "X")  # a conversion would keep only the real parts
+    spec_checks.check_has_values(X, "X")
     X = torch.as_tensor(X, dtype=torch.float64)
     if X.ndim != 2 or X.shape[1] != d:
         raise ValueError(f"X must have shape (n, {d}), got {tuple(X.shape)}")

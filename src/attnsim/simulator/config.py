@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from attnsim.compiler.options import STORAGES
-from attnsim.model.memory import attention_bytes
+from attnsim.model.memory import attention_bytes, check_available, gib
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.vector_layout import VectorLayout
 
@@ -354,18 +354,42 @@ def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
     return min(SCORE_LIMIT[dtype], gain / 4.0 - 1.0)
 
 
+# Building U holds its weights as sparse coordinate lists, about 8 (attention layers) to 14
+# (encoder layers) non-zero weights per position of its sequence and unit of max_d in either
+# layout, and the build's peak resident memory follows them. Measured peaks (2 cores,
+# 23.5 GiB; benchmarks/simulator_layouts.py for the encoder layers), in bytes per position
+# per unit of max_d: scalar attention n = d = 128 (one head): 228; scalar encoder 64: 297,
+# 128: 290 (10.0 GiB); vector attention 128 (one head): 72; vector encoder 128: 350, 256: 124
+# (8.0 GiB), the MiniLM layer (n = 12, d = 384): 400. Each constant below lies under every
+# peak of its kind, so no size built there is refused; the scalar layout's n^2.7 growth gets
+# n = d = 400 refused (about 29 GiB by this estimate, about 41 GiB at the measured rate).
+BUILD_BYTES_PER_POSITION_D = {
+    ("scalar", "attention"): 160,
+    ("scalar", "layer"): 160,  # encoder layers
+    ("vector", "attention"): 60,
+    ("vector", "layer"): 100,  # encoder and decoder layers
+}
+# a stack of layers: 6 MiniLM layers peaked at 8.1 GiB against 2.9 GiB for one (each further
+# layer about 0.36 of the first); counted at 0.3 of the first
+BUILD_BYTES_PER_EXTRA_LAYER = 0.3
+
+
 def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
-    """A lower bound on the bytes building and running U need. Dense weights: one head's
+    """An estimate, from the config alone, of the bytes building and running U need (below
+    every peak measured; see ``BUILD_BYTES_PER_POSITION_D``). Dense weights: one head's
     scores ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse at the sizes where
-    this matters): U's input and its channels in the stream (``2 pos width``), and the
-    position tables its compiler holds while building (at least 100 tables, three copies
-    each: ``300 pos``).
+    this matters): the larger of U's weights while building (bytes per position and unit of
+    max_d, by layout; more for a stack of layers) and U's input with its channels in the
+    stream (``2 pos width``) plus the position tables its compiler holds (at least 100
+    tables, three copies each: ``300 pos``).
 
     >>> config = SimulatorConfig(2, 2)
     >>> positions, item = config.layout.length + 1, 8
     >>> memory_needed(config) == (2 * config.layout.width + 300) * positions * item
     True
     >>> memory_needed(config, "dense") >= item * positions**2  # one [pos, pos] score matrix
+    True
+    >>> memory_needed(SimulatorConfig(400, 400, 1, layout_kind="scalar")) / 2**30 > 28
     True
     """
     if storage not in STORAGES:
@@ -374,4 +398,68 @@ def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     layout = config.layout
     if storage == "dense":
         return attention_bytes(layout.length + 1, 1, item)
-    return (2 * getattr(layout, "width", 1) + 300) * (layout.length + 1) * item
+    stream = (2 * getattr(layout, "width", 1) + 300) * (layout.length + 1) * item
+    return max(stream, build_weight_bytes(config))
+
+
+def build_weight_bytes(config: SimulatorConfig) -> int:
+    """The part of :func:`memory_needed` that U's weights take while it is built (sparse
+    storage): measured bytes per position and unit of max_d, by layout, times the positions
+    and max_d, a stack of ``n_layers`` counting more.
+
+    >>> build_weight_bytes(SimulatorConfig(128, 128, 4, layer="encoder", max_ff=512,
+    ...                                    layout_kind="scalar")) / 2**30 < 10.0  # measured
+    True
+    """
+    kind = "attention" if config.layer == LayerKind.ATTENTION else "layer"
+    rate = BUILD_BYTES_PER_POSITION_D[config.layout_kind.value, kind]
+    layers = 1.0 + BUILD_BYTES_PER_EXTRA_LAYER * (config.n_layers - 1)
+    return int(rate * config.layout.length * config.max_d * layers)
+
+
+def build_what(config: SimulatorConfig) -> str:
+    """What a build is, for messages: its sizes and its sequence length.
+
+    >>> build_what(SimulatorConfig(2, 2))
+    'building U for max_n=2, max_d=2, max_heads=1 (a sequence of 14 positions)'
+    """
+    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
+    return f"building U for {sizes} (a sequence of {config.layout.length:,} positions)"
+
+
+def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
+    """Refuses, before anything is built, a U whose estimated memory
+    (:func:`~attnsim.simulator.config.memory_needed`) exceeds the memory available now.
+
+    The message gives the estimate, the memory available and this machine's, and what to
+    lower; for the scalar layout, the vector layout's estimate where that would fit.
+
+    Raises:
+        ModelTooLargeError: (a MemoryError and a ValueError) it does not fit.
+
+    >>> check_memory(SimulatorConfig(2, 2))  # a few MiB: nothing to say
+    >>> try:
+    ...     check_memory(SimulatorConfig(1000, 1000, 1, layout_kind="scalar"))
+    ... except MemoryError as exc:
+    ...     print(str(exc)[:50])
+    building U for max_n=1000, max_d=1000, max_heads=1
+    """
+    need = memory_needed(config, storage)
+    if storage == "dense":
+        basis = "one [pos, pos] score matrix of its dense attention"
+    elif build_weight_bytes(config) >= need:
+        basis = (
+            f"{config.layout_kind.value} layout: its weights while building, at the bytes "
+            "per position and unit of max_d measured on built sizes"
+        )
+    else:
+        basis = "its input and channels in the stream, and the compiler's position tables"
+    advice = "lower max_n, max_d or max_heads"
+    if not config.is_vector:
+        try:
+            vector = memory_needed(dataclasses.replace(config, layout_kind="vector"))
+        except ValueError:  # options the vector layout does not take
+            vector = None
+        if vector is not None and vector < need:
+            advice += f", or build with layout='vector' (about {gib(vector)} at these sizes)"
+    check_available(need, build_what(config), advice, basis)

@@ -10,11 +10,13 @@ A LLaMA decoder layer is an :class:`~attnsim.simulator.spec.EncoderLayerSpec`: p
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from attnsim.simulator import spec as S
+from attnsim.simulator import spec_checks
 from attnsim.simulator.spec_checks import DTYPE, Tensor
 from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
 
@@ -82,6 +84,7 @@ def llama_layer(
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be a multiple of n_heads={n_heads}")
     dh = d_model // n_heads
+    weights = _llama_weights(weights, d_model, d_ff)
 
     def heads(w: Tensor) -> Tensor:  # [h * dh, d] (out x in) -> [h, d, dh]
         w = torch.as_tensor(w, dtype=DTYPE)
@@ -109,6 +112,49 @@ def llama_layer(
         norm2=RMSNormSpec(weights["norm2"], eps),
         norm_first=True,
     )
+
+
+def _llama_weights(weights: Any, d_model: int, d_ff: int) -> dict[str, Tensor]:
+    """``llama_layer``'s weights checked: every name present, none unknown, each of its
+    ``nn.Linear`` shape (out x in), as float64 tensors."""
+    d, f = d_model, d_ff
+    shapes = {
+        "q": ((d, d), "[d_model, d_model]"),
+        "k": ((d, d), "[d_model, d_model]"),
+        "v": ((d, d), "[d_model, d_model]"),
+        "o": ((d, d), "[d_model, d_model]"),
+        "gate": ((f, d), "[d_ff, d_model]"),
+        "up": ((f, d), "[d_ff, d_model]"),
+        "down": ((d, f), "[d_model, d_ff]"),
+        "norm1": ((d,), "[d_model]"),
+        "norm2": ((d,), "[d_model]"),
+    }
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"llama_layer weights must be a dict of {', '.join(shapes)}, got "
+            f"{type(weights).__name__}"
+        )
+    missing = [k for k in shapes if k not in weights]
+    unknown = sorted(str(k) for k in weights if k not in shapes)
+    if missing or unknown:
+        said = [f"missing {', '.join(missing)}"] if missing else []
+        said += [f"unknown {', '.join(unknown)}"] if unknown else []
+        raise ValueError(
+            f"llama_layer needs exactly the weights {', '.join(shapes)}; {'; '.join(said)} "
+            "(from a LlamaDecoderLayer, use from_llama(layer))"
+        )
+    out = {}
+    for name, (shape, names) in shapes.items():
+        where = f"llama_layer weight {name!r}"
+        t = spec_checks._tensor(weights[name], where)
+        if tuple(t.shape) != shape:
+            linear = " (out_features x in_features, as nn.Linear stores it)" * (len(shape) == 2)
+            raise ValueError(
+                f"{where} must have shape {names} = {shape}{linear}, got {tuple(t.shape)}; "
+                f"d_model={d_model}, d_ff={d_ff}"
+            )
+        out[name] = t
+    return out
 
 
 def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = True) -> Any:

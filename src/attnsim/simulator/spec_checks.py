@@ -14,8 +14,27 @@ Tensor = torch.Tensor
 DTYPE = torch.float64  # every stored array has this dtype
 
 
+def check_has_values(value: Any, where: str) -> None:
+    """Refuses a tensor on PyTorch's "meta" device, which has a shape but no values.
+
+    >>> try:
+    ...     check_has_values(torch.zeros(2, device="meta"), "X")
+    ... except ValueError as exc:
+    ...     print(str(exc)[:60])
+    X is a tensor on the meta device, which holds a shape (2,) b
+    """
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        raise ValueError(
+            f"{where} is a tensor on the meta device, which holds a shape "
+            f"{tuple(value.shape)} but no values; pass a tensor with values (materialise a "
+            "meta module with module.to_empty(device='cpu') and load its weights, or "
+            "torch.load(..., map_location='cpu'))"
+        )
+
+
 def _tensor(value: Any, where: str) -> Tensor:
     """Return a private float64 copy of ``value``; reject non-numeric and non-finite input."""
+    check_has_values(value, where)
     if isinstance(value, torch.Tensor):
         t = value.detach()
     else:

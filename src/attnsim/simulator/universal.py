@@ -59,6 +59,9 @@ from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by 
     SCORE_BOUND,
     SCORE_LIMIT,
     SimulatorConfig,
+    build_weight_bytes,
+    build_what,
+    check_memory,
     max_score_bound,
     memory_needed,
 )
@@ -319,6 +322,10 @@ class UniversalSimulator:
                 ``score_bound``; with maps="relu", a LayerNorm variance or a feed-forward
                 pre-activation beyond what ``value_bound`` covers): the message names the
                 quantity, where it occurs, the bound and what to build instead.
+
+        U computes each activation as the target defines it: for GELU(approximate="tanh"),
+        torch's own TransformerEncoderLayer under ``no_grad`` in eval mode computes the exact
+        GELU instead (about 1e-4 apart; :func:`attnsim.simulator.verify.reference_notes`).
         """
         return self.simulate_batch([(target, X)], causal=causal)[0]
 
@@ -517,12 +524,10 @@ def build(
     """
     config = _config(max_n, max_d, max_heads, config, options)
     layout = config.layout
-    sizes = f"max_n={config.max_n}, max_d={config.max_d}, max_heads={config.max_heads}"
-    what = f"building U for {sizes} (a sequence of {layout.length:,} positions)"
     if storage == "auto" and not memory.fits(memory_needed(config, "dense")):
         storage = "sparse"  # dense weights could not run it: no need to find that out
-    need = memory_needed(config, storage)  # refuse what cannot fit before building
-    memory.check_fits(need, what, "lower max_n, max_d or max_heads")
+    check_memory(config, storage)  # refuse what cannot fit before building
+    what = build_what(config)
     start = time.perf_counter()
     program = _program(config)
     model = compile_program(
@@ -543,7 +548,7 @@ def build(
     )
     if model.storage == "dense":  # "auto" chose dense weights: their attention must fit
         need = memory_needed(config, "dense")
-        memory.check_fits(need, what, "build with storage='sparse'")
+        memory.check_available(need, what, "build with storage='sparse'")
     keep = program if model.storage == "dense" else None  # a large U makes it again on use
     del program  # (its position tables take gigabytes at the largest sizes)
     memory.release_free()  # the compiler's tables, freed, leave the resident memory too

@@ -33,6 +33,7 @@ from attnsim.values import check_bool
 __all__ = [
     "VerifyResult",
     "demo",
+    "reference_notes",
     "relative_error",
     "reference_of",
     "verify",
@@ -60,6 +61,8 @@ class VerifyResult:
             all entries (at most 1 when every entry is within its bound).
         refused: maps="relu": targets U refused with a message because their values left
             the ranges its maps cover (not counted in the errors).
+        notes: what a reader comparing with torch's own modules should know about the
+            targets drawn (:func:`reference_notes`), each once.
     """
 
     count: int
@@ -71,6 +74,7 @@ class VerifyResult:
     max_certified: float | None = None
     max_bound_ratio: float | None = None
     refused: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -88,6 +92,48 @@ def reference_of(target, X: torch.Tensor) -> torch.Tensor:
     if isinstance(target, stack.EncoderStackSpec):
         return stack.reference_stack(target, X)
     return reference(target, X)
+
+
+TANH_GELU_NOTE = (
+    "the target's feed-forward is GELU(approximate='tanh'), and U computes that function, "
+    "as the module defines it (so does attnsim.simulator.reference). PyTorch's own "
+    "TransformerEncoderLayer in eval mode with autograd off (torch.no_grad, "
+    "torch.inference_mode) takes a fused fast path that computes the exact GELU instead, so "
+    "module(X) there differs from U by about 1e-4 relative: torch's deviation from its "
+    "definition, not U's error. Compare with attnsim.simulator.reference(target, X), or call "
+    "the module with autograd on."
+)
+
+
+def reference_notes(target) -> list[str]:
+    """What someone comparing U's output with a torch module's own forward should know
+    about ``target`` (a spec, a stack or a torch module): today, that a tanh-approximate
+    GELU is computed as defined while torch's eval fast path computes the exact one.
+
+    Returns:
+        The notes (none for most targets).
+
+    >>> from torch import nn
+    >>> layer = nn.TransformerEncoderLayer(4, 1, 8, activation=nn.GELU(approximate="tanh"))
+    >>> reference_notes(layer)[0][:55]
+    "the target's feed-forward is GELU(approximate='tanh'), "
+    >>> reference_notes(nn.MultiheadAttention(4, 1))
+    []
+    """
+    from attnsim.simulator import spec as S
+
+    tanh = False
+    if isinstance(target, torch.nn.Module):
+        tanh = any(
+            isinstance(m, torch.nn.GELU) and m.approximate == "tanh" for m in target.modules()
+        )
+    else:
+        layers = target.layers if isinstance(target, stack.EncoderStackSpec) else [target]
+        tanh = any(
+            isinstance(t, S.EncoderLayerSpec) and t.ffn.activation == S.Activation.GELU_TANH
+            for t in layers
+        )
+    return [TANH_GELU_NOTE] if tanh else []
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -164,6 +210,7 @@ def verify(
             for _ in range(targets)
         ]
     errors: list[float] = []
+    notes = list(dict.fromkeys(n for t, _, _ in cases for n in reference_notes(t)))
     refused = 0
     failures: list[tuple[int, float]] = []
     certified: list[float] = []
@@ -205,6 +252,7 @@ def verify(
         max_certified=max(certified) if certified else None,
         max_bound_ratio=max(ratios) if ratios else None,
         refused=refused,
+        notes=notes,
     )
 
 

@@ -32,7 +32,7 @@ from attnsim.compiler.lowering.program import (
     Slot,
 )
 from attnsim.compiler.options import CompileOptions
-from attnsim.compiler.value_inference import ValueInference, call_function
+from attnsim.compiler.value_inference import UnhashableResultError, ValueInference, call_function
 from attnsim.ir.basis import Basis
 from attnsim.ir.blocks import BOS, NOTBOS, Head
 from attnsim.model.compiled import GuardSpec
@@ -279,5 +279,7 @@ def call_safely(e: E.Map | E.SequenceMap, args: Sequence[Any]) -> Any:
         return None
     try:
         return call_function(e, args)
+    except UnhashableResultError:
+        raise
     except Exception:
         return FAILED

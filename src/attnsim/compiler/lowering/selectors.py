@@ -31,7 +31,7 @@ from attnsim.ir import attention
 from attnsim.ir import discretise as D
 from attnsim.ir.blocks import BOS, NOTBOS, linear_form
 from attnsim.rasp import expr as E
-from attnsim.values import as_number, is_number, value_key
+from attnsim.values import as_number, as_truth, is_number, value_key
 
 Score = tuple[tuple, float, After]
 
@@ -501,7 +501,7 @@ def pred_matrix(pred: Any, qvals: Sequence[Any], kvals: Sequence[Any]) -> np.nda
     for i, qv in enumerate(qvals):
         for j, kv in enumerate(kvals):
             r = apply_safely(pred, kv, qv)
-            m[i, j] = r is not FAILED and r is not None and bool(r)
+            m[i, j] = r is not FAILED and r is not None and as_truth(r)
     return m
 
 
