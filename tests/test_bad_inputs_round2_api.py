@@ -338,8 +338,7 @@ CASES = {
     "complex_matrix": Case(
         lambda: apply.det([[1, 2j], [3, 4]]),
         TypeError,
-        r"^m holds complex numbers \(dtype complex128\); the matrix programs compute with "
-        r"real numbers",
+        r"^m holds complex numbers \(such as 2j\); attnsim computes over the real numbers",
     ),
     "text_in_a_matrix": Case(
         lambda: apply.transpose([["a", "b"]]),

@@ -141,11 +141,7 @@ def as_real_array(m: Any, what: str) -> np.ndarray:
                 f"{what} is ragged: {where}; a matrix needs rows of one length (pad the short "
                 "rows, or pass a numpy array)"
             )
-    if arr is not None and np.iscomplexobj(arr):
-        raise TypeError(
-            f"{what} holds complex numbers (dtype {arr.dtype}); the matrix programs compute "
-            "with real numbers: pass the real and imaginary parts as separate real matrices"
-        )
+    values.check_real(m, what)  # the one check: a conversion would keep the real parts only
     try:
         return np.asarray(arr if arr is not None else m, dtype=np.float64)
     except (TypeError, ValueError) as exc:
