@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attnsim.model import checkpoint, checks, codec, memory, plans
+from attnsim.model import checkpoint, checks, circuit, codec, memory, path_patching, plans
 from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTimeCheckError
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
@@ -362,6 +362,69 @@ class CompiledModel:
                 h.remove()
         out = self._decode(resid)
         return out[0] if single else out
+
+    def circuit(self, granularity: str = "component") -> circuit.Circuit:
+        """The ground-truth circuit (see :mod:`attnsim.model.circuit`): nodes are the
+        embeddings, the active heads (at "qkv" also their query, key and value inputs), the
+        MLP groups and the readout; an edge A -> B wherever B reads a direction A writes.
+
+        Raises:
+            ValueError: an unknown granularity, or the model carries no component table.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> [e.pair for e in m.circuit("qkv").edges if e.receiver.startswith("L0H0.")]
+        [('embed', 'L0H0.q'), ('embed', 'L0H0.k'), ('embed', 'L0H0.v')]
+        """
+        return circuit.build(self.components(), self.config.n_layers, granularity)
+
+    def run_path_patched(
+        self,
+        xs: Sequence[Any],
+        source: Sequence[Any] | None,
+        edges: Iterable[tuple[str, str] | circuit.Edge],
+        granularity: str = "component",
+    ) -> list:
+        """Runs ``xs`` with ``edges`` ablated: path patching (see
+        :func:`attnsim.model.path_patching.run_ablated`; checks are off).
+
+        Args:
+            xs: the input (one sequence or a batch of equal length).
+            source: an input of the same shape (each ablated edge carries what its sender
+                wrote on it), or None (zero ablation).
+            edges: ``(sender, receiver)`` node names of :meth:`circuit`, in the circuit or
+                not, or its :class:`~attnsim.model.circuit.Edge` rows.
+            granularity: of the node names.
+
+        Raises:
+            ValueError: a pair the forward pass does not allow, or a source of another shape.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="abc", max_seq_len=4)
+        >>> m.run_path_patched("aab", "abc", [("L0H0", "L0 MLP relu 0-8")])
+        [1, 1, 1]
+        """
+        self.dense_only("run_path_patched")
+        batch, single = _as_batch(xs, self._is_token)
+        src = None if source is None else _as_batch(source, self._is_token)[0]
+        pairs = [e.pair if isinstance(e, circuit.Edge) else tuple(e) for e in edges]
+        out = path_patching.run_ablated(self, self.circuit(granularity), batch, src, pairs)
+        return out[0] if single else out
+
+    def check_circuit(
+        self, pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], granularity: str = "component"
+    ) -> path_patching.CircuitCheck:
+        """Checks :meth:`circuit` over ``(clean, corrupted)`` pairs: faithful and minimal
+        (see :func:`attnsim.model.path_patching.check`).
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="abc", max_seq_len=4)
+        >>> got = m.check_circuit(path_patching.resample_pairs(["aab", "abc", "cca"]))
+        >>> got.faithful, got.necessary[-1], len(got.redundant)
+        (True, ('L0 MLP relu 0-8', 'output'), 1)
+        """
+        self.dense_only("check_circuit")
+        return path_patching.check(self, self.circuit(granularity), pairs)
 
     def _contribution(self, x: torch.Tensor, c: Component) -> torch.Tensor:
         """The residual update of head/unit range ``c`` on the stream ``x`` entering it."""
