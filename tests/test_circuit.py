@@ -235,9 +235,19 @@ def test_ablating_edges_outside_the_circuit_changes_nothing():
 REASONS = ("constant: ", "masked: ")
 
 
+# the compiled model refuses every input at run time (a categorical Aggregate that may
+# select nothing feeds a function: a compiler limitation, reported by its run-time check)
+REFUSED = {"make_dyck2_ptf", "make_dyck3_ptf"}
+
+
 def assert_checked(name: str, granularity: str, attention: str = "hard"):
     _, model = compiled(name, attention)
-    got = model.check_circuit(pairs_for(name, attention), granularity)
+    pairs = pairs_for(name, attention)
+    if name in REFUSED:
+        assert not pairs, f"{name} now runs: take it out of REFUSED"
+        pytest.skip(f"{name}: the compiled model refuses every input (run-time check)")
+    assert pairs, name
+    got = model.check_circuit(pairs, granularity)
     assert got.matches_model, name
     assert got.faithful, (name, granularity, got.unfaithful)
     assert got.outside == len(model.circuit(granularity).possible_pairs()) - len(

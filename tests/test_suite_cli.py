@@ -17,6 +17,7 @@ from attnsim.rasp import interpret
 from attnsim.report import suite
 
 PROGRAMS = ["make_hist", "make_frac_prevs", "transpose"]
+REFUSED = {"make_dyck2_ptf", "make_dyck3_ptf"}  # see tests/test_circuit.py
 FILES = [
     "program.py",
     "meta.json",
@@ -131,4 +132,12 @@ def test_the_whole_library_builds_and_checks(tmp_path):
     assert main(["suite", "build", str(root), "--per-length", "4", "--quiet"]) == 0
     assert main(["suite", "check", str(root), "--quiet"]) == 0
     index = json.loads((root / "suite.json").read_text())
-    assert index["programs"] == sorted(suite.PROGRAMS)
+    assert index["programs"] == sorted(set(suite.PROGRAMS) - REFUSED)
+
+
+def test_a_program_the_model_refuses_is_skipped_with_the_reason(tmp_path, capsys):
+    root = tmp_path / "d"
+    assert main(["suite", "build", str(root), "make_dyck2_ptf", "--per-length", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: make_dyck2_ptf: no input passes" in out and "run-time check" in out
+    assert json.loads((root / "suite.json").read_text())["programs"] == []

@@ -39,6 +39,7 @@ __all__ = [
     "FORMAT",
     "PROGRAMS",
     "ItemCheck",
+    "NoInputsError",
     "SuiteProgram",
     "build_item",
     "check_item",
@@ -178,6 +179,20 @@ def sample_inputs(p: SuiteProgram, model: CompiledModel, per_length: int = 8, se
     return xs, ys
 
 
+class NoInputsError(ValueError):
+    """No sampled input is one the compiled model is known to run correctly."""
+
+
+def _refusal(p: SuiteProgram, model: CompiledModel) -> str:
+    """Why the model refuses the program's example input (the first line of the error)."""
+    x = library.PROGRAMS[p.name].example if p.name in library.PROGRAMS else None
+    try:
+        model.run(x)
+    except (ValueError, TypeError) as exc:
+        return str(exc).splitlines()[0]
+    return "every sampled input was refused"
+
+
 def _compile(p: SuiteProgram, attention: str) -> CompiledModel:
     return compile_program(
         p.factory(),
@@ -242,6 +257,11 @@ def build_item(
     folder.mkdir(parents=True, exist_ok=True)
     model = _compile(p, attention)
     xs, ys = sample_inputs(p, model, per_length, seed)
+    if not xs:
+        raise NoInputsError(
+            f"{name}: no input passes both the interpreter and the model's run-time checks "
+            f"(e.g. {_refusal(p, model)}); the compiled model cannot be checked"
+        )
     index = {repr(x): i for i, x in enumerate(xs)}
     pairs = path_patching.resample_pairs(xs, rounds)
     (folder / "program.py").write_text(p.source())
