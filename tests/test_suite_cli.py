@@ -129,7 +129,7 @@ def test_mistakes_are_one_line_errors(tmp_path, capsys):
 def test_the_whole_library_builds_and_checks(tmp_path):
     """``make bench``: every library and matrix program, built and re-checked."""
     root = tmp_path / "all"
-    assert main(["suite", "build", str(root), "--per-length", "4", "--quiet"]) == 0
+    assert main(["suite", "build", str(root), "--per-length", "3", "--quiet"]) == 0
     assert main(["suite", "check", str(root), "--quiet"]) == 0
     index = json.loads((root / "suite.json").read_text())
     assert index["programs"] == sorted(set(suite.PROGRAMS) - REFUSED)
