@@ -71,8 +71,8 @@ def main() -> None:
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in rows:
-            ks = [k / r["d_model"] for k, _ in r["curve"]]
-            ax.plot(ks, [a for _, a in r["curve"]], marker=".", alpha=0.6, label=r["program"])
+            ks = [k / r["d_model"] for k, _, _ in r["curve"]]
+            ax.plot(ks, [a for _, a, _ in r["curve"]], marker=".", alpha=0.6, label=r["program"])
         ax.set_xlabel("compressed width d / d_model")
         ax.set_ylabel("inputs decoded exactly")
         ax.set_title("Library programs compressed by a learned projection")

@@ -73,7 +73,7 @@ def test_too_narrow_loses_the_program():
 def test_smallest_width_reports_the_curve():
     _, model, xs, ys = setup("make_hist")
     best, curve = C.smallest_width(model, xs, ys, widths=[4, 11, 16], steps=30)
-    assert best == 11 and [k for k, _ in curve] == [4, 11, 16]
+    assert best == 11 and [k for k, _, _ in curve] == [4, 11, 16]
     assert curve[0][1] < 1.0 and curve[1][1] == curve[2][1] == 1.0
 
 

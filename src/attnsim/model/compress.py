@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from attnsim.model import path_patching
 from attnsim.model.circuit import Circuit
 from attnsim.model.compiled import CompiledModel
 from attnsim.model.config import ModelConfig
@@ -270,9 +271,10 @@ def smallest_width(
     want: Sequence[Sequence[Any]] | None = None,
     widths: Sequence[int] | None = None,
     **kwargs: Any,
-) -> tuple[int | None, list[tuple[int, float]]]:
+) -> tuple[int | None, list[tuple[int, float, float]]]:
     """The smallest ``d`` whose compressed model decodes every input as ``want`` (default:
-    the compiled model's outputs), and the fraction of exact inputs at each width tried.
+    the compiled model's outputs), and per width tried the fraction of inputs decoded
+    exactly (numbers within 1e-6) and the largest error of a numerical output.
 
     Args:
         model: a compiled model.
@@ -282,7 +284,15 @@ def smallest_width(
         kwargs: passed to :func:`compress`.
 
     Returns:
-        ``(d or None, [(width, accuracy), ...])``.
+        ``(d or None, [(width, accuracy, numerical error), ...])``.
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_frac_prevs(library.rasp.tokens == "a"),
+    ...                     vocab="ab", max_seq_len=3)
+    >>> xs = [list("ab"), list("aab"), list("bab"), list("b")]
+    >>> best, curve = smallest_width(m, xs, widths=[2, m.config.d_model], steps=20)
+    >>> best == m.config.d_model, curve[-1][1:]
+    (True, (1.0, 0.0))
     """
     full = model.config.d_model
     if widths is None:
@@ -292,14 +302,18 @@ def smallest_width(
     best = None
     for k in widths:
         small = compress(model, k, inputs=inputs, **kwargs)
-        exact = 0
+        exact, err = 0, 0.0
         for x, y in zip(inputs, want):
             try:
-                exact += small.run(x) == list(y)
+                got = small.run(x)
             except ValueError:  # a mixture: not exact
-                pass
+                continue
+            exact += path_patching.same_output(got, list(y))
+            for a, b in zip(got, y):
+                if isinstance(a, float) and isinstance(b, (int, float)):
+                    err = max(err, abs(a - b))
         acc = exact / max(1, len(inputs))
-        curve.append((k, acc))
+        curve.append((k, acc, round(err, 12)))
         if acc == 1.0 and best is None:
             best = k
     return best, curve
