@@ -214,7 +214,7 @@ def _write_lens(model: CompiledModel, folder: Path) -> str | None:
         return f"not exportable: {exc}"
     try:
         lens = export.to_transformer_lens(model)
-    except ImportError as exc:
+    except (ImportError, RuntimeError, TypeError) as exc:  # none, or a version that differs
         return f"not written: {exc}"
     import torch
 
