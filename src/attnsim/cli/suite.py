@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--attention",
         choices=["hard", "softmax"],
-        default="hard",
-        help="attention of the compiled models (TransformerLens needs softmax; default hard)",
+        default="softmax",
+        help="attention of the compiled models (default softmax, which TransformerLens runs; "
+        "hard is the exact definition)",
     )
     build.add_argument(
         "--per-length", type=int, default=8, help="random inputs per length (default 8)"
