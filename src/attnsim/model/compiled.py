@@ -368,6 +368,12 @@ class CompiledModel:
         embeddings, the active heads (at "qkv" also their query, key and value inputs), the
         MLP groups and the readout; an edge A -> B wherever B reads a direction A writes.
 
+        Args:
+            granularity: "component" or "qkv".
+
+        Returns:
+            The :class:`~attnsim.model.circuit.Circuit`.
+
         Raises:
             ValueError: an unknown granularity, or the model carries no component table.
 
@@ -385,15 +391,12 @@ class CompiledModel:
         edges: Iterable[tuple[str, str] | circuit.Edge],
         granularity: str = "component",
     ) -> list:
-        """Runs ``xs`` with ``edges`` ablated: path patching (see
-        :func:`attnsim.model.path_patching.run_ablated`; checks are off).
+        """Runs ``xs`` with ``edges`` ablated (:func:`path_patching.run_ablated`; no checks).
 
         Args:
             xs: the input (one sequence or a batch of equal length).
-            source: an input of the same shape (each ablated edge carries what its sender
-                wrote on it), or None (zero ablation).
-            edges: ``(sender, receiver)`` node names of :meth:`circuit`, in the circuit or
-                not, or its :class:`~attnsim.model.circuit.Edge` rows.
+            source: an input of the same shape, or None (zero ablation).
+            edges: ``(sender, receiver)`` node names of :meth:`circuit` (any pair), or Edges.
             granularity: of the node names.
 
         Raises:
@@ -414,8 +417,14 @@ class CompiledModel:
     def check_circuit(
         self, pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], granularity: str = "component"
     ) -> path_patching.CircuitCheck:
-        """Checks :meth:`circuit` over ``(clean, corrupted)`` pairs: faithful and minimal
-        (see :func:`attnsim.model.path_patching.check`).
+        """Checks :meth:`circuit` faithful and minimal (:func:`path_patching.check`).
+
+        Args:
+            pairs: ``(clean, corrupted)`` inputs, of equal length each.
+            granularity: "component" or "qkv".
+
+        Returns:
+            A :class:`~attnsim.model.path_patching.CircuitCheck`.
 
         >>> from attnsim import compile_program, library
         >>> m = compile_program(library.make_hist(), vocab="abc", max_seq_len=4)
