@@ -24,7 +24,8 @@ from attnsim.report import suite
 
 def widths_for(full: int, rank: int) -> list[int]:
     fractions = {max(1, round(full * f)) for f in (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)}
-    return sorted(fractions | {k for k in (rank - 2, rank - 1, rank) if 1 <= k <= full})
+    below = {round(rank * f) for f in (0.6, 0.7, 0.8, 0.9)} | {rank - 2, rank - 1, rank}
+    return sorted(fractions | {k for k in below if 1 <= k <= full})
 
 
 def main() -> None:
@@ -32,6 +33,9 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="write the results as JSON here")
     parser.add_argument("--plot", default=None, help="write the accuracy plot (PNG) here")
     parser.add_argument("--steps", type=int, default=200, help="Adam steps per width")
+    parser.add_argument(
+        "--decode", choices=["argmax", "strict"], default="argmax", help="output decoding"
+    )
     parser.add_argument("programs", nargs="*", help="library programs (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -48,7 +52,9 @@ def main() -> None:
         X = torch.cat([x.double() for x in C._streams(model, xs)])
         rank = int(torch.linalg.matrix_rank(X))
         t = time.perf_counter()
-        best, curve = C.smallest_width(model, xs, ys, widths_for(full, rank), steps=args.steps)
+        best, curve = C.smallest_width(
+            model, xs, ys, widths_for(full, rank), args.decode, steps=args.steps
+        )
         row = {
             "program": name,
             "d_model": full,
@@ -56,6 +62,7 @@ def main() -> None:
             "smallest_exact_d": best,
             "curve": curve,
             "inputs": len(xs),
+            "decode": args.decode,
             "seconds": round(time.perf_counter() - t, 1),
         }
         rows.append(row)

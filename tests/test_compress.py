@@ -88,3 +88,21 @@ def test_bad_arguments():
     _, matrix, _, _ = setup("transpose")
     with pytest.raises(ValueError, match="reads real-valued tokens: pass compress"):
         C.compress(matrix, d=3)
+
+
+def test_below_the_rank_argmax_decoding_reads_the_superposed_output():
+    """At d=10 < rank 11 the output directions overlap: a strict one-hot read refuses the
+    mixture, the argmax read (how a model in superposition is read) is still exact."""
+    _, model, xs, ys = setup("make_hist")
+    small = C.compress(model, d=10, inputs=xs, steps=200)
+    assert small.loss > 1e-6  # no longer exact inside
+    assert exact(small, xs, ys) == 1.0
+    strict = 0
+    for x, y in zip(xs, ys):
+        try:
+            strict += small.run(x, decode="strict") == y
+        except ValueError:
+            pass
+    assert strict < len(xs)
+    with pytest.raises(ValueError, match="decode must be 'argmax' or 'strict', got 'max'"):
+        small.run(xs[0], decode="max")

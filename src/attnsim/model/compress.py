@@ -65,18 +65,37 @@ class CompressedModel:
     def config(self) -> ModelConfig:
         return self.model.cfg
 
-    def run(self, xs: Sequence[Any]) -> list:
-        """Runs on one sequence (or a batch) and decodes like :meth:`CompiledModel.run`
-        (no run-time checks: the intermediate values are approximate by design).
+    def run(self, xs: Sequence[Any], decode: str = "argmax") -> list:
+        """Runs on one sequence (or a batch) and decodes the output (no run-time checks: the
+        intermediate values are approximate by design).
+
+        Args:
+            xs: a token list, or a batch of equal-length token lists.
+            decode: "argmax" (a categorical position is the value with the largest score,
+                None when no score reaches 1/2: how a model in superposition is read) or
+                "strict" (as :meth:`CompiledModel.run`: one-hot within its tolerance).
 
         Raises:
-            RunTimeCheckError: a categorical output decodes to a mixture of values.
+            ValueError: an unknown ``decode``.
+            RunTimeCheckError: ``decode="strict"`` and an output is a mixture of values.
         """
+        if decode not in ("argmax", "strict"):
+            raise ValueError(f"decode must be 'argmax' or 'strict', got {decode!r}")
         batch, single = self.base._batch(xs)
         ids, vals = self.base.encode(batch)
         with torch.no_grad():
             resid = self.model(ids, vals) @ self.projection.T  # [batch, pos, d_model]
-        out = self.base._decode(resid)
+        spec = self.base.output
+        if decode == "strict" or spec.kind != "cat" or not spec.dims:
+            out = self.base._decode(resid)
+        else:
+            cols = torch.tensor([self.base._index[d] for d in spec.dims])
+            scores = resid[:, 1:][..., cols]  # [batch, pos, values]: BOS dropped
+            best, where = scores.max(dim=-1)
+            out = [
+                [spec.values[int(i)] if float(v) >= 0.5 else None for v, i in zip(bv, bi)]
+                for bv, bi in zip(best, where)
+            ]
         return out[0] if single else out
 
     def direction(self, label: str) -> torch.Tensor:
@@ -270,6 +289,7 @@ def smallest_width(
     inputs: Sequence[Sequence[Any]],
     want: Sequence[Sequence[Any]] | None = None,
     widths: Sequence[int] | None = None,
+    decode: str = "argmax",
     **kwargs: Any,
 ) -> tuple[int | None, list[tuple[int, float, float]]]:
     """The smallest ``d`` whose compressed model decodes every input as ``want`` (default:
@@ -281,6 +301,7 @@ def smallest_width(
         inputs: the test inputs.
         want: the expected outputs (the interpreter's).
         widths: the widths to try, ascending (default: 1/8, 2/8, ... of d_model).
+        decode: how categorical outputs are read (:meth:`CompressedModel.run`).
         kwargs: passed to :func:`compress`.
 
     Returns:
@@ -305,8 +326,8 @@ def smallest_width(
         exact, err = 0, 0.0
         for x, y in zip(inputs, want):
             try:
-                got = small.run(x)
-            except ValueError:  # a mixture: not exact
+                got = small.run(x, decode)
+            except ValueError:  # a mixture (strict decoding): not exact
                 continue
             exact += path_patching.same_output(got, list(y))
             for a, b in zip(got, y):
