@@ -42,7 +42,15 @@ THIRD_PARTY_IN_LEAVES = {
     "rasp": {"numpy", "lark"},
     "ir": {"numpy"},
     "values": {"numpy"},
-    "model": {"torch", "numpy", "safetensors", "transformer_lens", "onnx", "onnxruntime"},
+    "model": {
+        "torch",
+        "numpy",
+        "safetensors",
+        "transformer_lens",
+        "onnx",
+        "onnxruntime",
+        "networkx",  # optional, imported lazily by Circuit.as_networkx
+    },
 }
 
 

@@ -16,6 +16,9 @@ def test_named_entry_points_are_the_deep_ones():
     from attnsim.simulator import universal
 
     assert attnsim.compile_program is pipeline.compile_program
+    from attnsim.model import compress
+
+    assert attnsim.compress is compress.compress
     assert attnsim.simulator.build is universal.build
     for name in ("transpose", "matmul", "softmax", "inverse", "relu", "maxmin", "det"):
         assert getattr(attnsim.matrix, name) is getattr(programs, name)

@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "compile_program": ("attnsim.compiler.pipeline", "compile_program"),
     "CompiledModel": ("attnsim.model.compiled", "CompiledModel"),
+    "compress": ("attnsim.model.compress", "compress"),
     "compiler": ("attnsim.compiler", None),
     "model": ("attnsim.model", None),
     "matrix": ("attnsim.matrix", None),

@@ -35,6 +35,7 @@ from attnsim.model.compiled import Component
 from attnsim.rasp import expr as E
 
 SEPARATORS = ":@^_#"
+BOS_DIRECTIONS = ("bos", "notbos")  # written by every token row of W_E (assembly)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ def build(graph: tracing.Graph, low: LoweredProgram, layers: Sequence[Layer]) ->
         if kind == "static":
             labels = static
         ops = tuple(f"{_kind(by_label.get(lb))} '{lb}' (embedded)" for lb in labels)
+        writes = tuple(d for b in part for d in b.writes)
+        if kind == "tokens":  # the token embedding also marks BOS and the other positions
+            writes = tuple(d for d in BOS_DIRECTIONS if d in low.residual) + writes
         rows.append(
             Component(
                 "embed",
@@ -88,7 +92,7 @@ def build(graph: tracing.Graph, low: LoweredProgram, layers: Sequence[Layer]) ->
                 tuple(labels),
                 ops,
                 (),
-                tuple(d for b in part for d in b.writes),
+                writes,
                 "hook_embed",
             )
         )

@@ -218,6 +218,10 @@ def to_transformer_lens(model: CompiledModel):
         lens.attnsim_hook_labels = hook_labels(model)
     except ValueError:  # a model without a component table (an old checkpoint)
         lens.attnsim_hook_labels = None
+    try:  # and the circuit, in TransformerLens hook names (Circuit.lens_edges)
+        lens.attnsim_circuit = {g: model.circuit(g).lens_edges() for g in ("component", "qkv")}
+    except ValueError:
+        lens.attnsim_circuit = None
     return lens
 
 

@@ -162,6 +162,32 @@ class Attention(nn.Module):
             out = out + torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv])
         return out
 
+    def head_result(
+        self, xq: torch.Tensor, xk: torch.Tensor, xv: torch.Tensor, head: int
+    ) -> torch.Tensor:
+        """What head ``head`` adds to the residual stream, ``[batch, pos, d_model]``, when its
+        queries read the stream ``xq``, its keys ``xk`` and its values ``xv`` (each ``[batch,
+        pos, d_model]``). One stream for all three is the ordinary forward pass; path patching
+        (:mod:`attnsim.model.circuit`) gives each side its own.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> net, ids = m.model, m.encode(["abba"])[0]
+        >>> x, a = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn
+        >>> bool(torch.allclose(a.head_result(x, x, x, 0), a.dense_heads(x, a.active_heads())))
+        True
+        """
+        q = xq @ self.W_Q[head]  # [batch, pos, d_head]
+        k = xk @ self.W_K[head]
+        v = xv @ self.W_V[head]
+        scores = q @ k.transpose(-1, -2)  # [batch, query, key]
+        if self.cfg.causal:
+            n = scores.shape[-1]
+            future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        _, z = plan_core.mix(self.cfg, scores, v)  # [batch, pos, d_head]
+        return z @ self.W_O[head]
+
     def compact_heads(
         self, x: torch.Tensor, heads: torch.Tensor, cols: torch.Tensor
     ) -> torch.Tensor:

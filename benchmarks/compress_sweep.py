@@ -1,0 +1,92 @@
+"""Compression sweep: the smallest residual width at which each library program still runs.
+
+For every library program: compile (hard attention), sample its test inputs
+(``attnsim.report.suite.sample_inputs``), compress the residual stream to several widths
+``d`` (``attnsim.compress``) and count the inputs whose every output still decodes as the
+interpreter's. Writes the per-program smallest exact width and the accuracy curves as JSON
+(``--output``) and a plot of accuracy against d / d_model (``--plot``).
+
+    python benchmarks/compress_sweep.py --output /tmp/compress.json --plot docs/img/compress.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+import attnsim
+from attnsim.model import compress as C
+from attnsim.report import suite
+
+
+def widths_for(full: int, rank: int) -> list[int]:
+    fractions = {max(1, round(full * f)) for f in (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)}
+    below = {round(rank * f) for f in (0.6, 0.7, 0.8, 0.9)} | {rank - 2, rank - 1, rank}
+    return sorted(fractions | {k for k in below if 1 <= k <= full})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=None, help="write the results as JSON here")
+    parser.add_argument("--plot", default=None, help="write the accuracy plot (PNG) here")
+    parser.add_argument("--steps", type=int, default=200, help="Adam steps per width")
+    parser.add_argument(
+        "--decode", choices=["argmax", "strict"], default="argmax", help="output decoding"
+    )
+    parser.add_argument("programs", nargs="*", help="library programs (default: all)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    names = args.programs or sorted(n for n, p in suite.PROGRAMS.items() if p.kind == "library")
+    rows = []
+    for name in names:
+        p = suite.PROGRAMS[name]
+        model = suite._compile(p, "hard")
+        xs, ys = suite.sample_inputs(p, model, per_length=6)
+        if not xs:
+            print(f"{name}: skipped (the compiled model refuses every input)", flush=True)
+            continue
+        full = model.config.d_model
+        X = torch.cat([x.double() for x in C._streams(model, xs)])
+        rank = int(torch.linalg.matrix_rank(X))
+        t = time.perf_counter()
+        best, curve = C.smallest_width(
+            model, xs, ys, widths_for(full, rank), args.decode, steps=args.steps
+        )
+        row = {
+            "program": name,
+            "d_model": full,
+            "stream_rank": rank,
+            "smallest_exact_d": best,
+            "curve": curve,
+            "inputs": len(xs),
+            "decode": args.decode,
+            "seconds": round(time.perf_counter() - t, 1),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump({"attnsim": attnsim.__version__, "rows": rows}, f, indent=1)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in rows:
+            ks = [k / r["d_model"] for k, _, _ in r["curve"]]
+            ax.plot(ks, [a for _, a, _ in r["curve"]], marker=".", alpha=0.6, label=r["program"])
+        ax.set_xlabel("compressed width d / d_model")
+        ax.set_ylabel("inputs decoded exactly")
+        ax.set_title("Library programs compressed by a learned projection")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
