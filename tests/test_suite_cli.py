@@ -12,12 +12,13 @@ import pytest
 
 from attnsim.cli import main
 from attnsim.compiler import compile_program
+from attnsim.model.checks import RunTimeCheckError
 from attnsim.model.compiled import CompiledModel
 from attnsim.rasp import interpret
 from attnsim.report import suite
 
 PROGRAMS = ["make_hist", "make_frac_prevs", "transpose"]
-REFUSED = {"make_dyck2_ptf", "make_dyck3_ptf"}  # see tests/test_circuit.py
+REFUSED: set[str] = set()  # programs whose model refuses every input: none today
 FILES = [
     "program.py",
     "meta.json",
@@ -124,6 +125,10 @@ def test_mistakes_are_one_line_errors(tmp_path, capsys):
     assert "unknown program(s) make_hits" in err and "--list" in err
     assert main(["suite", "check", str(tmp_path)]) == 2
     assert "has no suite.json" in capsys.readouterr().err
+    assert main(["suite", "build", str(tmp_path / "x"), "make_hist", "--per-length", "1"]) == 2
+    assert "--per-length must be at least 2 (a clean and a corrupted input" in (
+        capsys.readouterr().err
+    )
     assert main(["suite", "build", "--list", str(tmp_path)]) == 0
     listed = capsys.readouterr().out.split()
     assert listed == sorted(suite.PROGRAMS) and "inverse" in listed and "sort" in listed
@@ -139,9 +144,14 @@ def test_the_whole_library_builds_and_checks(tmp_path):
     assert index["programs"] == sorted(set(suite.PROGRAMS) - REFUSED)
 
 
-def test_a_program_the_model_refuses_is_skipped_with_the_reason(tmp_path, capsys):
+def test_a_program_the_model_refuses_is_skipped_with_the_reason(tmp_path, capsys, monkeypatch):
+    # a model whose run-time checks refuse every input (no library program does today)
+    def refuse(self, *args, **kwargs):
+        raise RunTimeCheckError("run-time check failed: refused for the test")
+
+    monkeypatch.setattr(CompiledModel, "run", refuse)
     root = tmp_path / "d"
-    assert main(["suite", "build", str(root), "make_dyck2_ptf", "--per-length", "1"]) == 0
+    assert main(["suite", "build", str(root), "make_dyck2_ptf", "--per-length", "2"]) == 0
     out = capsys.readouterr().out
     assert "skipped: make_dyck2_ptf: no input passes" in out and "run-time check" in out
     assert json.loads((root / "suite.json").read_text())["programs"] == []

@@ -91,8 +91,11 @@ def _build(args: argparse.Namespace) -> int:
             f"unknown program(s) {', '.join(unknown)}; 'attnsim suite build --list' "
             "lists the known ones"
         )
-    if args.per_length < 1:
-        raise UserError(f"--per-length must be at least 1, got {args.per_length}")
+    if args.per_length < 2:
+        raise UserError(
+            f"--per-length must be at least 2 (a clean and a corrupted input of each length), "
+            f"got {args.per_length}"
+        )
     root = Path(args.dir)
     if root.exists() and not root.is_dir():
         raise UserError(f"{root} exists and is not a folder")
