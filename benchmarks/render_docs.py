@@ -1051,9 +1051,41 @@ def compiler_fuzz(data: dict) -> str:
     if reasons:
         out += ["", "Why programs were not compiled:", ""]
         out.append(table(["reason", "programs"], sorted(reasons.items(), key=lambda kv: -kv[1])))
+    out += _tracr_differential(data.get("tracr"))
     if data.get("machine"):
         out += ["", f"Machine: {data['machine']}."]
     return "\n".join(out)
+
+
+def _tracr_differential(t: dict | None) -> list[str]:
+    """The differential test against tracr (``--tracr N``), when the run had it."""
+    if not t:
+        return []
+    out = ["", "### Against tracr's evaluator: programs built with tracr's own classes", ""]
+    if "skipped" in t:
+        return out + [f"Skipped: {t['skipped']}."]
+    out.append(
+        f"{fmt(t['drawn'])} random programs built with tracr-pypi's classes "
+        "(`tests/fuzz_tracr.py`), evaluated by tracr's `rasp.evaluate` and, after "
+        "`attnsim.rasp.from_tracr`, by attnsim's interpreter and compiled model (hard "
+        f"attention): {fmt(t['compiled'])} compiled, **{fmt(t['disagreement'])} disagreements**, "
+        f"{fmt(t['unclear_error'])} unclear errors ({fmt(t.get('seconds'))} s). The kinds of "
+        "difference that remain on purpose are counted apart (docs/tracr.md lists them)."
+    )
+    out.append("")
+    kinds = [
+        ("agreed", "agreed on every input"),
+        ("agreed_by_error", "both raised on some input, agreed elsewhere"),
+        ("tracr_raised", "tracr raised, attnsim answered"),
+        ("refused", "attnsim refused clearly (compile or run time)"),
+        ("stricter", "attnsim raised a clear error where tracr answered"),
+        ("numerical_default", "empty numerical Aggregate, default None: tracr None, attnsim 0"),
+        ("tracr_mean", "tracr's float mean of equal categorical values"),
+        ("disagreement", "disagreement"),
+        ("unclear_error", "unclear error"),
+    ]
+    out.append(table(["outcome", "programs"], [[what, t.get(k, 0)] for k, what in kinds]))
+    return out
 
 
 # -- the interpreter and the textual front end -------------------------------------------------

@@ -307,8 +307,8 @@ def smallest_width(
     Returns:
         ``(d or None, [(width, accuracy, numerical error), ...])``.
 
-    >>> from attnsim import compile_program, library
-    >>> m = compile_program(library.make_frac_prevs(library.rasp.tokens == "a"),
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_frac_prevs(rasp.tokens == "a"),
     ...                     vocab="ab", max_seq_len=3)
     >>> xs = [list("ab"), list("aab"), list("bab"), list("b")]
     >>> best, curve = smallest_width(m, xs, widths=[2, m.config.d_model], steps=20)
