@@ -6,7 +6,12 @@ For every library program: compile (hard attention), sample its test inputs
 interpreter's. Writes the per-program smallest exact width and the accuracy curves as JSON
 (``--output``) and a plot of accuracy against d / d_model (``--plot``).
 
-    python benchmarks/compress_sweep.py --output /tmp/compress.json --plot docs/img/compress.png
+    python benchmarks/compress_sweep.py --output benchmarks/results/compress_sweep.json \
+        --plot docs/img/compress_accuracy.png --docs docs/interpretability.md
+
+``--docs FILE`` writes the table of smallest widths between the markers ``BEGIN`` and ``END``
+below in FILE; with ``--results JSON`` it renders that results file without a sweep
+(``tests/test_generated_docs.py`` checks docs/interpretability.md against the results).
 """
 
 from __future__ import annotations
@@ -20,6 +25,48 @@ import torch
 import attnsim
 from attnsim.model import compress as C
 from attnsim.report import suite
+
+BEGIN = "<!-- compress_sweep table: written by benchmarks/compress_sweep.py --docs -->"
+END = "<!-- end of the compress_sweep table -->"
+RESULTS = "benchmarks/results/compress_sweep.json"
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table of each program's smallest exact width, and the count at half."""
+    lines = [
+        "| program | d_model | rank of the streams | smallest exact d | d / d_model |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        best = r["smallest_exact_d"]
+        share = "none exact" if best is None else f"{best / r['d_model']:.2f}"
+        lines.append(
+            f"| {r['program']} | {r['d_model']} | {r['stream_rank']} | "
+            f"{'-' if best is None else best} | {share} |"
+        )
+    half = [
+        r["program"]
+        for r in rows
+        if r["smallest_exact_d"] and 2 * r["smallest_exact_d"] <= r["d_model"]
+    ]
+    lines += [
+        "",
+        f"{len(half)} of {len(rows)} programs are exact on their test inputs at half their "
+        f"d_model or less{': ' + ', '.join(half) if half else ''}.",
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(path: str, rows: list[dict]) -> None:
+    """Replaces the text between ``BEGIN`` and ``END`` in ``path`` with :func:`table`."""
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no {BEGIN!r} ... {END!r} markers to write the table in")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + table(rows) + "\n" + END + tail)
 
 
 def widths_for(full: int, rank: int) -> list[int]:
@@ -36,8 +83,17 @@ def main() -> None:
     parser.add_argument(
         "--decode", choices=["argmax", "strict"], default="argmax", help="output decoding"
     )
+    parser.add_argument("--docs", default=None, help="write the table into this Markdown file")
+    parser.add_argument("--results", default=None, help="render this results file, no sweep")
     parser.add_argument("programs", nargs="*", help="library programs (default: all)")
     args = parser.parse_args()
+    if args.results:
+        with open(args.results) as f:
+            rows = json.load(f)["rows"]
+        if args.docs:
+            write_docs(args.docs, rows)
+        print(table(rows))
+        return
     torch.set_num_threads(1)
     names = args.programs or sorted(n for n, p in suite.PROGRAMS.items() if p.kind == "library")
     rows = []
@@ -86,6 +142,8 @@ def main() -> None:
         ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
+    if args.docs:
+        write_docs(args.docs, rows)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,19 @@ def test_the_check_fails_on_an_edited_table():
     edited = committed.replace("| transpose | 2x2 | 1 |", "| transpose | 2x2 | 2 |", 1)
     assert edited != committed
     assert _table_rows(committed, 1) != _table_rows(edited, 1)
+
+
+def test_the_compression_table_is_the_results_file():
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import compress_sweep
+
+    rows = json.loads((ROOT / compress_sweep.RESULTS).read_text())["rows"]
+    text = (DOCS / "interpretability.md").read_text()
+    written = text.split(compress_sweep.BEGIN, 1)[1].split(compress_sweep.END, 1)[0]
+    assert written.strip() == compress_sweep.table(rows), (
+        "docs/interpretability.md's compression table is stale: run "
+        "`python benchmarks/compress_sweep.py --results benchmarks/results/compress_sweep.json "
+        "--docs docs/interpretability.md`"
+    )
