@@ -1198,7 +1198,23 @@ def generic(name: str, data, md: Path | None) -> str:
     return "\n".join(out)
 
 
+def compress_sweep(data: dict) -> str:
+    """The compression sweep (``benchmarks/compress_sweep.py``): its table, as in
+    docs/interpretability.md."""
+    import compress_sweep as sweep  # beside this file
+
+    head = [
+        "## Compressed residual streams: the smallest exact width per library program",
+        "",
+        "A learned projection of the residual stream (`attnsim.compress`), hard attention, "
+        "the suite's test inputs; docs/interpretability.md explains the method.",
+        "",
+    ]
+    return "\n".join(head) + sweep.table(data["rows"])
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
+    "compress_sweep": compress_sweep,
     "simulator_cost": simulator_cost,
     "simulator_accuracy": simulator_accuracy,
     "simulator_layouts": simulator_layouts,
