@@ -211,7 +211,29 @@ class FuzzCase:
         )
 
 
-class _Gen:
+class Choices:
+    """What both program generators (this one and ``tests/fuzz_tracr.py``'s) share: reusing a
+    node and a weighted choice, drawn from ``self.rng``; ``self.kinds`` maps a variable to its
+    kind and ``self.features`` records what was drawn."""
+
+    rng: random.Random
+    kinds: dict[str, str]
+    features: set[str]
+
+    def reuse(self, want: str) -> str | None:
+        """Sometimes an existing node of the wanted kind (programs are DAGs, not only trees)."""
+        pool = [v for v, k in self.kinds.items() if k == want]
+        if pool and self.rng.random() < 0.1:
+            self.features.add("shared node")
+            return self.rng.choice(pool)
+        return None
+
+    def pick(self, options: list[tuple[float, Any]]) -> Any:
+        weights, fns = zip(*options)
+        return self.rng.choices(fns, weights)[0]
+
+
+class _Gen(Choices):
     """Builds one program bottom-up; every node is a line of source, evaluated as it is made."""
 
     def __init__(self, rng: random.Random) -> None:
@@ -238,18 +260,6 @@ class _Gen:
         self.kinds[name] = kind
         self.features.add(feature)
         return name
-
-    def reuse(self, want: str) -> str | None:
-        """Sometimes an existing node of the wanted kind (programs are DAGs, not only trees)."""
-        pool = [v for v, k in self.kinds.items() if k == want]
-        if pool and self.rng.random() < 0.1:
-            self.features.add("shared node")
-            return self.rng.choice(pool)
-        return None
-
-    def pick(self, options: list[tuple[float, Any]]) -> Any:
-        weights, fns = zip(*options)
-        return self.rng.choices(fns, weights)[0]
 
     # -- categorical S-ops ---------------------------------------------------------------------
     def cat(self, depth: int, want: str | None = None) -> str:

@@ -111,7 +111,7 @@ class TracrCase:
         )
 
 
-class _Gen:
+class _Gen(fp.Choices):
     """Builds one tracr program bottom-up; every node is a line of source, evaluated as made."""
 
     def __init__(self, rng: random.Random) -> None:
@@ -142,17 +142,6 @@ class _Gen:
         self.kinds[name] = kind
         self.features.add(feature)
         return name
-
-    def reuse(self, want: str) -> str | None:
-        pool = [v for v, k in self.kinds.items() if k == want]
-        if pool and self.rng.random() < 0.1:
-            self.features.add("shared node")
-            return self.rng.choice(pool)
-        return None
-
-    def pick(self, options: list[tuple[float, Any]]) -> Any:
-        weights, fns = zip(*options)
-        return self.rng.choices(fns, weights)[0]
 
     # -- categorical S-ops ---------------------------------------------------------------------
     def cat(self, depth: int, want: str | None = None) -> str:
