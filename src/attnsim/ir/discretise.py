@@ -90,3 +90,70 @@ def step_units(
         neg = {k: -v for k, v in delta.items()}
         units.append(ReluUnit(name, linear_form(down), linear_form(neg)))
     return units
+
+
+def output_rounding(
+    xs: Sequence[float], outs: Sequence[float], size: float, n_terms: int, u: float
+) -> tuple[list[float], int | None]:
+    """Bounds on the float rounding of :func:`step_units`' numerical output at each value.
+
+    With unit roundoff ``u`` (``2^-53`` in float64) and exact inputs read through a form of
+    ``n_terms`` terms whose sizes sum to at most ``F = max(size, |x|)`` at the value ``x``, a
+    step between ``lo < hi`` (midpoint ``t``, slope ``a``) has ReLU inputs that round by at
+    most ``e = c u (a (F + |t|) + 1)`` with ``c = n_terms + 4`` (the sum over the form and
+    ``notbos``, and the rounding of the slope and threshold); a ReLU passes that on at
+    most (it is 1-Lipschitz), and a step above ``x`` passes on only what exceeds its distance
+    ``a (t - x) - 1/2`` below 0. A step below ``x`` has two ReLUs ``a (x - t) +- 1/2``
+    weighted ``+-delta`` (the output's change there): they cancel, and the MLP's sum over its
+    ``k`` units that are not 0 there rounds with their size (zeros add exactly). So the
+    output at ``x`` rounds by at most
+    ``(k + 2) u (|outs[0]| + S) + sum 2 |delta_i| e_i'`` with ``S`` the sum of
+    ``|delta_i| (2 a_i (|x| + |t_i|) + 2)`` over the steps below ``x`` and ``e_i'`` the error
+    each step passes on.
+
+    Args:
+        xs: the values, sorted and distinct.
+        outs: the output at each value (finite numbers).
+        size: a bound on the summed sizes of the form's terms (0 for a single term: the
+            value itself).
+        n_terms: the number of terms of the input's form.
+        u: the unit roundoff.
+
+    Returns:
+        ``(bounds, worst)``: the bound at each value, and the index ``i`` of the step
+        (between ``xs[i]`` and ``xs[i + 1]``) whose terms are largest (None without steps).
+
+    >>> b, _ = output_rounding([0.0, 1.0, 2.0], [0.0, 1.0, 4.0], 0.0, 1, 2.0**-53)
+    >>> [f"{x:.2g}" for x in b]
+    ['0', '8.9e-15', '8e-14']
+    >>> b, worst = output_rounding([1.0, 1.006, 6e12], [0.0, 0.01, 3.6e25], 0.0, 1, 2.0**-53)
+    >>> b[0] == 0.0, b[2] > 1e9, worst
+    (True, True, 1)
+    """
+    c = n_terms + 4
+    steps = [
+        ((lo + hi) / 2, 2.0 / (hi - lo), y1 - y0)
+        for lo, hi, y0, y1 in zip(xs, xs[1:], outs, outs[1:])
+        if y1 != y0
+    ]
+    index = [i for i, (y0, y1) in enumerate(zip(outs, outs[1:])) if y1 != y0]
+    bounds, worst, top = [], None, -1.0
+    for x in xs:
+        f = max(size, abs(x))
+        total, passed = abs(outs[0]) if outs else 0.0, 0.0
+        k = 1  # the units not 0 at x: relu(notbos), then two per step below x
+        for i, (t, a, delta) in zip(index, steps):
+            err = c * u * (a * (f + abs(t)) + 1.0)
+            if t < x:
+                term = abs(delta) * (2.0 * a * (abs(x) + abs(t)) + 2.0)
+                total += term
+                passed += 2.0 * abs(delta) * err
+                k += 2
+                if term > top:
+                    worst, top = i, term
+            elif err > a * (t - x) - 0.5:  # a step above x that rounding may switch on
+                passed += 2.0 * abs(delta) * (err - (a * (t - x) - 0.5))
+                total += 2.0 * abs(delta) * err
+                k += 2
+        bounds.append((k + 2) * u * total + passed if total or passed else 0.0)
+    return bounds, worst

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
+from attnsim.compiler.lowering.compare import dtype_of
 from attnsim.compiler.lowering.context import FAILED, Context
 from attnsim.compiler.lowering.program import After, Rep, UnsupportedError
 from attnsim.compiler.value_inference import dedupe, sort_values
@@ -130,6 +132,7 @@ def discretise(
     uid: int | None = None,
     input_scale: float | None = None,
     rounded_input: bool = False,
+    prove_output: bool = False,
 ) -> Rep:
     """A function of a number with finite value set, by ReLU steps between the values.
 
@@ -137,7 +140,9 @@ def discretise(
     A run-time check keeps the input on its values. ``uid`` is the S-op computed;
     ``input_scale`` bounds the input's size (None: bounded from its form) and
     ``rounded_input`` says that the input carries rounding (a selector width's 1/(w+1)):
-    both only matter for choosing the dtype (``Float32Need``).
+    both only matter for choosing the dtype (``Float32Need``). ``prove_output``: a numerical
+    result the program returns or computes with, proved against float rounding (a map's;
+    an internal rank read by a comparison has that comparison's proof).
     """
     xs, outs = [], []
     for group in D.close_groups(sorted({float(v) for v in in_vals})):
@@ -174,6 +179,8 @@ def discretise(
         def vec(v):
             return {} if v is None or v is FAILED else {index[value_key(v)]: 1.0}
 
+    if num_out and prove_output:
+        _check_output_rounding(ctx, label, form, xs, outs)
     units = D.step_units(label, form, xs, [vec(v) for v in outs], bos_guard)
     n_units = ctx.emit_all(stage, units)
     if rounded_input or not _exact_steps(xs):
@@ -196,6 +203,59 @@ def discretise(
     ctx.guard(after, label, linear_form(form), allowed=tuple(xs))
     ctx.realised(label, "steps on finite values", "exact", n_units)
     return rep
+
+
+# a numerical table's output may round by this much, relative to max(|result|, 1): "exact up
+# to float rounding" (README, Exactness); float32 keeps it within about a thousand roundings
+TABLE_REL_TOL = 1e-9
+
+
+def _table_tolerance(u: float) -> float:
+    return max(TABLE_REL_TOL, 1024.0 * u)
+
+
+def _check_output_rounding(
+    ctx: Context, label: str, form: dict[str, float], xs: Sequence[float], outs: Sequence[Any]
+) -> None:
+    """Refuses a numerical table whose steps' output sums round by more than the tolerance.
+
+    The steps write the result at the smallest value, then add the change at each step
+    below the input (``ir.discretise``): where the table's results are large and some
+    values close, those sums cancel and float rounding swamps a small result
+    (``D.output_rounding`` bounds it at each value). Proved in the dtype the model computes
+    in (float64 unless float32 is asked for); with ``dtype="auto"``, a table that float32
+    would round too much records a need for float64.
+
+    Raises:
+        UnsupportedError: naming the value, its result and the values that cause it.
+    """
+    ys = [float(v) if v is not FAILED and is_numeric(v) else 0.0 for v in outs]
+    if not all(math.isfinite(y) for y in ys + list(xs)):
+        return  # inf or nan results: nothing to bound (the model writes them as they are)
+    n_terms = len(form)
+    size = ctx.form_bound(form) if n_terms > 1 else 0.0
+    name, u, _ = dtype_of(ctx)
+    bounds, i = D.output_rounding(xs, ys, size, n_terms, u)
+    tol = _table_tolerance(u)
+    bad = [j for j, (b, y) in enumerate(zip(bounds, ys)) if not b <= tol * max(abs(y), 1.0)]
+    if bad:
+        j = bad[0]
+        i = 0 if i is None else i
+        raise UnsupportedError(
+            f"{label}: a table of its function on {len(xs)} input values cannot be computed "
+            f"to float rounding in {name}: at the input {xs[j]!r} (result {outs[j]!r}) its "
+            f"steps' sums round by up to {bounds[j]:.3g}, more than {tol:g} of the result; "
+            f"the results reach {max(abs(y) for y in ys):.3g} and the values {xs[i]!r} and "
+            f"{xs[i + 1]!r} are {xs[i + 1] - xs[i]:.3g} apart among values up to "
+            f"{max(abs(x) for x in xs):.3g}; narrow the input's value set (round it, or keep "
+            "its values closer in size) or compute the map from +, - and * on the input"
+        )
+    if name == "float64" and ctx.options.dtype != torch.float64:
+        u32 = 2.0**-24
+        b32, _ = D.output_rounding(xs, ys, size, n_terms, u32)
+        tol32 = _table_tolerance(u32)
+        if not all(b <= tol32 * max(abs(y), 1.0) for b, y in zip(b32, ys)):
+            ctx.needs(label, "a numerical table whose sums float32 rounds too much", 0.0)
 
 
 def _exact_steps(xs: Sequence[float]) -> bool:

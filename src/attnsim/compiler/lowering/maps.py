@@ -74,7 +74,16 @@ def lower_map(ctx: Context, e: E.Map) -> Rep:
         out_vals = ctx.vi.values(e)
         table = {value_key(v): call_safely(e, (v,)) for v in vals}
         return forms.discretise(
-            ctx, label, form, inner.after, vals, table, out_vals, num_out, uid=e.uid
+            ctx,
+            label,
+            form,
+            inner.after,
+            vals,
+            table,
+            out_vals,
+            num_out,
+            uid=e.uid,
+            prove_output=True,
         )
     raise UnsupportedError(
         f"{label}: a map of the real-valued S-op {ctx.label(e.inner)!r} with no finite "

@@ -1,0 +1,121 @@
+"""Numerical maps realised as tables of steps: proved against float rounding, or refused.
+
+A map of a number with a finite value set is a table of ReLU steps between the values
+(``forms.discretise``); its output is the result at the smallest value plus the change at
+each step below the input. Where results are huge and some values close, those sums cancel
+and float rounding swamps a small result: the compiler bounds that rounding
+(``ir.discretise.output_rounding``) and refuses the map, naming the values, where it is not
+within 1e-9 of the result. The oracle is the interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnsim
+from attnsim import rasp
+from attnsim.ir import discretise as D
+
+C = rasp.Comparison
+VOCAB = [-4.0, 6154405722775.249, 6154405722775.255, 6154405728929.661]
+
+
+def _close(a, b) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _repro():
+    v3 = rasp.numerical(rasp.SelectorWidth(rasp.Select(rasp.indices, rasp.indices, C.GEQ)))
+    v4, v5 = rasp.numerical(rasp.tokens), rasp.numerical(rasp.tokens)
+    v7 = rasp.numerical(v3 - rasp.numerical(v4 - v5))
+    return rasp.numerical(rasp.Map(lambda x: x * x - 1, v7))
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+@pytest.mark.parametrize("fixed_length", [False, True])
+def test_huge_table_with_close_values_is_refused_naming_them(attention, fixed_length):
+    prog = _repro()
+    assert rasp.evaluate(prog, [VOCAB[1]]) == [0.0]
+    with pytest.raises(NotImplementedError) as info:
+        attnsim.compile_program(
+            prog, vocab=VOCAB, max_seq_len=1, attention=attention, fixed_length=fixed_length
+        )
+    msg = str(info.value)
+    assert "cannot be computed to float rounding in float64" in msg
+    assert "at the input" in msg and "more than 1e-09 of the result" in msg
+    assert "narrow the input's value set" in msg
+
+
+def test_table_within_the_bound_still_compiles_exactly():
+    prog = rasp.numerical(rasp.Map(lambda x: x * x - 1, rasp.numerical(rasp.tokens)))
+    vocab = [-3.0, -1.0, 0.5, 1.0, 2.0, 1000.0]
+    m = attnsim.compile_program(prog, vocab=vocab, max_seq_len=3)
+    for xs in ([1.0, -1.0, 0.5], [1000.0, -3.0], [2.0]):
+        got = m.run(xs)
+        want = rasp.evaluate(prog, xs)
+        assert all(_close(a, b) for a, b in zip(got, want)), (xs, got, want)
+    assert "steps on finite values, exact" in str(m.report())
+
+
+def test_bound_covers_the_rounding_of_the_units():
+    # the steps' units evaluated in float64 (numpy) stay within the bound at every value;
+    # above 1.006 the step to 6.15e12 has 3.8e25-sized terms, and the bound says so
+    xs = [-4.0, 1.0, 1.006, 6.15e12]
+    ys = [x * x - 1 for x in xs]
+    units = D.step_units("f", {"x": 1.0}, xs, [{"y": y} if y else {} for y in ys])
+    s = {"bos": np.zeros(4), "notbos": np.ones(4), "x": np.array(xs)}
+    got = sum(u.apply(s).get("y", np.zeros(4)) for u in units)
+    bounds, worst = D.output_rounding(xs, ys, 0.0, 1, 2.0**-53)
+    err = np.abs(got - np.array(ys))
+    assert (err <= np.array(bounds)).all(), (err, bounds)
+    assert bounds[0] < 1e-12 and bounds[3] > 1e9 and worst == 2  # 1.006 .. 6.15e12
+
+
+FUNCS = {
+    "x*x": lambda x: x * x,
+    "x*x-1": lambda x: x * x - 1,
+    "abs": lambda x: x if x >= 0 else -x,
+    "1/(1+x*x)": lambda x: 1 / (1 + x * x),
+}
+
+
+@st.composite
+def vocabs(draw):
+    scale = 10.0 ** draw(st.integers(0, 13))
+    base = draw(st.floats(-2.0, 2.0, allow_nan=False)) * scale
+    gaps = draw(st.lists(st.sampled_from([1e-3, 0.5, 1.0, 1e3, scale]), min_size=1, max_size=4))
+    vals = [round(base, 3)]
+    for g in gaps:
+        vals.append(vals[-1] + g)
+    extra = draw(st.sampled_from([[], [0.0], [-1.0, 1.0]]))
+    return sorted(set(vals + extra))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(
+    vocab=vocabs(),
+    name=st.sampled_from(sorted(FUNCS)),
+    attention=st.sampled_from(["hard", "softmax"]),
+    diff=st.booleans(),
+)
+def test_compiled_numeric_maps_agree_or_are_refused(vocab, name, attention, diff):
+    x = rasp.numerical(rasp.tokens)
+    if diff:  # tokens - tokens + width: value inference takes the two as independent
+        w = rasp.numerical(rasp.SelectorWidth(rasp.Select(rasp.indices, rasp.indices, C.GEQ)))
+        x = rasp.numerical(w - rasp.numerical(rasp.numerical(rasp.tokens) - x))
+    prog = rasp.numerical(rasp.Map(FUNCS[name], x))
+    try:
+        m = attnsim.compile_program(prog, vocab=vocab, max_seq_len=2, attention=attention)
+    except NotImplementedError as exc:
+        assert "float rounding" in str(exc), str(exc)
+        return
+    for xs in [[v] for v in vocab] + [vocab[:2]]:
+        got, want = m.run(xs), rasp.evaluate(prog, xs)
+        assert all(_close(a, b) for a, b in zip(got, want)), (xs, got, want)
