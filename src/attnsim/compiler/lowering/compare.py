@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnsim.compiler.lowering.context import Context
@@ -114,13 +115,13 @@ def grain_of(xs: Sequence[float]) -> int | None:
     >>> grain_of([1.0, 0.5, 0.25]), grain_of([1.0, 1e-30])
     (2, None)
     """
-    out = 0
-    for x in xs:
-        j = grain(x)
-        if j is None:
-            return None
-        out = max(out, j)
-    return out
+    arr = np.unique(np.asarray(xs, dtype=np.float64))  # a static S-op: one per position
+    if not np.isfinite(arr).all():
+        return None
+    for j in range(61):  # exact: scaling by 2^j and testing for integers does not round
+        if (np.floor(arr * 2.0**j) == arr * 2.0**j).all():
+            return j
+    return None
 
 
 @dataclass(frozen=True)

@@ -364,8 +364,8 @@ def _static_proof(ctx: Context, sel: E.Select) -> compare.Proof:
     """The proof for a static equality of integers written as ``1 - (q - k)^2``."""
     sides = []
     for e in (sel.queries, sel.keys):
-        vals = [float(v) for v in ctx.vi.static_values(e)]
-        sides.append(compare.Side(max(abs(x) for x in vals), compare.grain_of(vals)))
+        vals = np.asarray(ctx.vi.static_values(e), dtype=np.float64)  # [pos]
+        sides.append(compare.Side(float(np.abs(vals).max()), compare.grain_of(vals)))
     return compare.equality_proof(ctx, sides[0], sides[1], 1.0, 4)
 
 
