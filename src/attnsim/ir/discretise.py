@@ -59,7 +59,8 @@ def step_units(
     Args:
         name: the units' name.
         form: the input, a linear form (direction -> coefficient).
-        xs: the input's values, sorted and distinct (at least one).
+        xs: the input's values, sorted and distinct (none: the input never has a value,
+            for example a map whose function raises on every value, and nothing is written).
         outs: the output at each value, a linear form (empty: write nothing).
         bos_guard: how much of ``bos`` to subtract from each step's input (see above).
 
@@ -67,8 +68,11 @@ def step_units(
         ``relu(notbos)`` for a non-empty first output, then two units per value whose output
         differs from the previous one.
     """
-    assert len(xs) == len(outs) and len(xs) > 0, (len(xs), len(outs))
+    if len(xs) != len(outs):
+        raise ValueError(f"step_units: {len(xs)} values but {len(outs)} outputs; give one each")
     units = []
+    if not xs:
+        return units
     if outs[0]:
         units.append(ReluUnit(name, linear_form({NOTBOS: 1.0}), linear_form(outs[0])))
     for i in range(len(xs) - 1):

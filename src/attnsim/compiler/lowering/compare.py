@@ -250,8 +250,10 @@ def table_proof(
     total = 0.0
     worst: tuple[float, tuple[float, float, float]] | None = None
     for vals, stepped in sides:
-        xs = [x for x in (float(v) for v in vals) if math.isfinite(x)]
-        if not stepped or len(xs) < 2:
+        if not stepped:
+            continue  # a one-hot side (its values need not be numbers) reads no steps
+        xs = [x for x in (float(v) for v in vals if is_number(v)) if math.isfinite(x)]
+        if len(xs) < 2:
             continue
         reps = [g[0] for g in D.close_groups(sorted(set(xs)))]
         steps = []

@@ -289,8 +289,11 @@ def _linear_categorical(ctx: Context, label: str, e: E.SequenceMap) -> Rep | Non
     """``a*x + b*y`` with a one-hot output: a virtual sum, then steps between its values.
 
     Costs about two units per output value instead of one per argument combination;
-    None when a lookup table is smaller or the values are not plain numbers.
+    None when a lookup table is smaller, the values are not plain numbers, or an argument
+    may be None (the sum would read it as 0; the map of None is None, which a table gives).
     """
+    if any(not E.is_numerical(s) and ctx.vi.may_be_none(s) for s in e.sops):
+        return None
     out_vals = ctx.vi.values(e)
     parts = [ctx.vi.values(s) for s in e.sops]
     if out_vals is None or not all(is_number(v) for p in parts + [out_vals] for v in p):
