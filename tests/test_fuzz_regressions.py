@@ -156,3 +156,20 @@ def test_always_none_read_by_a_function_stays_none(attention):
         rasp.evaluate(numeric, ["a"])
     with pytest.raises(NotImplementedError, match="holds no value but None"):
         compile_program(numeric, vocab=["a"], max_seq_len=3, attention=attention)
+
+
+# -- TRUE and FALSE inside Or/Not read no value: a None key or query does not matter there ------
+@pytest.mark.parametrize("attention", ATTENTION)
+def test_true_and_false_under_not_and_or_read_no_value(attention):
+    C = rasp.Comparison
+    # an S-op that is None wherever its query finds no index equal to the token
+    maybe_none = rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.tokens, C.EQ), rasp.Map(lambda x: x % 2, rasp.indices)
+    )
+    never = rasp.Select(maybe_none, rasp.tokens, C.FALSE)
+    always = rasp.Select(maybe_none, rasp.tokens, C.TRUE)
+    assert rasp.evaluate(rasp.SelectorWidth(~never), [2]) == [1]  # maybe_none is None here
+    _agrees(rasp.SelectorWidth(~never), [0, 1, 2, 3], 4, [[2], [3, 0], [0, 3, 3]], attention)
+    eq = rasp.Select(rasp.indices, rasp.tokens, C.EQ)
+    for sel in (always | eq, never | ~eq, (never | ~eq) & always):
+        _agrees(rasp.SelectorWidth(sel), [0, 1, 2, 3], 4, [[2], [3, 0], [0, 3, 3]], attention)

@@ -83,8 +83,39 @@ def _score(ctx: Context, sel: E.Selector) -> Score:
                 f"{ctx.label(sel)}: a SelectMax inside Or/Not cannot be compiled; "
                 "aggregate over the SelectMax itself"
             )
+        fixed = _fixed_truth(sel)  # TRUE and FALSE read no value, None included
+        if fixed is not None:
+            return _select_score(ctx, E.Select(E.indices, E.indices, _TRUTH[fixed]))
         return _joint_score(ctx, sel)
     raise UnsupportedError(f"{ctx.label(sel)}: cannot compile {type(sel).__name__}")
+
+
+_TRUTH = {True: E.Comparison.TRUE, False: E.Comparison.FALSE}
+
+
+def _fixed_truth(sel: E.Selector) -> bool | None:
+    """The selector's value where it does not depend on any key or query (its TRUE and FALSE
+    parts decide it), else None.
+
+    >>> t = E.Select(E.tokens, E.tokens, E.Comparison.TRUE)
+    >>> f = E.Select(E.tokens, E.tokens, E.Comparison.FALSE)
+    >>> eq = E.Select(E.tokens, E.tokens, E.Comparison.EQ)
+    >>> _fixed_truth(~f), _fixed_truth(eq | t), _fixed_truth(eq & f), _fixed_truth(eq | f)
+    (True, True, False, None)
+    """
+    if isinstance(sel, E.Select):
+        return {E.Comparison.TRUE: True, E.Comparison.FALSE: False}.get(sel.predicate)
+    if isinstance(sel, E.SelectorNot):
+        inner = _fixed_truth(sel.inner)
+        return None if inner is None else not inner
+    if isinstance(sel, (E.SelectorAnd, E.SelectorOr)):
+        a, b = _fixed_truth(sel.fst), _fixed_truth(sel.snd)
+        absorbing = isinstance(sel, E.SelectorOr)  # True absorbs an Or, False an And
+        if absorbing in (a, b):
+            return absorbing
+        if a is not None and b is not None:
+            return a if isinstance(sel, E.SelectorOr) else a and b
+    return None
 
 
 def _max_score(ctx: Context, sel: E.SelectMax) -> Score:
@@ -393,6 +424,8 @@ def _check_table_size(nq: int, nk: int) -> None:
 def _joint_score(ctx: Context, sel: E.Selector) -> Score:
     leaves: list[E.Select] = []
     _collect_leaves(sel, leaves)
+    # TRUE and FALSE leaves read no value: their keys and queries stay out of the table
+    leaves = [leaf for leaf in leaves if _fixed_truth(leaf) is None]
     for leaf in leaves:  # numerical sides become one-hot by steps: no value may collide
         compare.check_collisions(ctx, ctx.label(sel), leaf, pred_matrix)
     keys = _unique([s.keys for s in leaves])
@@ -509,6 +542,8 @@ def _selector_matrix(
     sel: E.Selector, qts: list[tuple], kts: list[tuple], qpos: dict, kpos: dict
 ) -> np.ndarray:
     """The selector on joint values: ``m[i, j]`` for query tuple i and key tuple j."""
+    if isinstance(sel, E.Select) and _fixed_truth(sel) is not None:
+        return np.full((len(qts), len(kts)), _fixed_truth(sel), dtype=bool)
     if isinstance(sel, E.Select):
         qcol = [t[qpos[sel.queries.uid]] for t in qts]
         kcol = [t[kpos[sel.keys.uid]] for t in kts]
