@@ -1201,7 +1201,13 @@ def generic(name: str, data, md: Path | None) -> str:
 def compress_sweep(data: dict) -> str:
     """The compression sweep (``benchmarks/compress_sweep.py``): its table, as in
     docs/interpretability.md."""
-    import compress_sweep as sweep  # beside this file
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "compress_sweep", Path(__file__).with_name("compress_sweep.py")
+    )
+    sweep = importlib.util.module_from_spec(spec)  # the script beside this file
+    spec.loader.exec_module(sweep)
 
     head = [
         "## Compressed residual streams: the smallest exact width per library program",
