@@ -121,12 +121,6 @@ def test_compiled_numeric_maps_agree_or_are_refused(vocab, name, attention, diff
         assert all(_close(a, b) for a, b in zip(got, want)), (xs, got, want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: steps that make a numerical S-op with values near 1e12 one-hot cancel "
-    "terms of that size at a small value, and a numerical lookup table over that one-hot "
-    "reads the rounding (5.99997 for 6); the one-hot steps need the output_rounding proof",
-)
 def test_a_numerical_table_over_stepped_values_near_1e12_is_exact_or_refused():
     C = rasp.Comparison
     width = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, C.EQ))
@@ -147,3 +141,80 @@ def test_a_numerical_table_over_stepped_values_near_1e12_is_exact_or_refused():
         return
     got, want = model.run(xs), rasp.evaluate(program, xs)
     assert all(math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-9) for g, w in zip(got, want))
+
+
+def _noisy_codes(order=("p", "notbos", "q")):
+    """One-hot codes made by steps on ``0.5 p + 3 q`` with terms near 1e12 that cancel to
+    small values (as a linear map of a token and a position-dependent number does), each
+    unit's input summed in float64 in the given order of directions (a matmul's order)."""
+    xs = [-4.37, -1.52, 1.13, 3.0e11]
+    rng = np.random.default_rng(0)
+    q = 1.0e11 + rng.uniform(0, 1000, size=len(xs))
+    p = 2.0 * (np.array(xs) - 3.0 * q)
+    form = {"p": 0.5, "q": 3.0}
+    vecs = [{f"c:{i}": 1.0} for i in range(len(xs))]
+    s = {"notbos": np.ones(len(xs)), "p": p, "q": q}
+    codes = {f"c:{i}": np.zeros(len(xs)) for i in range(len(xs))}
+    for u in D.step_units("c", form, xs, vecs):
+        coef = dict(u.inputs)
+        acc = np.zeros(len(xs))
+        for d in order:
+            acc = acc + coef.get(d, 0.0) * s[d]
+        for k, v in u.outputs:
+            codes[k] = codes[k] + v * np.maximum(acc, 0.0)
+    size = float(np.max(np.abs(0.5 * p) + np.abs(3.0 * q)))
+    return xs, vecs, codes, size
+
+
+def test_one_hot_bound_covers_the_rounding_of_steps_on_large_terms():
+    import itertools
+
+    errs = []
+    for order in itertools.permutations(("p", "notbos", "q")):
+        xs, vecs, codes, size = _noisy_codes(order)
+        got = np.stack([codes[f"c:{i}"] for i in range(len(xs))], axis=1)
+        errs.append(float(np.abs(got - np.eye(len(xs))).max()))
+    bound = max(D.one_hot_rounding(xs, vecs, size, 2, 2.0**-53).values())
+    assert max(errs) <= bound < 0.25, (errs, bound)
+    assert max(errs) > 0.0, errs  # the rounding is real (a table's 1e12 output reads it)
+
+
+def test_a_saturated_table_reads_rounded_codes_exactly_where_a_plain_one_does_not():
+    from attnsim.ir import lookup
+
+    # codes off by what steps on 1e12-sized terms leave (2.2e-16 on a false entry: the
+    # compiled model of the test above read 4.49997 for 4.5 from that), and by 1e-4
+    n = 4
+    outs = [3e11, -7.0, 4.5, 0.5]
+    rows = [((f"c:{i}",), (("y", y),)) for i, y in enumerate(outs)]
+    for off in (2.2e-16, 1e-4):
+        codes = {f"c:{i}": np.eye(n)[:, i] + off * (1 - 2 * np.eye(n)[:, i]) for i in range(n)}
+        s = {"bos": np.zeros(n), "notbos": np.ones(n), **codes}
+
+        def table(units, s=s):
+            return sum(u.apply(s).get("y", np.zeros(n)) for u in units)
+
+        plain = table(lookup.lookup_units("t", rows))
+        sat = table(lookup.saturated_lookup_units("t", rows))
+        tol = 1e-9 * np.maximum(np.abs(outs), 1.0)
+        assert (np.abs(sat - np.array(outs)) <= tol).all(), sat
+        assert (np.abs(plain - np.array(outs)) > tol).any(), plain  # what the proof catches
+
+
+def test_a_number_read_from_a_rounded_code_is_exact_in_the_compiled_model():
+    # big's one-hot code comes from steps on 0.5 * tokens + 3 * shifted (terms near 1e12);
+    # a numerical map of it reads the code through a saturated table, not linearly
+    C = rasp.Comparison
+    width = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, C.EQ))
+    shifted = rasp.numerical(
+        rasp.SequenceMap(lambda x, y: x + y, rasp.numerical(rasp.indices), width)
+    )
+    big = rasp.numerical(rasp.LinearSequenceMap(rasp.numerical(rasp.tokens), shifted, 0.5, 3))
+    out = rasp.numerical(rasp.SequenceMap(lambda x, y: x if x > -100 else 0.0, big, width))
+    vocab = [-906226705365.3782, -604151136910.8563, -3.0, -9.0]
+    model = attnsim.compile_program(out, vocab=vocab, max_seq_len=3)
+    assert "saturated" in str(model.report())
+    for xs in ([-906226705365.3782, -3.0, -604151136910.8563], [-9.0, -3.0], [-3.0, -3.0, -9.0]):
+        got, want = model.run(xs), rasp.evaluate(out, xs)
+        close = [math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-9) for g, w in zip(got, want)]
+        assert all(close), (xs, got, want)

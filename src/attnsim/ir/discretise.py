@@ -161,3 +161,55 @@ def output_rounding(
                 k += 2
         bounds.append((k + 2) * u * total + passed if total or passed else 0.0)
     return bounds, worst
+
+
+def one_hot_rounding(
+    xs: Sequence[float],
+    outs: Sequence[Mapping[str, float]],
+    size: float,
+    n_terms: int,
+    u: float,
+) -> dict[str, float]:
+    """Bounds on the float rounding of each entry of :func:`step_units`' vector output.
+
+    The categorical case of :func:`output_rounding`: the output is a vector (a one-hot code)
+    and each entry moves by at most 1 at each step that touches it. An entry at the value
+    ``x`` rounds by what its own steps pass on (``2 e_i``, with ``e_i`` as there, at the
+    summed size ``F = max(size, max |xs|)``) and by the rounding of the MLP's sum over the
+    units that write it (``(k + 2) u`` times their sizes); other steps write it nothing.
+    Each bound holds at every value; entries no step writes are exact and left out.
+
+    Args:
+        xs: the values, sorted and distinct.
+        outs: the output vector at each value (direction -> coefficient).
+        size: a bound on the summed sizes of the form's terms (0 for a single term).
+        n_terms: the number of terms of the input's form.
+        u: the unit roundoff.
+
+    >>> b = one_hot_rounding([0.0, 1.0, 2.0], [{"a": 1.0}, {"b": 1.0}, {"c": 1.0}], 0.0, 1, 2**-53)
+    >>> sorted(b), max(b.values()) < 1e-13
+    (['a', 'b', 'c'], True)
+    >>> b = one_hot_rounding([-4.5, -1.5, 6e11], [{"a": 1.0}, {"b": 1.0}, {"c": 1.0}],
+    ...                      9e11, 2, 2.0**-53)
+    >>> 1e-6 < max(b.values()) < 1e-2
+    True
+    """
+    c = n_terms + 4
+    f = max([size] + [abs(x) for x in xs])
+    per_entry: dict[str, list[tuple[float, float]]] = {}
+    for lo, hi, y0, y1 in zip(xs, xs[1:], outs, outs[1:]):
+        delta = _difference(y1, y0)
+        if not delta:
+            continue
+        t, a = (lo + hi) / 2, 2.0 / (hi - lo)
+        err = c * u * (a * (f + abs(t)) + 1.0)
+        term = 2.0 * a * (f + abs(t)) + 2.0 + 2.0 * err
+        for k, v in delta.items():
+            per_entry.setdefault(k, []).append((abs(v) * 2.0 * err, abs(v) * term))
+    bounds = {}
+    for entry, steps in per_entry.items():
+        k = 1 + 2 * len(steps)  # relu(notbos) and two units per step that write the entry
+        passed = sum(p for p, _ in steps)
+        total = 1.0 + sum(s for _, s in steps)
+        bounds[entry] = passed + (k + 2) * u * total
+    return bounds

@@ -61,7 +61,7 @@ def lower_aggregate(ctx: Context, e: E.Aggregate) -> Rep:
     else:
         dims = tuple(ctx.new_dir(f"{label}:{value_text(v)}") for v in vrep.values)
         ov = tuple((src, dst, 1.0) for src, dst in zip(vrep.dims, dims))
-        rep = Rep("cat", stage, values=vrep.values, dims=dims)
+        rep = Rep("cat", stage, values=vrep.values, dims=dims, noise=vrep.noise)
     flag = None
     has_default = (numeric_value and default not in (None, 0, 0.0)) or (
         not numeric_value and default is not None
@@ -100,7 +100,8 @@ def _apply_default(
         dims = dims + (ctx.new_dir(f"{label}:{value_text(default)}"),)
     index = {value_key(v): d for v, d in zip(values, dims)}
     ctx.emit(mstage, numeric.gated_constant_unit(label, flag, index[value_key(default)]))
-    return Rep("cat", rep.after | mstage, values=values, dims=dims)
+    noise = rep.noise + (0.0,) * (len(dims) - len(rep.dims)) if rep.noise else ()
+    return Rep("cat", rep.after | mstage, values=values, dims=dims, noise=noise)
 
 
 def _sum_from_mean(ctx: Context, e: E.Aggregate, label: str, mean: Rep) -> Rep:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -93,6 +94,24 @@ def numeric_form(ctx: Context, e: E.SOp, r: Rep | None = None) -> dict[str, floa
         if float(v) != 0.0:
             form[d] = float(v)
     return form
+
+
+def check_code_read(ctx: Context, label: str, leak: float) -> bool:
+    """Whether a number summed from categorical codes is exact to float rounding, given
+    ``leak``: the sum over the code's entries of their rounding bound (``Rep.noise``) times
+    the size of what each contributes; within ``TABLE_REL_TOL`` absolutely (so of any
+    result of size 1 or more). With ``dtype="auto"``, a read that only float64 keeps exact
+    records a need for it.
+
+    Returns:
+        False where the read would carry more (the caller reads the codes another way).
+    """
+    if leak <= _table_tolerance(dtype_of(ctx)[1]):
+        if leak and ctx.options.dtype != torch.float64 and dtype_of(ctx)[0] == "float64":
+            if leak * 2.0**29 > _table_tolerance(2.0**-24):
+                ctx.needs(label, "a number read from a code whose steps float32 rounds", 0.0)
+        return True
+    return False
 
 
 def categorical_rep(ctx: Context, e: E.SOp) -> Rep:
@@ -181,8 +200,18 @@ def discretise(
 
     if num_out and prove_output:
         _check_output_rounding(ctx, label, form, xs, outs)
-    units = D.step_units(label, form, xs, [vec(v) for v in outs], bos_guard)
+    vecs = [vec(v) for v in outs]
+    units = D.step_units(label, form, xs, vecs, bos_guard)
     n_units = ctx.emit_all(stage, units)
+    if not num_out:
+        # the code's entries carry the steps' rounding (1e-4 when the form's terms are near
+        # 1e12): readers that sum them into a number prove their result against it
+        _, u, _ = dtype_of(ctx)
+        size = ctx.form_bound(form) if len(form) > 1 else 0.0
+        if not math.isfinite(size):
+            size = 0.0  # terms of unknown size: bounded by the values themselves
+        bounds = D.one_hot_rounding(xs, vecs, size, len(form), u)
+        rep = dataclasses.replace(rep, noise=tuple(bounds.get(d, 0.0) for d in rep.dims))
     if rounded_input or not _exact_steps(xs):
         # a step switches halfway between neighbouring values: the input's rounding must
         # stay far below the gap, and the steps' outputs carry rounding from then on

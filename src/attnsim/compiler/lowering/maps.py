@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -44,7 +45,10 @@ def lower_map(ctx: Context, e: E.Map) -> Rep:
     if inner.kind == "cat":
         if num_out:
             readout = _numeric_readout(e, inner)
-            if readout is not None:
+            noise = inner.noise_of()
+            if readout is not None and forms.check_code_read(
+                ctx, label, sum(noise.get(d, 0.0) * abs(v) for d, v in readout.items())
+            ):
                 ctx.realised(label, "numerical readout of one-hot (virtual)", "exact", 0)
                 return Rep("num", inner.after, form=readout)
         return lookup_table(ctx, label, e, [e.inner], num_out)
@@ -202,6 +206,10 @@ def lookup_table(ctx: Context, label: str, e: E.SOp, args: Sequence[E.SOp], num_
     stage = ctx.mlp_stage(after)
     combos = _product([list(zip(r.values, r.dims)) for r in reps])
     outputs = [(combo, call_safely(e, [v for v, _ in combo])) for combo in combos]
+    # a row's unit reads the sum of its codes' entries: where they carry rounding (steps on
+    # large terms), a row may pass on up to the sum of their bounds, times its output
+    noises = [r.noise_of() for r in reps]
+    leaks = [sum(n.get(d, 0.0) for n, (_, d) in zip(noises, combo)) for combo in combos]
     if num_out:
         d = ctx.new_dir(label)
         rep = Rep("num", stage, form={d: 1.0})
@@ -217,8 +225,42 @@ def lookup_table(ctx: Context, label: str, e: E.SOp, args: Sequence[E.SOp], num_
     rows = [
         (tuple(d for _, d in combo), out_dim(out)) for combo, out in outputs if out is not FAILED
     ]
-    n_units = ctx.emit_all(stage, lookup.lookup_units(label, rows))
-    ctx.realised(label, "lookup table", "exact", n_units)
+    rows_leak = [leak for leak, (_, out) in zip(leaks, outputs) if out is not FAILED]
+    saturate = False
+    if any(rows_leak):
+        if num_out:
+            leak = sum(lk * sum(abs(c) for _, c in out) for lk, (_, out) in zip(rows_leak, rows))
+            saturate = not forms.check_code_read(ctx, label, leak)
+        else:
+            passed: dict[str, float] = {}
+            for lk, (_, out) in zip(rows_leak, rows):
+                for dim, _ in out:
+                    passed[dim] = passed.get(dim, 0.0) + lk
+            saturate = max(passed.values(), default=0.0) >= lookup.SATURATED_MARGIN
+            if not saturate:
+                rep = dataclasses.replace(rep, noise=tuple(passed.get(d, 0.0) for d in rep.dims))
+    if saturate:
+        if max(rows_leak) >= lookup.SATURATED_MARGIN:
+            raise UnsupportedError(
+                f"{label}: its arguments' one-hot codes (made by steps on numerical inputs "
+                f"whose terms are large) carry float rounding of up to {max(rows_leak):.3g}, "
+                "too much for a table to read them; narrow the inputs' value sets or keep "
+                "their values closer in size"
+            )
+        units = lookup.saturated_lookup_units(label, rows)
+        if not num_out:  # what the saturated pairs round by themselves (sums near len(reps))
+            u, count = forms.dtype_of(ctx)[1], {}
+            for _, out in rows:
+                for dim, _ in out:
+                    count[dim] = count.get(dim, 0) + 1
+            each = 8.0 * (len(reps) + 1) * u
+            rep = dataclasses.replace(rep, noise=tuple(count.get(d, 0) * each for d in rep.dims))
+        how = "lookup table (saturated: its codes carry rounding)"
+    else:
+        units = lookup.lookup_units(label, rows)
+        how = "lookup table"
+    n_units = ctx.emit_all(stage, units)
+    ctx.realised(label, how, "exact", n_units)
     return rep
 
 
@@ -261,6 +303,12 @@ def lower_sequence_map(ctx: Context, e: E.SequenceMap) -> Rep:
                     raise UnsupportedError(f"{label}: divides by the value {v!r}")
                 if float(v) != 0.0:
                     inv[d] = 1.0 / float(v)
+            noise = reps[1].noise_of()
+            size = max(1.0, ctx.form_bound(f1))
+            if not forms.check_code_read(
+                ctx, label, sum(noise.get(d, 0.0) * abs(c) for d, c in inv.items()) * size
+            ):
+                return lookup_table(ctx, label, e, e.sops, num_out)
             return product(ctx, label, f1, inv, union(r.after for r in reps))
         recip = native(
             ctx,

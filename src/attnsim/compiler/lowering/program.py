@@ -48,6 +48,10 @@ class Rep:
         values: categorical values (in the order of ``dims``).
         dims: categorical direction labels, one per value.
         form: numerical linear form (direction -> coefficient).
+        noise: a bound on the float rounding of each entry of a categorical code, in the
+            order of ``dims`` (empty: every entry is exactly 0 or 1, as the embedding's and
+            lookup tables' are; ReLU steps on a numerical input round with the size of its
+            terms). A table that sums the code into a number proves its result against it.
     """
 
     kind: str
@@ -55,6 +59,11 @@ class Rep:
     values: tuple = ()
     dims: tuple = ()
     form: Mapping[str, float] = field(default_factory=dict)
+    noise: tuple[float, ...] = ()
+
+    def noise_of(self) -> dict[str, float]:
+        """``direction -> bound`` on the rounding of each entry of a categorical code."""
+        return dict(zip(self.dims, self.noise)) if self.noise else {}
 
     def dim_of(self) -> dict[tuple, str]:
         """``value_key(value) -> direction`` of a categorical representation."""
