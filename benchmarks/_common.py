@@ -48,3 +48,73 @@ def write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}")
+
+
+def machine_rates(seconds: float = 0.3) -> dict:
+    """This machine's memory bandwidth and float64 arithmetic rate on the current torch
+    threads: the best of repeated copies of a 256 MiB tensor (bytes read plus bytes written
+    per second) and of 1024 x 1024 float64 matrix products (2 n^3 FLOPs each), each timed
+    for at least ``seconds``."""
+    import torch
+
+    def best(fn, work: float) -> float:
+        fn()  # warm: pages touched, kernels loaded
+        rate, t_end = 0.0, time.perf_counter() + seconds
+        while time.perf_counter() < t_end or rate == 0.0:
+            t0 = time.perf_counter()
+            fn()
+            rate = max(rate, work / (time.perf_counter() - t0))
+        return rate
+
+    src = torch.ones(2**25, dtype=torch.float64)
+    dst = torch.empty_like(src)
+    bandwidth = best(lambda: dst.copy_(src), 2.0 * src.numel() * src.element_size())
+    a = torch.rand(1024, 1024, dtype=torch.float64)
+    flops = best(lambda: a @ a, 2.0 * 1024**3)
+    return {"bytes_per_second": bandwidth, "flops_per_second": flops}
+
+
+def stream_floor(net, positions: int, attention_flops: float, rates: dict) -> dict:
+    """The least time a forward pass of ``net`` (an ``attnsim`` Transformer) can take on
+    one input of ``positions`` rows at ``rates`` (:func:`machine_rates`): every sublayer
+    reads the residual columns its input maps use and writes those its output maps fill
+    (8 bytes per float64 cell per position); the arithmetic is ``attention_flops`` (what the
+    heads must compute, as the caller counts it) and, for the MLPs, one multiply and one
+    add per non-zero weight per position. The floor is the larger of the two times (a
+    roofline), per layer and in all."""
+    import torch
+
+    moved = 0.0
+    mlp_flops = 0.0
+    per_layer = []
+    for block in net.blocks:
+        layer = 0.0
+        for part in (block.attn, block.mlp):
+            read = write = None
+            for name, w in part.named_parameters(recurse=False):
+                if w.numel() == 0 or w.dim() < 2 or not name.startswith("W_"):
+                    continue
+                if name == "W_O" or name.endswith("out"):  # [..., k, d_model]: writes
+                    cols = (w != 0).reshape(-1, w.shape[-1]).any(dim=0)
+                    write = cols if write is None else write | cols
+                else:  # [..., d_model, k]: reads
+                    rows = (w.transpose(-1, -2) != 0).reshape(-1, w.shape[-2]).any(dim=0)
+                    read = rows if read is None else read | rows
+                if part is block.mlp:
+                    mlp_flops += 2.0 * int(torch.count_nonzero(w)) * positions
+            cells = sum(int(torch.count_nonzero(x)) for x in (read, write) if x is not None)
+            layer += cells * positions * 8.0
+        per_layer.append(layer)
+        moved += layer
+    flops = attention_flops + mlp_flops
+    t_bytes = moved / rates["bytes_per_second"]
+    t_flops = flops / rates["flops_per_second"]
+    return {
+        "stream_bytes": moved,
+        "stream_bytes_per_layer": moved / max(len(per_layer), 1),
+        "flops": flops,
+        "flops_per_layer": flops / max(len(per_layer), 1),
+        "bytes_seconds": t_bytes,
+        "flops_seconds": t_flops,
+        "floor_seconds": max(t_bytes, t_flops),
+    }

@@ -157,6 +157,51 @@ def simulator_cost(data: dict) -> str:
             ],
         )
     )
+    floors = [r for r in rows if r.get("floor")]
+    if floors:
+        rates = data.get("rates", {})
+        out += [
+            "",
+            "The floor of each simulate (plan executor): every sublayer reads the residual "
+            "columns its input maps use and writes those its output maps fill, 8 bytes per "
+            "position each, and does the arithmetic of the plan's heads and of the MLPs' "
+            "non-zero weights (a multiply and an add each, per position); at this machine's "
+            "rates, measured in "
+            f"the same run on one thread ({fmt(rates.get('bytes_per_second', 0) / 1e9)} GB/s "
+            f"copied, {fmt(rates.get('flops_per_second', 0) / 1e9)} GFLOP/s in float64 "
+            "matrix products), the floor is the larger of the two times. The last column "
+            "is how far the measured time is from it.",
+            "",
+            table(
+                [
+                    "build (N, D, H)",
+                    "layout",
+                    "layers",
+                    "stream MB per layer",
+                    "MFLOP per layer",
+                    "bytes s",
+                    "FLOPs s",
+                    "floor s",
+                    "simulate s (plan)",
+                    "simulate / floor",
+                ],
+                [
+                    [
+                        f"({r['max_n']}, {r['max_d']}, {r['max_heads']})",
+                        r.get("layout", "scalar"),
+                        r["layers"],
+                        r["floor"]["stream_bytes_per_layer"] / 1e6,
+                        r["floor"]["flops_per_layer"] / 1e6,
+                        r["floor"]["bytes_seconds"],
+                        r["floor"]["flops_seconds"],
+                        r["floor"]["floor_seconds"],
+                        ex(r, "plan", "seconds"),
+                        r["floor"]["simulate_over_floor"],
+                    ]
+                    for r in floors
+                ],
+            ),
+        ]
     exps = data.get("exponents", {})
     if exps and "scalar" not in exps:
         exps = {"scalar": exps}

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import Run, write_json
+from _common import Run, machine_rates, stream_floor, write_json
 
 from attnsim.model import plan_costs
 from attnsim.report import simulator_table as st
@@ -184,10 +184,18 @@ def simulate_timed(U, target, X, repeats: int) -> dict:
 
 
 def measure(
-    n: int, d: int, heads: int, repeats: int, seed: int = 0, layout: str = "vector"
+    n: int,
+    d: int,
+    heads: int,
+    repeats: int,
+    seed: int = 0,
+    layout: str = "vector",
+    rates: dict | None = None,
 ) -> dict:
     """Builds U(n, d, heads) in ``layout``, simulates a full-size target with each executor,
-    and times the direct path."""
+    and times the direct path; with ``rates`` (``_common.machine_rates``), also the floor of
+    the plan executor's pass (``_common.stream_floor``: the stream's bytes, the plan's
+    attention FLOPs and the MLPs' non-zero weights, at this machine's rates)."""
     w0, c0 = time.perf_counter(), time.process_time()
     U = universal.build(n, d, heads, layout=layout, storage="dense")  # both executors
     build_wall, build_cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -223,6 +231,11 @@ def measure(
     plan_flops = plan_costs.forward_flops(net, positions)["attention"] + dense_flops["mlp"]
     d_flops = st.direct_attention_flops(n, d, heads)
     plan_summary = U.model.plan_summary()
+    floor = None
+    if rates is not None:
+        attn = plan_costs.forward_flops(net, positions)["attention"]
+        floor = stream_floor(net, positions, attn, rates)
+        floor["simulate_over_floor"] = runs["plan"]["seconds"] / floor["floor_seconds"]
     row = {
         "layout": layout,
         "token_width": U.model.config.token_width or 1,
@@ -267,6 +280,7 @@ def measure(
         "error_direct_vs_reference": relative_error(want, reference(target, X)),
         "forward_profile_seconds": runs["plan"]["profile_seconds"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "floor": floor,
     }
     return row
 
@@ -362,10 +376,16 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [(n, h) for n, h in sizes if n <= 16]
     rows = []
     run = Run()
+    rates = machine_rates()
+    print(
+        f"this machine, one thread: {rates['bytes_per_second'] / 1e9:.1f} GB/s copied, "
+        f"{rates['flops_per_second'] / 1e9:.1f} GFLOP/s (float64)",
+        flush=True,
+    )
     for layout in LAYOUTS:
         for n, h in sizes:
             repeats = 4 if n <= 16 else 1
-            row = measure(n, n, h, repeats, layout=layout)
+            row = measure(n, n, h, repeats, layout=layout, rates=rates)
             rows.append(row)
             _print_row(row)
     fits = {lay: exponents([r for r in rows if r["layout"] == lay]) for lay in LAYOUTS}
@@ -377,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {
             "machine": run.machine(),
+            "rates": rates,
             "results": rows,
             "exponents": fits,
             "goal": goals,
