@@ -116,6 +116,8 @@ class Head:
         """Average-hard attention: each query averages the keys within ``tolerance`` of its
         best score, moved by the value/output map."""
         s = self.scores(stream, causal)  # [query, key]
+        # the rule of attnsim.model.hard.hard_selection, in numpy: this layer sits below the
+        # model and imports no torch (tests/test_hard_rule.py checks that the two agree)
         chosen = s >= s.max(axis=1, keepdims=True) - tolerance
         pattern = chosen / chosen.sum(axis=1, keepdims=True)  # [query, key]
         n = len(s)

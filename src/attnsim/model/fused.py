@@ -38,6 +38,8 @@ from __future__ import annotations
 import torch
 
 from attnsim.model.config import AttentionMode
+from attnsim.model.hard import hard_selection
+from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.plans import ConstPlan, HeadPlan
 from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
@@ -289,8 +291,8 @@ def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = Non
         future = torch.ones(n, n, dtype=torch.bool).triu(1)[:, :, None]  # [query, key, 1]
         scores = scores.masked_fill(future, float("-inf"))
     if cfg.attention is AttentionMode.HARD:
-        threshold = scores.amax(dim=2, keepdim=True).sub_(cfg.hard_tolerance)
-        weights = scores.ge_(threshold)  # in place: 1.0 where selected, else 0.0
+        # in place: 1.0 where selected, else 0.0
+        weights = hard_selection(scores, cfg.hard_tolerance, dim=2, inplace=True)
         count = weights.sum(dim=2)  # [H, query, B]
     else:
         weights = torch.softmax(cfg.beta * scores, dim=2)
@@ -307,8 +309,6 @@ def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = Non
 
 def _mlp(units: list, x: torch.Tensor) -> None:
     """Adds the MLP's output to the stream ``x``: every unit reads ``x`` before any adds."""
-    from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
-
     vals = []
     for kind, W_in, W_out in units:
         pre = _read(W_in, x)

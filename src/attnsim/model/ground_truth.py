@@ -12,8 +12,9 @@ from typing import Any
 import torch
 
 from attnsim.model import circuit, codec, path_patching
+from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.report import Component
-from attnsim.model.transformer import NATIVE_FUNCTIONS, expand_update
+from attnsim.model.transformer import expand_update
 
 __all__ = ["GroundTruth"]
 

@@ -59,7 +59,9 @@ from torch import nn
 
 from attnsim.model import compiled, digests
 from attnsim.model.config import AttentionMode
-from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
+from attnsim.model.hard import hard_selection
+from attnsim.model.native import NATIVE_FUNCTIONS
+from attnsim.model.transformer import Transformer
 
 __all__ = ["StaticTransformer", "erf64", "fingerprint", "to_onnx", "run_onnx", "OPSET"]
 
@@ -233,8 +235,7 @@ class _StaticAttention(nn.Module):
         if self.hard:
             # the mean over the keys within the tolerance of the best score: one product sums
             # their values and (a column of ones) counts them, as the torch model does
-            threshold = scores.amax(dim=-1, keepdim=True) - self.tolerance
-            chosen = (scores >= threshold).to(x.dtype)
+            chosen = hard_selection(scores, self.tolerance).to(x.dtype)
             ones = torch.ones_like(v[..., :1])
             zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))  # [..., query, d_ov + 1]
             z = zc[..., :-1] / zc[..., -1:]

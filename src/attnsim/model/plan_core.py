@@ -12,6 +12,7 @@ import torch
 
 from attnsim.model import plan_curve
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.hard import hard_selection
 from attnsim.model.projection import columns
 
 __all__ = [
@@ -47,8 +48,9 @@ def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: b
     [[3.0]]
     """
     if cfg.attention is AttentionMode.HARD:
-        threshold = scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
-        chosen = (scores >= threshold).to(v.dtype) if need_pattern else scores.ge_(threshold)
+        chosen = hard_selection(scores, cfg.hard_tolerance, inplace=not need_pattern)
+        if need_pattern:
+            chosen = chosen.to(v.dtype)
         ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
         zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
         count = zc[..., -1:]
@@ -300,7 +302,7 @@ def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tup
             rows = torch.arange(start, start + scores.shape[0])[:, None]
             scores = scores.masked_fill(torch.arange(n)[None, :] > rows, float("-inf"))
         if cfg.attention is AttentionMode.HARD:
-            chosen = scores >= scores.amax(dim=-1, keepdim=True) - cfg.hard_tolerance
+            chosen = hard_selection(scores, cfg.hard_tolerance)
         else:
             pattern = torch.softmax(cfg.beta * scores, dim=-1)
             chosen = pattern != 0
@@ -382,7 +384,7 @@ def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
     scores = torch.cat([(q[:, rows[at]] * k[:, keys[at]]).sum(-1) for at in parts], 1)
     best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype)
     best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
-    chosen = (scores >= best[:, rows] - cfg.hard_tolerance).to(q.dtype)
+    chosen = hard_selection(scores, cfg.hard_tolerance, best=best[:, rows]).to(q.dtype)
     z = torch.zeros(q.shape[0], n, v.shape[-1], dtype=q.dtype)
     for at in parts:  # the terms in parts, added in the same order
         z.index_add_(1, rows[at], v[:, keys[at]] * chosen[:, at, None])

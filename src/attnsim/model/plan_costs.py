@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from attnsim.model import plan_keys, plan_tables
 from attnsim.model.plan_keys import KeyPlan, QueryPlan
+from attnsim.model.plan_static import _reads, _writes
 from attnsim.model.plan_tables import TablePlan
-from attnsim.model.plans import ConstPlan, _reads, _writes
+from attnsim.model.plans import ConstPlan
 
 
 def forward_flops(transformer, n: int) -> dict[str, int]:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnsim.model.hard import hard_selection, hard_threshold
+
 __all__ = ["Curve", "find_curve", "select_on_curve"]
 
 WINDOW = 16  # distinct u values each side of a query's vertex
@@ -160,7 +162,7 @@ def select_on_curve(
     win = (q[:, None, :] * curve.rows[at]).sum(-1)  # [Q, span] exact scores
     odd = q @ curve.odd_rows.T  # [Q, distinct odd rows]
     best = torch.maximum(win.amax(dim=1), odd.amax(dim=1) if odd.shape[1] else win[:, 0])
-    cut = best - tolerance
+    cut = hard_threshold(best, tolerance)
     # rounding of the dot products, and the keys' distance from the fitted parabola (the
     # scores along u rise and fall up to that much)
     size = q.abs() @ (curve.rows.abs().amax(dim=0) + curve.k.abs().amax(dim=0))
@@ -169,14 +171,19 @@ def select_on_curve(
     right_end = (lo + span >= nv) | (win[:, -1] < cut - slack)
     done = (a2 < 0) & left_end & right_end & torch.isfinite(best)
     ninf = torch.tensor(float("-inf"), dtype=q.dtype)
+    # the selection over the window and the odd rows, against their common maximum (a
+    # query not done may hold NaN scores, where these differ from ``< cut``: its others are
+    # not read)
+    in_win = hard_selection(win, tolerance, best=best[:, None])
+    in_odd = hard_selection(odd, tolerance, best=best[:, None])
     others = torch.maximum(
-        torch.where(win < cut[:, None], win, ninf).amax(dim=1),
-        torch.where(odd < cut[:, None], odd, ninf).amax(dim=1) if odd.shape[1] else ninf,
+        torch.where(in_win, ninf, win).amax(dim=1),
+        torch.where(in_odd, ninf, odd).amax(dim=1) if odd.shape[1] else ninf,
     )
     # the selected (query, key) pairs: the keys of each selected u and odd row
-    qi, wj = torch.nonzero((win >= cut[:, None]) & done[:, None], as_tuple=True)
+    qi, wj = torch.nonzero(in_win & done[:, None], as_tuple=True)
     r1, k1 = curve.on.expand(qi, at[qi, wj])
-    oi, oj = torch.nonzero((odd >= cut[:, None]) & done[:, None], as_tuple=True)
+    oi, oj = torch.nonzero(in_odd & done[:, None], as_tuple=True)
     r2, k2 = curve.odd.expand(oi, oj)
     rows, keys = torch.cat([r1, r2]), torch.cat([k1, k2])
     order = torch.argsort(rows * len(curve.k) + keys)  # by query, then key (as nonzero)

@@ -37,7 +37,9 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
-from attnsim.model.projection import columns
+from attnsim.model.hard import hard_selection, hard_threshold
+from attnsim.model.plan_static import _reads, _writes
+from attnsim.model.projection import _project, columns
 
 __all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
 
@@ -89,8 +91,6 @@ def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], 
     >>> side_heads(m.model, static_directions(m.model), static_heads(m.model))
     ((), ((0, 'queries'),))
     """
-    from attnsim.model.plans import _reads
-
     if transformer.cfg.causal:
         return tuple(() for _ in transformer.blocks)
     out = []
@@ -123,8 +123,6 @@ def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
     >>> type(plan).__name__, plan.queries.shape[0]  # one static query per position
     ('QueryPlan', 4)
     """
-    from attnsim.model.plans import _reads
-
     wq = max(1, int(attn._plan()[1][h]))
     W_Q, W_K = attn.W_Q[h, :, :wq], attn.W_K[h, :, :wq]
     if side == "keys":
@@ -151,8 +149,6 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     >>> bool(torch.allclose(z @ W_O, dense))
     True
     """
-    from attnsim.model.plans import _project
-
     b, n, _ = x.shape
     h = p.head
     reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
@@ -268,7 +264,7 @@ def _by_query(cfg, scores: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> 
     b, n, wv = v.shape
     if cfg.attention is AttentionMode.HARD:
         top, key = scores.max(dim=-1, keepdim=True)
-        chosen = scores >= top - cfg.hard_tolerance
+        chosen = hard_selection(scores, cfg.hard_tolerance, best=top)
         count = chosen.sum(dim=-1)
         if bool((count == 1).all()):  # one key per query (the best): that value, exactly
             key = key[..., 0][cls].view(b, n, 1)
@@ -293,7 +289,8 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
         top, best = table.max(dim=1)  # [pos]
         second = table.scatter(1, best[:, None], float("-inf")).amax(dim=1)
         seen = count[:, best]  # [batch, pos]: keys of each query's best class
-        if bool((second < top - cfg.hard_tolerance).all()) and bool((seen > 0).all()):
+        alone = bool((second < hard_threshold(top, cfg.hard_tolerance)).all())
+        if alone and bool((seen > 0).all()):
             if bool((seen == 1).all()):  # one key: the mean of one value is that value
                 key = torch.empty(b * c, dtype=torch.long).scatter_(0, at, torch.arange(b * n))
                 key = key.view(b, c)[:, best].reshape(-1)
@@ -304,7 +301,7 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
     s = table.expand(b, n, c).masked_fill((count == 0)[:, None, :], float("-inf"))
     top, best = s.max(dim=-1, keepdim=True)
     if cfg.attention is AttentionMode.HARD:
-        chosen = s >= top - cfg.hard_tolerance  # [batch, query, class]
+        chosen = hard_selection(s, cfg.hard_tolerance, best=top)  # [batch, query, class]
         if bool((chosen.sum(dim=-1) == 1).all()):  # one class per query (the best): its mean
             best = best[..., 0]  # [batch, query]
             z = sums.gather(1, best[..., None].expand(b, n, wv))
@@ -326,8 +323,6 @@ def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
     >>> flops(m.model.blocks[1].attn, m.model.plans(4)[1][-1], 4) > 0
     True
     """
-    from attnsim.model.plans import _reads, _writes
-
     static = p.keys if isinstance(p, KeyPlan) else p.queries
     m = int((p.q_rows if isinstance(p, KeyPlan) else p.k_rows).numel())
     wq = int(static.shape[1])

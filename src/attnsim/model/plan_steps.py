@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 
 from attnsim.model import plan_core
+from attnsim.model.native import NATIVE_FUNCTIONS
+from attnsim.model.plan_static import _mlp_units
 from attnsim.model.projection import add_columns, set_columns
 
 __all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run", "compact"]
@@ -108,8 +110,6 @@ def const_units(mlp, x: torch.Tensor, static: torch.Tensor) -> tuple[ConstUnits,
     >>> c.units.tolist(), c.cols.tolist(), c.values[:, 0].tolist()
     ([0], [1], [2.0, 6.0, 0.0])
     """
-    from attnsim.model.plans import _mlp_units
-
     W_in, W_out = mlp.W_in, mlp.W_out
     if W_in.shape[1] == 0:
         return ()
@@ -278,8 +278,6 @@ def compact(
     >>> torch.equal(full[..., cols], vals), bool((full[..., rest] == 0).all())
     (True, True)
     """
-    from attnsim.model.transformer import NATIVE_FUNCTIONS  # transformer imports this module
-
     slices = mlp._unit_slices()
     got = getattr(mlp, "_written", None)
     # cached with the weights' slices, the plan and the step plans

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_core
+from attnsim.model import plan_core, plan_static
 from attnsim.model.config import AttentionMode
-from attnsim.model.projection import columns
+from attnsim.model.hard import hard_selection
+from attnsim.model.projection import _project, columns
 
 __all__ = [
     "TablePlan",
@@ -104,8 +105,6 @@ def token_directions(transformer) -> list[torch.Tensor]:
     to it (position 0 is BOS's), and no sublayer before the layer writes it. Its value at a
     position is then ``W_E[id] + W_pos[1]`` (``W_E[0] + W_pos[0]`` at BOS) for the token id
     there, for every input."""
-    from attnsim.model import plans
-
     with torch.no_grad():
         W_pos = transformer.W_pos
         token = transformer.W_E_num == 0
@@ -118,25 +117,21 @@ def token_directions(transformer) -> list[torch.Tensor]:
             out.append(token)
             a = block.attn
             for h in a.active_heads().tolist():
-                token = token & ~plans._writes(a.W_O[h])
-            for _, w_out, *_ in plans._mlp_units(block.mlp):
-                token = token & ~plans._writes(w_out)
+                token = token & ~plan_static._writes(a.W_O[h])
+            for _, w_out, *_ in plan_static._mlp_units(block.mlp):
+                token = token & ~plan_static._writes(w_out)
         return out
 
 
 def table_heads(transformer, heads=None) -> tuple[tuple[int, ...], ...]:
     """Per layer, the active heads that are not static and whose queries and keys read
     token directions only (see :class:`TablePlan`)."""
-    from attnsim.model import plans
-
-    heads = plans.static_heads(transformer) if heads is None else heads
+    heads = plan_static.static_heads(transformer) if heads is None else heads
     return tuple(tuple(p.head for p in layer) for layer in table_plans(transformer, heads))
 
 
 def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
     """The :class:`TablePlan` of every token-table head, per layer."""
-    from attnsim.model import plans
-
     masks = token_directions(transformer)
     W_E, W_pos = transformer.W_E, transformer.W_pos
     out = []
@@ -150,7 +145,7 @@ def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
                     continue
                 wq = max(1, int(qk_width[h]))
                 W_Q, W_K = a.W_Q[h, :, :wq], a.W_K[h, :, :wq]
-                reads = plans._reads(W_Q) | plans._reads(W_K)
+                reads = plan_static._reads(W_Q) | plan_static._reads(W_K)
                 if not bool((token | ~reads).all()):
                     continue
                 rows = torch.nonzero(reads).flatten()
@@ -288,8 +283,6 @@ def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
     >>> [[p.head for p in layer] for layer in row_table_plans(m.model, [()] * 3)]
     [[], [0], [0]]
     """
-    from attnsim.model import plans
-
     out = []
     with torch.no_grad():
         for layer, block in enumerate(transformer.blocks):
@@ -300,7 +293,7 @@ def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
                 if h in skip[layer]:
                     continue
                 wq = max(1, int(qk_width[h]))
-                reads = plans._reads(a.W_Q[h, :, :wq]) | plans._reads(a.W_K[h, :, :wq])
+                reads = plan_static._reads(a.W_Q[h, :, :wq]) | plan_static._reads(a.W_K[h, :, :wq])
                 found.append(RowTablePlan(h, torch.nonzero(reads).flatten()))
             out.append(tuple(found))
     return tuple(out)
@@ -345,12 +338,10 @@ def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
 
 def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
     """The head's output from each position's class ``cls [batch, pos]``."""
-    from attnsim.model import plans
-
     cfg = attn.cfg
     b, n, _ = x.shape
     c, wv = p.n_classes, p.value_width
-    v = plans._project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
+    v = _project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
     hard = cfg.attention is AttentionMode.HARD
     table = p.scores.to(x.dtype) if hard else cfg.beta * p.scores.to(x.dtype)
     inf = float("-inf")
@@ -358,7 +349,7 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor
     def weights(s: torch.Tensor) -> torch.Tensor:  # s: scores of the visible classes
         top = s.amax(dim=-1, keepdim=True)
         if hard:
-            return (s >= top - cfg.hard_tolerance).to(x.dtype)
+            return hard_selection(s, cfg.hard_tolerance, best=top).to(x.dtype)
         return torch.exp(s - top)  # softmax's terms; an absent class (-inf) weighs 0
 
     if not cfg.causal:  # per sequence, each class's count and sum of values
@@ -377,7 +368,7 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor
         return z.gather(1, cls[..., None].expand(b, n, wv))
     onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     z = torch.empty(b, n, wv, dtype=x.dtype)
-    step = max(1, plans._PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
+    step = max(1, plan_static.PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
     for start in range(0, b, step):
         part = slice(start, start + step)
         oh = onehot[part]  # [rows, pos, class]
@@ -393,11 +384,9 @@ def flops(attn, p: TablePlan, n: int) -> int:
     """FLOPs of one token-table head on ``n`` positions, batch 1: the class look-up, its
     values, the class sums (prefix sums when causal), the weights of the classes and the
     sums over them, its outputs."""
-    from attnsim.model import plans
-
     m, c, wv = int(p.rows.numel()), p.n_classes, p.value_width
-    rows_v = int(plans._reads(attn.W_V[p.head, :, :wv]).sum())
-    cols_o = int(plans._writes(attn.W_O[p.head, :wv]).sum())
+    rows_v = int(plan_static._reads(attn.W_V[p.head, :, :wv]).sum())
+    cols_o = int(plan_static._writes(attn.W_O[p.head, :wv]).sum())
     sums = n * c * wv * (2 if attn.cfg.causal else 1)
     mix = 2 * (n if attn.cfg.causal else c) * c * (wv + 1)
     # the class look-up: every class compared, or the rows sorted first (see classes_of)

@@ -15,11 +15,12 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.store import Store
-from attnsim.model.transformer import NATIVE_FUNCTIONS, Transformer
+from attnsim.model.transformer import Transformer
 
 if TYPE_CHECKING:  # the storage classes, for annotations only
-    from attnsim.model.sparse import SparseHeads, SparseUnits
+    from attnsim.model.sparse_layers import SparseHeads, SparseUnits
 
 __all__ = [
     "HeadMaps",

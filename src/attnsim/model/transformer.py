@@ -23,19 +23,9 @@ from attnsim.model import fused, plan_core, plan_steps
 from attnsim.model import plans as execution
 from attnsim.model import stream as residual
 from attnsim.model.config import ModelConfig
+from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.projection import Projection, columns
 from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
-
-NATIVE_FUNCTIONS = {
-    "exp": torch.exp,
-    "log": torch.log,
-    "sqrt": torch.sqrt,
-    "reciprocal": torch.reciprocal,
-    "rsqrt": torch.rsqrt,
-    "gelu": lambda x: torch.nn.functional.gelu(x),
-    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-}
-
 
 PLANS_KEPT = 32  # execution plans kept per model (one per input length)
 HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values

@@ -76,3 +76,6 @@ class DefaultRASPEvaluator(RASPEvaluator):
     def evaluate(self, expr: E.RASPExpr, xs: Sequence[Any]) -> list:
         """Evaluates ``expr`` on the sequence ``xs``; see :func:`evaluate_one`."""
         return evaluate_one(expr, xs)
+
+
+E.set_evaluator(evaluate_one)  # what expr(xs) calls

@@ -96,6 +96,17 @@ __all__ = [
 
 _ids = itertools.count(1)
 
+# how ``expr(xs)`` evaluates: attnsim.rasp.evaluators, which reads this module, passes its
+# evaluate_one in through set_evaluator when it loads (the package loads it first)
+_evaluate_one: Callable[[RASPExpr, Sequence[Value]], list] | None = None
+
+
+def set_evaluator(evaluate_one: Callable[[RASPExpr, Sequence[Value]], list]) -> None:
+    """Sets the function ``expr(xs)`` calls (the interpreter's one-sequence evaluator)."""
+    global _evaluate_one
+    _evaluate_one = evaluate_one
+
+
 # tracr's type names: what a position of an S-op holds, and what a selector evaluates to
 SelectorValue = List[List[bool]]  # noqa: UP006  (a runtime alias, as in tracr)
 NumericValue = Union[int, float]  # noqa: UP007  (a runtime alias, as in tracr)
@@ -243,9 +254,9 @@ class RASPExpr:
 
     def __call__(self, xs: Sequence[Value]) -> list:
         """Evaluates this expression on one sequence ``xs`` (as tracr's ``expr(xs)``)."""
-        from attnsim.rasp import evaluators  # the interpreter imports this module
-
-        return evaluators.evaluate_one(self, xs)
+        if _evaluate_one is None:  # attnsim.rasp sets it as it loads, before any expression
+            raise RuntimeError("expr(xs) needs the interpreter: import attnsim.rasp")
+        return _evaluate_one(self, xs)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label}>"

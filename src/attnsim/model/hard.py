@@ -1,0 +1,83 @@
+"""The hard-attention rule, in one place: a hard head selects the keys whose score is within
+its tolerance of the row's best score, ``score >= max - tolerance``, and averages them.
+
+Every executor (the dense reference, the plans, the feature-major and the sparse forward,
+the ONNX graph) selects keys through :func:`hard_selection`; the certificates that bound how
+far a score may move without changing the selection compare against :func:`hard_threshold`.
+A test reads the sources and fails where the rule is written out anywhere else. (The numpy
+reference of :mod:`attnsim.ir.blocks` keeps its own line: that layer imports no torch.)
+
+>>> s = torch.tensor([[1.0, 1.1, 0.0], [2.0, float("-inf"), 2.0]], dtype=torch.float64)
+>>> hard_selection(s, 0.25).tolist()
+[[True, True, False], [True, False, True]]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+__all__ = ["hard_selection", "hard_threshold"]
+
+
+def hard_threshold(best: torch.Tensor, tolerance: float, *, inplace: bool = False) -> torch.Tensor:
+    """The lowest score a hard head selects, ``best - tolerance``, for row maxima ``best``
+    (``inplace``: written into ``best``).
+
+    >>> hard_threshold(torch.tensor([1.0, float("-inf")]), 0.25).tolist()
+    [0.75, -inf]
+    """
+    return best.sub_(tolerance) if inplace else best - tolerance
+
+
+def hard_selection(
+    scores: torch.Tensor,
+    tolerance: float,
+    *,
+    dim: int = -1,
+    best: torch.Tensor | None = None,
+    inplace: bool = False,
+) -> torch.Tensor:
+    """The keys a hard head selects: ``scores >= max - tolerance`` along ``dim``, as a bool
+    tensor of ``scores``' shape.
+
+    Args:
+        scores: the scores, keys along ``dim`` (masked keys ``-inf``: never selected unless
+            every key of the row is masked, when all are, as ``-inf >= -inf``).
+        tolerance: the head's tolerance (``ModelConfig.hard_tolerance``), a number >= 0.
+        dim: the keys' dimension.
+        best: the row maxima where the caller has them already (a ragged layout, or the
+            maximum over several windows), broadcasting against ``scores``; by default
+            ``scores.amax(dim, keepdim=True)``.
+        inplace: write the selection into ``scores`` as 1.0 / 0.0 (its dtype) and return
+            ``scores``: no second tensor of the scores' size (the dense and feature-major
+            forwards; the maxima are computed first, so the result is the same).
+
+    Raises:
+        ValueError: ``tolerance`` is not a finite number >= 0.
+        TypeError: ``scores`` is not a floating-point tensor.
+
+    >>> s = torch.tensor([[3.0, 3.0, 2.9], [0.0, 0.25, -1.0]])
+    >>> hard_selection(s, 0.25).tolist()  # ties and keys within the tolerance: selected
+    [[True, True, True], [True, True, False]]
+    >>> hard_selection(s, 0.25, inplace=True) is s, s.tolist()
+    (True, [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    """
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, numbers.Real)
+        or not math.isfinite(tolerance)
+        or tolerance < 0
+    ):
+        raise ValueError(
+            f"hard attention's tolerance must be a finite number >= 0, got {tolerance!r}"
+        )
+    if not scores.is_floating_point():
+        raise TypeError(f"hard attention's scores must be floating point, got {scores.dtype}")
+    if best is None:  # the maxima are a new tensor: in place, where the scores are too
+        threshold = hard_threshold(scores.amax(dim=dim, keepdim=True), tolerance, inplace=inplace)
+    else:
+        threshold = hard_threshold(best, tolerance)
+    return scores.ge_(threshold) if inplace else scores >= threshold

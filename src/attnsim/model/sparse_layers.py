@@ -1,0 +1,42 @@
+"""The layers of a sparse model (:mod:`attnsim.model.sparse`) as coordinate lists: the data
+the sparse executor's operations (:mod:`attnsim.model.sparse_ops`) are built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["SparseHeads", "SparseLayer", "SparseUnits"]
+
+
+@dataclass
+class SparseHeads:
+    """One layer's heads as coordinate lists (see :func:`heads_from_ir`)."""
+
+    n_heads: int
+    qk: torch.Tensor  # [T, 3] int64: head, query direction, key direction
+    qk_w: torch.Tensor  # [T]
+    ov: torch.Tensor  # [T', 3] int64: head, source direction, destination direction
+    ov_w: torch.Tensor  # [T']
+
+
+@dataclass
+class SparseUnits:
+    """One kind of MLP unit as coordinate lists: ``inputs`` (and ``gate`` or ``b``) ``[T,
+    2]`` (unit, direction) with weights, ``outputs`` ``[T, 2]`` (unit, direction)."""
+
+    kind: str  # "relu", "bilinear" or a declared function ("exp", "gelu", ...)
+    n_units: int
+    inputs: torch.Tensor
+    inputs_w: torch.Tensor
+    second: torch.Tensor  # bilinear: the b form; declared: the gate; relu: empty
+    second_w: torch.Tensor
+    outputs: torch.Tensor
+    outputs_w: torch.Tensor
+
+
+@dataclass
+class SparseLayer:
+    heads: SparseHeads
+    units: list[SparseUnits]
