@@ -70,16 +70,25 @@ def write_docs(path: str, rows: list[dict]) -> None:
 
 
 def widths_for(full: int, rank: int) -> list[int]:
+    """1/4, 3/8, ... 7/8 of d_model, all of it, and the rank of the streams."""
     fractions = {max(1, round(full * f)) for f in (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)}
-    below = {round(rank * f) for f in (0.6, 0.7, 0.8, 0.9)} | {rank - 2, rank - 1, rank}
-    return sorted(fractions | {k for k in below if 1 <= k <= full})
+    return sorted(fractions | ({rank} if 1 <= rank <= full else set()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=None, help="write the results as JSON here")
     parser.add_argument("--plot", default=None, help="write the accuracy plot (PNG) here")
-    parser.add_argument("--steps", type=int, default=200, help="Adam steps per width")
+    parser.add_argument("--steps", type=int, default=200, help="Adam steps on the read loss")
+    parser.add_argument(
+        "--end-to-end-steps", type=int, default=800, help="end-to-end Adam steps (at most)"
+    )
+    parser.add_argument(
+        "--end-to-end-max-d-model",
+        type=int,
+        default=64,
+        help="train end to end only models up to this d_model (the others: read loss only)",
+    )
     parser.add_argument(
         "--decode", choices=["argmax", "strict"], default="argmax", help="output decoding"
     )
@@ -108,8 +117,15 @@ def main() -> None:
         X = torch.cat([x.double() for x in C._streams(model, xs)])
         rank = int(torch.linalg.matrix_rank(X))
         t = time.perf_counter()
+        e2e = args.end_to_end_steps if full <= args.end_to_end_max_d_model else 0
         best, curve = C.smallest_width(
-            model, xs, ys, widths_for(full, rank), args.decode, steps=args.steps
+            model,
+            xs,
+            ys,
+            widths_for(full, rank),
+            args.decode,
+            steps=args.steps,
+            end_to_end_steps=e2e,
         )
         row = {
             "program": name,
@@ -119,6 +135,8 @@ def main() -> None:
             "curve": curve,
             "inputs": len(xs),
             "decode": args.decode,
+            "steps": args.steps,
+            "end_to_end_steps": e2e,
             "seconds": round(time.perf_counter() - t, 1),
         }
         rows.append(row)

@@ -8,12 +8,23 @@ readout decodes ``stream P^T``. Heads and units are the compiled ones, so the co
 and the circuit keep their labels; a residual direction's label now names a vector of the
 small space (:meth:`CompressedModel.direction`), not an axis.
 
-``P`` is learned with torch (Adam) so that every read the compiled model makes stays what it
-was: over the residual streams ``x`` of the compiled model on the training inputs, the loss
-is ``|x P P^T W - x W|^2 / |x W|^2`` summed over every read map ``W`` (query, key, value,
-MLP inputs, the readout's directions). Whether it worked is checked end to end: the
-compressed model runs on its own (errors compound) and its decoded outputs are compared with
-the compiled model's.
+Training has two stages, both with torch (Adam) on the compiled model's behaviour over the
+training inputs. First the read loss: over the residual streams ``x`` of the compiled model,
+``|x P P^T W - x W|^2 / |x W|^2`` summed over every read map ``W`` (query, key, value, MLP
+inputs, the readout's directions), from the top-``d`` principal directions of the streams.
+Where that is not exact, the second stage trains end to end through the nonlinearities: the
+compressed model runs on its own (each sublayer reads what the earlier compressed sublayers
+wrote), hard attention with the compiled model's selections so that the values mix
+differentiably, and a hinge loss asks for what the thresholds downstream need with a margin:
+every key the compiled model selects within ``hard_tolerance - margin`` of the best of them,
+every other key at least ``hard_tolerance + margin`` below it, and at the readout the right
+value's score above 1/2 and above every other by ``margin`` (numerical outputs: their squared
+error). With ``per_layer_reads`` each sublayer (and the readout) reads the small stream
+through a map of its own, ``R_l`` (``[d, d_model]``, starting at ``P^T``), instead of
+``P^T``; the compressed model stays a plain :class:`Transformer` of width ``d`` whose weights
+are the folded products (``R_l W_Q``, ``W_O P`` ...). Whether it worked is checked end to end:
+the compressed model runs on its own with real hard attention (errors compound) and its
+decoded outputs are compared with the interpreter's (:func:`smallest_width`).
 
 Shapes (glossary): batch, pos (BOS included), d_model, d (the compressed width).
 
@@ -36,11 +47,14 @@ import torch
 from attnsim.model import path_patching
 from attnsim.model.circuit import Circuit
 from attnsim.model.compiled import CompiledModel
-from attnsim.model.config import ModelConfig
+from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.report import ComponentTable
 from attnsim.model.transformer import Transformer
 
 __all__ = ["CompressedModel", "compress", "default_inputs", "smallest_width"]
+
+PATIENCE = 200  # end-to-end steps without fewer violations after which training stops
+VIOLATION_EPS = 1e-6  # a decision this close to its threshold counts as missed
 
 
 class CompressedModel:
@@ -48,18 +62,40 @@ class CompressedModel:
 
     Attributes:
         model: the :class:`Transformer` of width ``d``.
-        projection: ``P`` ``[d_model, d]``: row ``i`` is where direction ``i`` now points.
+        projection: ``P`` ``[d_model, d]``: row ``i`` is where direction ``i`` now points
+            (every write goes through it).
+        reads: per stage (each layer's attention, its MLP, then the readout) the read map
+            ``[d, d_model]`` that stage sees the stream through (all ``P^T`` unless trained
+            with ``per_layer_reads``).
         base: the compiled model it was made from.
-        loss: the training loss at the end.
+        loss: the read loss at the end (``|x P R W - x W|^2 / |x W|^2`` summed over the read
+            maps ``W``, on the compiled model's streams).
+        violations: after end-to-end training, how many of the compiled model's hard
+            decisions (attention selections, readout values) the compressed model's own run
+            misses on the training inputs; None where that stage did not run.
     """
 
     def __init__(
-        self, model: Transformer, projection: torch.Tensor, base: CompiledModel, loss: float
+        self,
+        model: Transformer,
+        projection: torch.Tensor,
+        base: CompiledModel,
+        loss: float,
+        reads: list[torch.Tensor] | None = None,
+        violations: int | None = None,
     ) -> None:
         self.model = model
         self.projection = projection
         self.base = base
         self.loss = loss
+        stages = 2 * base.config.n_layers + 1
+        self.reads = [projection.T] * stages if reads is None else list(reads)
+        self.violations = violations
+
+    @property
+    def readout(self) -> torch.Tensor:
+        """The map ``[d, d_model]`` the output is decoded through."""
+        return self.reads[-1]
 
     @property
     def config(self) -> ModelConfig:
@@ -84,7 +120,7 @@ class CompressedModel:
         batch, single = self.base._batch(xs)
         ids, vals = self.base.encode(batch)
         with torch.no_grad():
-            resid = self.model(ids, vals) @ self.projection.T  # [batch, pos, d_model]
+            resid = self.model(ids, vals) @ self.readout  # [batch, pos, d_model]
         spec = self.base.output
         if decode == "strict" or spec.kind != "cat" or not spec.dims:
             out = self.base._decode(resid)
@@ -182,7 +218,11 @@ def _reads(model: CompiledModel) -> list[list[torch.Tensor]]:
     return [[used(w) for w in ws if w.numel() and bool(w.any())] for ws in out]
 
 
-def _compressed_net(model: CompiledModel, P: torch.Tensor) -> Transformer:
+def _compressed_net(
+    model: CompiledModel, P: torch.Tensor, reads: list[torch.Tensor] | None = None
+) -> Transformer:
+    """The Transformer of width ``d``: writes through ``P``, stage ``s``'s reads through
+    ``reads[s]`` (default ``P^T``)."""
     net = model.model
     cfg = dataclasses.replace(net.cfg, d_model=P.shape[1])
     small = Transformer(cfg)
@@ -191,6 +231,12 @@ def _compressed_net(model: CompiledModel, P: torch.Tensor) -> Transformer:
     state = {}
     for name, w in src.items():
         leaf = name.rsplit(".", 1)[-1]
+        if name.startswith("blocks."):
+            li = int(name.split(".")[1])
+            stage = 2 * li + (0 if ".attn." in name else 1)
+            R = P.T if reads is None else reads[stage]
+        else:
+            R = P.T
         if leaf in ("W_E", "W_pos", "W_E_vec", "W_out", "W_bil_out") or leaf.endswith("_out"):
             state[name] = w @ P  # writes: [..., d_model] -> [..., d]
         elif leaf == "W_E_num":
@@ -198,11 +244,130 @@ def _compressed_net(model: CompiledModel, P: torch.Tensor) -> Transformer:
         elif leaf == "W_O":
             state[name] = w @ P  # [head, d_head, d_model] -> [head, d_head, d]
         elif leaf in ("W_Q", "W_K", "W_V"):
-            state[name] = P.T @ w  # [head, d_model, d_head] -> [head, d, d_head]
+            state[name] = R @ w  # [head, d_model, d_head] -> [head, d, d_head]
         else:  # reads: W_in, W_bil_a, W_bil_b, W_{kind}_in, W_{kind}_gate [d_model, units]
-            state[name] = P.T @ w
+            state[name] = R @ w
     small.load_state_dict(state)
     return small
+
+
+class _Run:
+    """The compiled model's behaviour on the training inputs, and the compressed model's own
+    run (differentiable in ``P`` and the read maps) scored against it.
+
+    Per input length: the embedding ``[batch, pos, d_model]``, each layer's hard-attention
+    selections ``[batch, active heads, query, key]`` and the readout's targets.
+    """
+
+    def __init__(self, model: CompiledModel, inputs: list[list], margin: float) -> None:
+        net = model.model
+        f64 = torch.float64
+        self.margin = margin
+        self.hard = net.cfg.attention is AttentionMode.HARD
+        self.tol = net.cfg.hard_tolerance
+        self.beta = net.cfg.beta
+        self.causal = net.cfg.causal
+        self.layers = []
+        for block in net.blocks:
+            a, m = block.attn, block.mlp
+            hs = a.active_heads()
+            att = tuple(w[hs].to(f64) for w in (a.W_Q, a.W_K, a.W_V, a.W_O)) if len(hs) else None
+            mlp = tuple(w.to(f64) for w in (m.W_in, m.W_out, m.W_bil_a, m.W_bil_b, m.W_bil_out))
+            self.layers.append((hs, att, mlp))
+        spec = model.output
+        self.cat = spec.kind == "cat"
+        dirs = spec.dims if self.cat else [d for d, _ in spec.form]
+        self.cols = torch.tensor([model._index[d] for d in dirs], dtype=torch.long)
+        by_len: dict[int, list] = {}
+        for x in inputs:
+            by_len.setdefault(len(x), []).append(list(x))
+        self.groups = []
+        for batch in by_len.values():
+            ids, vals = model.encode(batch)
+            cache: dict[str, torch.Tensor] = {}
+            with torch.no_grad():
+                final = net(ids, vals, cache=cache)
+            chosen = [
+                None if att is None else cache[f"blocks.{li}.attn.hook_pattern"][:, hs] > 0
+                for li, (hs, att, _) in enumerate(self.layers)
+            ]
+            out = final[:, 1:][..., self.cols].to(f64)  # [batch, pos, outputs]: BOS dropped
+            best, where = out.max(dim=-1) if out.shape[-1] else (None, None)
+            target = (where, best >= 0.5) if self.cat and out.shape[-1] else out
+            self.groups.append((cache["hook_embed"].to(f64), chosen, target))
+
+    def __call__(self, P: torch.Tensor, reads: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """``(loss, violations)``: the hinge loss of the compressed model's own run, and how
+        many of the compiled model's hard decisions it misses (margin 0)."""
+        tol, mg, eps = self.tol, self.margin, VIOLATION_EPS
+        loss = torch.zeros((), dtype=P.dtype)
+        bad = 0
+
+        def hinge(h: torch.Tensor) -> torch.Tensor:
+            return (h + h * h).sum()  # linear far out (a steady pull), quadratic near 0
+
+        for emb, chosen, target in self.groups:
+            s = emb @ P  # [batch, pos, d]
+            n = s.shape[1]
+            for li, ((_, att, mlp), sel) in enumerate(zip(self.layers, chosen)):
+                if att is not None:
+                    W_Q, W_K, W_V, W_O = att
+                    r = s @ reads[2 * li]  # [batch, pos, d_model]
+                    q = torch.einsum("bpm,hme->bhpe", r, W_Q)
+                    k = torch.einsum("bpm,hme->bhpe", r, W_K)
+                    v = torch.einsum("bpm,hme->bhpe", r, W_V)
+                    scores = q @ k.transpose(-1, -2)  # [batch, head, query, key]
+                    valid = torch.ones(n, n, dtype=torch.bool)
+                    if self.causal:
+                        valid = valid.tril()
+                    if self.hard:  # the compiled model's selection, scored by margins
+                        top = scores.masked_fill(~sel, float("-inf")).amax(-1, keepdim=True)
+                        near = (top - scores - (tol - mg)).masked_fill(~sel, 0).clamp_min(0)
+                        other = ~sel & valid
+                        far = (scores - (top - tol - mg)).masked_fill(~other, 0).clamp_min(0)
+                        loss = loss + hinge(near) + hinge(far)
+                        bad += int((near > mg - eps).sum() + (far > mg - eps).sum())
+                        w = sel.to(P.dtype)
+                        z = (w @ v) / w.sum(-1, keepdim=True)
+                    else:
+                        scores = scores.masked_fill(~valid, float("-inf"))
+                        z = torch.softmax(self.beta * scores, dim=-1) @ v
+                    s = s + torch.einsum("bhpe,hem->bpm", z, W_O) @ P
+                W_in, W_out, W_a, W_b, W_bo = mlp
+                r = s @ reads[2 * li + 1]
+                o = torch.relu(r @ W_in) @ W_out
+                if W_a.shape[1]:
+                    o = o + ((r @ W_a) * (r @ W_b)) @ W_bo
+                s = s + o @ P
+            out = (s @ reads[-1])[:, 1:][..., self.cols]  # [batch, pos, outputs]
+            if not out.shape[-1]:
+                continue
+            if self.cat:
+                where, has = target
+                right = out.gather(-1, where[..., None])  # [batch, pos, 1]
+                others = torch.ones_like(out, dtype=torch.bool).scatter(-1, where[..., None], False)
+                low = (0.5 + mg - right[..., 0]).masked_fill(~has, 0).clamp_min(0)
+                beat = (out - right + mg).masked_fill(~others | ~has[..., None], 0).clamp_min(0)
+                none = (out - 0.5 + mg).masked_fill(has[..., None], 0).clamp_min(0)
+                loss = loss + hinge(low) + hinge(beat) + hinge(none)
+                bad += int(
+                    (low > mg - eps).sum() + (beat > mg - eps).sum() + (none > mg - eps).sum()
+                )
+            else:
+                err = out - target
+                loss = loss + err.pow(2).sum() / target.pow(2).sum().clamp_min(1.0)
+                bad += int((err.abs() > 1e-7).sum())
+        return loss, bad
+
+
+def _read_loss(streams, reads_by_stage, targets, norms, P, maps) -> torch.Tensor:
+    loss = torch.zeros((), dtype=P.dtype)
+    for x, ws, ts, ns, R in zip(streams, reads_by_stage, targets, norms, maps):
+        if ws:
+            back = (x @ P) @ R  # [rows, d_model]: the stream through the small space
+            for w, t, nrm in zip(ws, ts, ns):
+                loss = loss + (back @ w - t).pow(2).sum() / nrm
+    return loss
 
 
 def compress(
@@ -213,23 +378,37 @@ def compress(
     steps: int = 2000,
     lr: float = 0.01,
     seed: int = 0,
+    end_to_end_steps: int = 800,
+    end_to_end_lr: float = 0.003,
+    margin: float = 0.1,
+    per_layer_reads: bool = True,
 ) -> CompressedModel:
     """Learns a projection of the residual stream into ``d`` dimensions (see the module).
 
     Args:
         model: a dense compiled model.
         d: the compressed width, 1 to ``d_model``.
-        inputs: the inputs whose streams the projection is fitted on (default:
+        inputs: the inputs whose behaviour the projection is fitted on (default:
             :func:`default_inputs`).
-        steps: Adam steps.
-        lr: Adam's learning rate.
-        seed: the initial projection's seed (a random orthonormal ``P``).
+        steps: Adam steps on the read loss.
+        lr: their learning rate.
+        seed: the seed of the small random perturbation of the principal-direction start.
+        end_to_end_steps: Adam steps of end-to-end training with margins afterwards (0: none;
+            skipped where the read loss is already exact, and stopped early once the
+            compressed model's own run makes every hard decision as the compiled model does).
+        end_to_end_lr: their learning rate.
+        margin: the margin the hinge loss asks for, in units of attention score and output
+            score (below ``hard_tolerance``, which is 0.25 by default).
+        per_layer_reads: end-to-end training also learns a read map per sublayer and for the
+            readout (each starting at ``P^T``); False: every stage reads through ``P^T``.
 
     Returns:
         A :class:`CompressedModel`.
 
     Raises:
-        ValueError: ``d`` out of range, or a model in sparse storage.
+        ValueError: ``d``, a step count, a learning rate or ``margin`` out of range, a model
+            with declared elementwise units and end-to-end steps (not supported), or a model
+            in sparse storage.
         TypeError: ``model`` is not a CompiledModel.
     """
     if not isinstance(model, CompiledModel):
@@ -238,7 +417,20 @@ def compress(
     full = model.config.d_model
     if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= full:
         raise ValueError(f"d must be an integer from 1 to d_model={full}, got {d!r}")
+    for name, v in (("steps", steps), ("end_to_end_steps", end_to_end_steps)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    for name, v in (("lr", lr), ("end_to_end_lr", end_to_end_lr)):
+        if not isinstance(v, (int, float)) or not v > 0 or v != v or v == float("inf"):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    tol = model.config.hard_tolerance
+    if not isinstance(margin, (int, float)) or not 0 <= margin < tol:
+        raise ValueError(
+            f"margin must be a number from 0 to below hard_tolerance={tol}, got {margin!r}"
+        )
     xs = default_inputs(model) if inputs is None else [list(x) for x in inputs]
+    if not xs:
+        raise ValueError("compress needs at least one input")
     streams = _streams(model, xs)
     reads = _reads(model)
     f64 = torch.float64
@@ -253,35 +445,79 @@ def compress(
     P = vecs[:, -d:].flip(1).clone()
     targets = [[x @ w for w in ws] for x, ws in zip(streams, reads)]
     norms = [[t.pow(2).sum().clamp_min(1e-12) for t in ts] for ts in targets]
+    n_stages = len(streams)
 
-    def objective() -> torch.Tensor:
-        loss = torch.zeros((), dtype=f64)
-        for x, ws, ts, ns in zip(streams, reads, targets, norms):
-            if ws:
-                back = (x @ P) @ P.T  # [rows, d_model]: the stream through the small space
-                for w, t, nrm in zip(ws, ts, ns):
-                    loss = loss + (back @ w - t).pow(2).sum() / nrm
-        return loss
+    def objective(P: torch.Tensor, maps: list[torch.Tensor] | None = None) -> torch.Tensor:
+        return _read_loss(streams, reads, targets, norms, P, maps or [P.T] * n_stages)
 
     with torch.no_grad():
-        exact = float(objective()) <= 1e-9  # d covers what the reads see: nothing to learn
+        exact = float(objective(P)) <= 1e-9  # d covers what the reads see: nothing to learn
     if not exact:
         gen = torch.Generator().manual_seed(seed)
         P += 1e-3 * torch.randn(full, d, generator=gen, dtype=f64)
     P.requires_grad_(True)
     with torch.enable_grad():
-        if not exact:
+        if not exact and steps:
             opt = torch.optim.Adam([P], lr=lr)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, steps))
             for _ in range(steps):
                 opt.zero_grad()
-                loss = objective()
+                loss = objective(P)
                 loss.backward()
                 opt.step()
                 sched.step()
-        loss_value = float(objective().detach())
-    P = P.detach().to(model.model.dtype)
-    return CompressedModel(_compressed_net(model, P), P, model, loss_value)
+        P = P.detach()
+        maps = [P.T.clone() for _ in range(n_stages)]
+        violations = None
+        if not exact and end_to_end_steps:
+            if model.config.d_native and any(model.config.d_native.values()):
+                raise ValueError(
+                    "end-to-end training does not support declared elementwise units: "
+                    "pass end_to_end_steps=0"
+                )
+            P, maps, violations = _end_to_end(
+                _Run(model, xs, float(margin)),
+                P,
+                maps,
+                end_to_end_steps,
+                end_to_end_lr,
+                per_layer_reads,
+            )
+        with torch.no_grad():
+            loss_value = float(objective(P, maps))
+    dt = model.model.dtype
+    P, maps = P.to(dt), [m.to(dt) for m in maps]
+    net = _compressed_net(model, P, maps)
+    return CompressedModel(net, P, model, loss_value, maps, violations)
+
+
+def _end_to_end(
+    run: _Run, P: torch.Tensor, maps: list[torch.Tensor], steps: int, lr: float, per_layer: bool
+) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """Adam on the hinge loss of the compressed model's own run; returns the weights with the
+    fewest violations seen. The first with none ends the training, and so does a run of
+    ``PATIENCE`` steps without fewer violations."""
+    P = P.clone().requires_grad_(True)
+    params = [P]
+    if per_layer:
+        maps = [m.clone().requires_grad_(True) for m in maps]
+        params += maps
+    opt = torch.optim.Adam(params, lr=lr)
+    best: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None
+    since = 0  # steps since the fewest violations last went down
+    for step in range(steps + 1):
+        opt.zero_grad()
+        cur = maps if per_layer else [P.T] * len(maps)
+        loss, bad = run(P, cur)
+        since += 1
+        if best is None or bad < best[0]:
+            best, since = (bad, P.detach().clone(), [m.detach().clone() for m in cur]), 0
+        if bad == 0 or step == steps or since >= PATIENCE:
+            break
+        loss.backward()
+        opt.step()
+    assert best is not None
+    return best[1], best[2], best[0]
 
 
 def smallest_width(
@@ -311,7 +547,8 @@ def smallest_width(
     >>> m = compile_program(library.make_frac_prevs(rasp.tokens == "a"),
     ...                     vocab="ab", max_seq_len=3)
     >>> xs = [list("ab"), list("aab"), list("bab"), list("b")]
-    >>> best, curve = smallest_width(m, xs, widths=[2, m.config.d_model], steps=20)
+    >>> best, curve = smallest_width(m, xs, widths=[2, m.config.d_model], steps=20,
+    ...                              end_to_end_steps=20)
     >>> best == m.config.d_model, curve[-1][1:]
     (True, (1.0, 0.0))
     """
