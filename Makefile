@@ -32,7 +32,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	touch $@
 
 # bench: the slow test sweeps (sampled) and every benchmark at its default size, then
-# docs/benchmarks.md; under 30 minutes on two cores, the venv included
+# docs/benchmarks.md (about an hour and a half on two cores; README, Benchmarks)
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m pytest -m slow -q
 	$(BENCH_VENV)/bin/python benchmarks/run_all.py

@@ -6,9 +6,10 @@ one is skipped with a message), then render_docs.py. Each script writes its JSON
 benchmarks/results/. A failing script is reported and the others still run; the exit status is
 1 if any failed.
 
-Run: ``python benchmarks/run_all.py``. The default sizes fit ``make bench`` in 30 minutes on
-two CPU cores; ``--full`` passes ``--full`` to the scripts that accept it (the larger sweeps:
-``make bench-full``), ``--quick`` passes ``--quick``, and ``--only NAME ...`` runs a subset.
+Run: ``python benchmarks/run_all.py``. At the default sizes ``make bench`` takes about an hour
+and a half on two CPU cores (each script records its own seconds); ``--full`` passes
+``--full`` to the scripts that accept it (the larger sweeps: ``make bench-full``),
+``--quick`` passes ``--quick``, and ``--only NAME ...`` runs a subset.
 """
 
 from __future__ import annotations
