@@ -117,3 +117,36 @@ def test_round_trip_batch_and_causal():
     assert lens.cfg.attention_dir == "causal"
     xs = [list("abaa"), list("bbab"), list("aaaa")]
     assert export.run_lens(lens, model, xs) == model.run(xs)
+
+
+def test_a_compressed_model_of_hard_attention_is_refused_with_advice():
+    import attnsim
+
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    small = attnsim.compress(m, d=m.config.d_model - 2)
+    with pytest.raises(ValueError, match="attention='softmax'"):
+        small.to_transformer_lens()
+
+
+@pytest.mark.parametrize("name, d", [("make_hist", 12), ("make_length", 8)])
+def test_a_compressed_model_round_trips_through_transformer_lens(name, d):
+    _lens()
+    import attnsim
+    from attnsim.model import compress as C
+
+    m = _compile(name)
+    small = attnsim.compress(m, d=d)
+    lens = small.to_transformer_lens()
+    assert lens.cfg.d_model == d and lens.cfg.d_vocab_out == m.config.d_model
+    inputs = C.default_inputs(m, per_length=3)
+    for xs in inputs:  # the oracle: the compressed model's own forward, and its decode
+        assert small.run_lens(lens, xs) == small.run(xs), xs
+    ids, _ = m.encode(inputs[-1:])
+    with torch.no_grad():
+        got = lens(ids, return_type="logits")
+        want = small.model(ids, None) @ small.readout
+    assert float((got - want).abs().max()) < 1e-9
+    assert lens.attnsim_hook_labels == export.hook_labels(m)
+    assert lens.attnsim_circuit["component"] == m.circuit("component").lens_edges()
+    with pytest.raises(ValueError, match="decode must be"):
+        small.run_lens(lens, inputs[0], decode="soft")

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from attnsim.model import path_patching
+from attnsim.model import export, path_patching
 from attnsim.model.circuit import Circuit
 from attnsim.model.compiled import CompiledModel
 from attnsim.model.config import AttentionMode, ModelConfig
@@ -121,6 +121,29 @@ class CompressedModel:
         ids, vals = self.base.encode(batch)
         with torch.no_grad():
             resid = self.model(ids, vals) @ self.readout  # [batch, pos, d_model]
+        out = self._decode(resid, decode)
+        return out[0] if single else out
+
+    def to_transformer_lens(self):
+        """A ``transformer_lens.HookedTransformer`` of width ``d`` with this model's weights
+        and its readout map as ``W_U`` (``export.compressed_to_transformer_lens``); decode
+        its logits with :meth:`run_lens`."""
+        return export.compressed_to_transformer_lens(self)
+
+    def run_lens(self, lens, xs: Sequence[Any], decode: str = "argmax") -> list:
+        """Runs the HookedTransformer of :meth:`to_transformer_lens` on inputs and decodes
+        its logits as :meth:`run` decodes the stream (ValueError: an unknown ``decode``)."""
+        if decode not in ("argmax", "strict"):
+            raise ValueError(f"decode must be 'argmax' or 'strict', got {decode!r}")
+        batch, single = self.base._batch(xs)
+        ids, _ = self.base.encode(batch)
+        with torch.no_grad():
+            resid = lens(ids, return_type="logits").to(self.projection.dtype)
+        out = self._decode(resid, decode)
+        return out[0] if single else out
+
+    def _decode(self, resid: torch.Tensor, decode: str) -> list:
+        """Decodes the stream read back into the compiled model's directions."""
         spec = self.base.output
         if decode == "strict" or spec.kind != "cat" or not spec.dims:
             out = self.base._decode(resid)
@@ -132,7 +155,7 @@ class CompressedModel:
                 [spec.values[int(i)] if float(v) >= 0.5 else None for v, i in zip(bv, bi)]
                 for bv, bi in zip(best, where)
             ]
-        return out[0] if single else out
+        return out
 
     def direction(self, label: str) -> torch.Tensor:
         """The vector ``[d]`` that the residual direction ``label`` became.

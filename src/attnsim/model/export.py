@@ -47,6 +47,8 @@ __all__ = [
     "check_exportable",
     "lens_config",
     "to_transformer_lens",
+    "compressed_to_transformer_lens",
+    "attach_ground_truth",
     "run_lens",
     "hook_labels",
     "to_onnx",
@@ -172,6 +174,90 @@ def to_transformer_lens(model: CompiledModel):
     [2, 1, 2]
     """
     check_exportable(model)
+    HookedTransformer, HookedTransformerConfig = _import_lens()
+    lens = _lens_of(HookedTransformer, HookedTransformerConfig, lens_config(model), model.model)
+    return attach_ground_truth(lens, model)
+
+
+def compressed_to_transformer_lens(small):
+    """A ``transformer_lens.HookedTransformer`` for a compressed model
+    (``attnsim.compress``): width ``d``, the compressed embedding, heads and units, and the
+    readout map ``[d, d_model]`` as ``W_U`` (its logits are the stream read back into the
+    compiled model's directions: ``CompressedModel.run_lens`` decodes them). The compiled
+    model's hook labels and circuit travel with it (:func:`attach_ground_truth`).
+
+    Raises:
+        ValueError: the compiled model cannot be exported (:func:`check_exportable`).
+        ImportError: TransformerLens is not installed.
+    """
+    check_exportable(small.base)
+    HookedTransformer, HookedTransformerConfig = _import_lens()
+    config = lens_config(small.base)
+    config.update(
+        d_model=small.config.d_model,
+        d_vocab_out=small.base.config.d_model,
+        model_name=f"{config['model_name']}-compressed-{small.config.d_model}",
+    )
+    lens = _lens_of(
+        HookedTransformer, HookedTransformerConfig, config, small.model, unembed=small.readout
+    )
+    return attach_ground_truth(lens, small.base)
+
+
+def attach_ground_truth(lens, model: CompiledModel):
+    """Attaches ``model``'s labels to ``lens``: ``attnsim_hook_labels`` (hook name -> index
+    -> RASP labels, :func:`hook_labels`) and ``attnsim_circuit`` (per granularity, the
+    circuit's edges in TransformerLens hook names); None where the model has no component
+    table. Returns ``lens``."""
+    try:  # the ground truth travels with the export: hook name -> index -> RASP labels
+        lens.attnsim_hook_labels = hook_labels(model)
+    except ValueError:  # a model without a component table (an old checkpoint)
+        lens.attnsim_hook_labels = None
+    try:  # and the circuit, in TransformerLens hook names (Circuit.lens_edges)
+        lens.attnsim_circuit = {g: model.circuit(g).lens_edges() for g in ("component", "qkv")}
+    except ValueError:
+        lens.attnsim_circuit = None
+    return lens
+
+
+def _lens_of(HookedTransformer, HookedTransformerConfig, config: dict, src, unembed=None):
+    """A HookedTransformer of ``config`` carrying the weights of the Transformer ``src``
+    (softmax attention, ReLU units only), with ``unembed`` as ``W_U`` (default: the
+    identity, so that the logits are the residual stream)."""
+    with warnings.catch_warnings():
+        # TransformerLens 3 announces HookedTransformer's removal in version 4
+        warnings.simplefilter("ignore", DeprecationWarning)
+        lens = HookedTransformer(HookedTransformerConfig(**config))
+    lens.eval()
+    dtype = src.dtype
+    beta = src.cfg.beta
+    with torch.no_grad():
+        for p in lens.parameters():
+            p.zero_()
+            p.requires_grad_(False)
+        lens.embed.W_E.copy_(src.W_E)
+        lens.pos_embed.W_pos.copy_(src.W_pos)
+        if unembed is None:
+            unembed = torch.eye(src.cfg.d_model, dtype=dtype)
+        lens.unembed.W_U.copy_(unembed)
+        for block, out in zip(src.blocks, lens.blocks):
+            attn = block.attn
+            h, k = attn.W_Q.shape[0], attn.W_Q.shape[2]  # a layer's own heads: pad with 0
+            if h and k:
+                out.attn.W_Q[:h, :, :k].copy_(attn.W_Q * beta)  # softmax(beta * q.k)
+                out.attn.W_K[:h, :, :k].copy_(attn.W_K)
+                out.attn.W_V[:h, :, :k].copy_(attn.W_V)
+                out.attn.W_O[:h, :k].copy_(attn.W_O)
+            width = block.mlp.W_in.shape[1]  # layers narrower than d_mlp pad with zero units
+            if width:
+                out.mlp.W_in[:, :width].copy_(block.mlp.W_in)
+                out.mlp.W_out[:width].copy_(block.mlp.W_out)
+    return lens
+
+
+def _import_lens():
+    """``(HookedTransformer, HookedTransformerConfig)``, or an ImportError that says what
+    to install."""
     try:
         import transformer_lens
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -187,42 +273,7 @@ def to_transformer_lens(model: CompiledModel):
             f"TransformerLens {version} has no HookedTransformer (version 4 removed it); "
             "install a version that has it: pip install 'transformer-lens>=2,<4'"
         ) from exc
-    cfg = model.config
-    with warnings.catch_warnings():
-        # TransformerLens 3 announces HookedTransformer's removal in version 4
-        warnings.simplefilter("ignore", DeprecationWarning)
-        lens = HookedTransformer(HookedTransformerConfig(**lens_config(model)))
-    lens.eval()
-    src = model.model
-    dtype = src.dtype
-    with torch.no_grad():
-        for p in lens.parameters():
-            p.zero_()
-            p.requires_grad_(False)
-        lens.embed.W_E.copy_(src.W_E)
-        lens.pos_embed.W_pos.copy_(src.W_pos)
-        lens.unembed.W_U.copy_(torch.eye(cfg.d_model, dtype=dtype))
-        for block, out in zip(src.blocks, lens.blocks):
-            attn = block.attn
-            h, k = attn.W_Q.shape[0], attn.W_Q.shape[2]  # a layer's own heads: pad with 0
-            if h and k:
-                out.attn.W_Q[:h, :, :k].copy_(attn.W_Q * cfg.beta)  # softmax(beta * q.k)
-                out.attn.W_K[:h, :, :k].copy_(attn.W_K)
-                out.attn.W_V[:h, :, :k].copy_(attn.W_V)
-                out.attn.W_O[:h, :k].copy_(attn.W_O)
-            width = block.mlp.W_in.shape[1]  # layers narrower than d_mlp pad with zero units
-            if width:
-                out.mlp.W_in[:, :width].copy_(block.mlp.W_in)
-                out.mlp.W_out[:width].copy_(block.mlp.W_out)
-    try:  # the ground truth travels with the export: hook name -> index -> RASP labels
-        lens.attnsim_hook_labels = hook_labels(model)
-    except ValueError:  # a model without a component table (an old checkpoint)
-        lens.attnsim_hook_labels = None
-    try:  # and the circuit, in TransformerLens hook names (Circuit.lens_edges)
-        lens.attnsim_circuit = {g: model.circuit(g).lens_edges() for g in ("component", "qkv")}
-    except ValueError:
-        lens.attnsim_circuit = None
-    return lens
+    return HookedTransformer, HookedTransformerConfig
 
 
 def hook_labels(model: CompiledModel) -> dict[str, dict[int, tuple[str, ...]]]:
