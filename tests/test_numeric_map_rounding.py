@@ -218,3 +218,9 @@ def test_a_number_read_from_a_rounded_code_is_exact_in_the_compiled_model():
         got, want = model.run(xs), rasp.evaluate(out, xs)
         close = [math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-9) for g, w in zip(got, want)]
         assert all(close), (xs, got, want)
+
+
+def test_one_hot_bound_refuses_mismatched_outputs():
+    with pytest.raises(ValueError, match="3 values but 2 outputs"):
+        D.one_hot_rounding([0.0, 1.0, 2.0], [{"a": 1.0}, {"b": 1.0}], 0.0, 1, 2.0**-53)
+    assert D.one_hot_rounding([], [], 0.0, 1, 2.0**-53) == {}

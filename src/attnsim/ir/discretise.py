@@ -194,6 +194,10 @@ def one_hot_rounding(
     >>> 1e-6 < max(b.values()) < 1e-2
     True
     """
+    if len(xs) != len(outs):
+        raise ValueError(
+            f"one_hot_rounding: {len(xs)} values but {len(outs)} outputs; give one each"
+        )
     c = n_terms + 4
     f = max([size] + [abs(x) for x in xs])
     per_entry: dict[str, list[tuple[float, float]]] = {}

@@ -189,6 +189,16 @@ def compressed_to_transformer_lens(small):
     Raises:
         ValueError: the compiled model cannot be exported (:func:`check_exportable`).
         ImportError: TransformerLens is not installed.
+
+    >>> import attnsim
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> soft = compile_program(library.make_hist(), vocab="abcd", max_seq_len=6,
+    ...                        attention="softmax")
+    >>> small = attnsim.compress(soft, d=12)
+    >>> lens = compressed_to_transformer_lens(small)  # doctest: +SKIP
+    >>> small.run_lens(lens, "abca") == small.run("abca")  # doctest: +SKIP
+    True
     """
     check_exportable(small.base)
     HookedTransformer, HookedTransformerConfig = _import_lens()
@@ -208,7 +218,16 @@ def attach_ground_truth(lens, model: CompiledModel):
     """Attaches ``model``'s labels to ``lens``: ``attnsim_hook_labels`` (hook name -> index
     -> RASP labels, :func:`hook_labels`) and ``attnsim_circuit`` (per granularity, the
     circuit's edges in TransformerLens hook names); None where the model has no component
-    table. Returns ``lens``."""
+    table. Returns ``lens``.
+
+    >>> from types import SimpleNamespace
+    >>> from attnsim.compiler import compile_program
+    >>> from attnsim.rasp import library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> got = attach_ground_truth(SimpleNamespace(), m)
+    >>> got.attnsim_hook_labels["blocks.0.attn.hook_z"][0], sorted(got.attnsim_circuit)
+    (('hist',), ['component', 'qkv'])
+    """
     try:  # the ground truth travels with the export: hook name -> index -> RASP labels
         lens.attnsim_hook_labels = hook_labels(model)
     except ValueError:  # a model without a component table (an old checkpoint)

@@ -232,10 +232,7 @@ def lookup_table(ctx: Context, label: str, e: E.SOp, args: Sequence[E.SOp], num_
             leak = sum(lk * sum(abs(c) for _, c in out) for lk, (_, out) in zip(rows_leak, rows))
             saturate = not forms.check_code_read(ctx, label, leak)
         else:
-            passed: dict[str, float] = {}
-            for lk, (_, out) in zip(rows_leak, rows):
-                for dim, _ in out:
-                    passed[dim] = passed.get(dim, 0.0) + lk
+            passed = _per_output(rows, rows_leak)
             saturate = max(passed.values(), default=0.0) >= lookup.SATURATED_MARGIN
             if not saturate:
                 rep = dataclasses.replace(rep, noise=tuple(passed.get(d, 0.0) for d in rep.dims))
@@ -248,13 +245,13 @@ def lookup_table(ctx: Context, label: str, e: E.SOp, args: Sequence[E.SOp], num_
                 "their values closer in size"
             )
         units = lookup.saturated_lookup_units(label, rows)
-        if not num_out:  # what the saturated pairs round by themselves (sums near len(reps))
-            u, count = forms.dtype_of(ctx)[1], {}
-            for _, out in rows:
-                for dim, _ in out:
-                    count[dim] = count.get(dim, 0) + 1
-            each = 8.0 * (len(reps) + 1) * u
-            rep = dataclasses.replace(rep, noise=tuple(count.get(d, 0) * each for d in rep.dims))
+        if not num_out:
+            # what a saturated pair rounds by itself: its two inputs (len(reps) + 1 terms of
+            # size up to 2 len(reps) + 2) round apart, and the output sums its rows
+            k = len(reps) + 1
+            each = 2.0 * k * (2.0 * k) * forms.dtype_of(ctx)[1]
+            passed = _per_output(rows, [each] * len(rows))
+            rep = dataclasses.replace(rep, noise=tuple(passed.get(d, 0.0) for d in rep.dims))
         how = "lookup table (saturated: its codes carry rounding)"
     else:
         units = lookup.lookup_units(label, rows)
@@ -262,6 +259,16 @@ def lookup_table(ctx: Context, label: str, e: E.SOp, args: Sequence[E.SOp], num_
     n_units = ctx.emit_all(stage, units)
     ctx.realised(label, how, "exact", n_units)
     return rep
+
+
+def _per_output(rows: Sequence[tuple], leaks: Sequence[float]) -> dict[str, float]:
+    """Per output direction of a categorical table: the sum of the leaks of the rows that
+    write it (a wrong row's unit may pass on its leak there)."""
+    out: dict[str, float] = {}
+    for leak, (_, written) in zip(leaks, rows):
+        for dim, _ in written:
+            out[dim] = out.get(dim, 0.0) + leak
+    return out
 
 
 def _product(lists: list[list]) -> list[tuple]:
