@@ -43,6 +43,7 @@ __all__ = [
     "check_bool",
     "check_real",
     "distinct",
+    "distinct_floats",
     "distinct_numbers",
     "fits_float",
     "is_hashable",
@@ -134,6 +135,18 @@ def distinct_numbers(values: Iterable[Any]) -> tuple[float, ...]:
             seen.add(k)
             out.append(x)
     return tuple(out)
+
+
+def distinct_floats(arr: np.ndarray) -> tuple[float, ...]:
+    """:func:`distinct_numbers` of a float64 array, vectorised (one sort): the same numbers
+    in the same first-seen order.
+
+    >>> distinct_floats(np.array([2.0, -0.0, 2.0, 0.0, np.nan, 1.5, np.nan]))
+    (2.0, 0.0, nan, 1.5)
+    """
+    x = np.asarray(arr, dtype=np.float64).reshape(-1) + 0.0  # -0.0 + 0.0 is 0.0
+    _, first = np.unique(x, return_index=True, equal_nan=True)  # one NaN
+    return tuple(x[np.sort(first)].tolist())
 
 
 def lookalike(v: Any, values: Iterable[Any]) -> Any:

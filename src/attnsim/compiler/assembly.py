@@ -335,8 +335,12 @@ def build(
     """The model in the storage :func:`storage_for` chooses: :func:`assemble` or
     :func:`assemble_sparse` (examples there)."""
     if storage_for(layers, lowered, options, dtype) == "sparse":
-        return assemble_sparse(layers, lowered, options, dtype)
-    return assemble(layers, lowered, options, dtype)
+        model = assemble_sparse(layers, lowered, options, dtype)
+    else:
+        model = assemble(layers, lowered, options, dtype)
+    # what lowering knows of each head's keys travels with the model (attnsim.model.patterns)
+    model.head_patterns = tuple(tuple(h.pattern for h in layer.heads) for layer in layers)
+    return model
 
 
 def count_parameters(model: Transformer | SparseTransformer) -> tuple[int, int]:

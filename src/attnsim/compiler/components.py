@@ -165,21 +165,25 @@ def build(graph: tracing.Graph, low: LoweredProgram, layers: Sequence[Layer]) ->
 # -- naming ----------------------------------------------------------------------------------
 
 
-def split_head_name(name: str, known: set[str]) -> list[str] | None:
+def split_head_name(name: str, known: set[str], max_parts: int | None = None) -> list[str] | None:
     """Splits a (merged) head name ``"a+b"`` into known labels; None if no split works.
+    ``max_parts``: the most ``+``-separated parts any known label has (found when None).
 
     >>> split_head_name("x+y+z", {"x", "y+z", "y"})
     ['x', 'y+z']
     """
+    if max_parts is None:
+        max_parts = max((label.count("+") + 1 for label in known), default=1)
     parts = name.split("+")
     n = len(parts)
     best: list[list[str] | None] = [None] * (n + 1)
     best[n] = []
     for i in range(n - 1, -1, -1):
-        for j in range(n, i, -1):  # the longest label first
+        labels = ["+".join(parts[i:j]) for j in range(i + 1, min(n, i + max_parts) + 1)]
+        for j in range(i + len(labels), i, -1):  # the longest label first
             rest = best[j]
-            if rest is not None and "+".join(parts[i:j]) in known:
-                best[i] = ["+".join(parts[i:j])] + rest
+            if rest is not None and labels[j - i - 1] in known:
+                best[i] = [labels[j - i - 1]] + rest
                 break
     return best[0]
 
@@ -212,9 +216,10 @@ def _resolve(base: str, known: set[str], unresolved: list[str], where: str) -> s
 
 def _blocks(layers: Sequence[Layer], known: set[str], unresolved: list[str]) -> list[_Block]:
     out: list[_Block] = []
+    max_parts = max((label.count("+") + 1 for label in known), default=1)
     for li, layer in enumerate(layers):
         for hi, h in enumerate(layer.heads):
-            raw = split_head_name(h.name, known)
+            raw = split_head_name(h.name, known, max_parts)
             if raw is None:
                 unresolved.append(f"head name {h.name!r} (layer {li} head {hi})")
                 raw = [h.name]

@@ -138,7 +138,12 @@ def group(heads: list[tuple[int, Head]], units: list[tuple[int, object]]) -> lis
         if key in slot:
             old = slot[key]
             slot[key] = Head(
-                f"{old.name}+{head.name}", old.qk, old.ov + head.ov, old.mode, old.max_score
+                f"{old.name}+{head.name}",
+                old.qk,
+                old.ov + head.ov,
+                old.mode,
+                old.max_score,
+                old.pattern,  # one score, one pattern
             )
         else:
             slot[key] = head

@@ -19,7 +19,6 @@ needs no enumeration (linear, bilinear, native or ReLU units).
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -35,13 +34,14 @@ from attnsim.compiler.functions import (  # noqa: F401 - call_function, as_read:
 )
 from attnsim.compiler.functions import is_number_or_bool as _is_number
 from attnsim.compiler.options import CompileOptions
+from attnsim.compiler.vocab import _finite_value, check_vocab  # noqa: F401 - check_vocab: API
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret as I
 from attnsim.values import (
-    as_token,
     as_truth,
     brief,
     distinct,
+    distinct_floats,
     distinct_numbers,
     fits_float,
 )
@@ -58,68 +58,6 @@ def dedupe(values) -> tuple:
     (1, True, 1.0, -0.0, 0.0)
     """
     return tuple(distinct(values))
-
-
-def check_vocab(vocab: Any) -> tuple | None:
-    """The vocabulary as a tuple of distinct tokens, refusing what no model can encode.
-
-    Tokens must be hashable (they are looked up), finite where they are numbers (a NaN never
-    equals itself) and not None (RASP's "no value": the result of an empty categorical
-    Aggregate). A string stands for its characters; numpy scalars become Python values.
-    Tokens are told apart by :func:`attnsim.values.value_key`: ``[0.0, -0.0]`` and
-    ``[1, True, 1.0]`` are vocabularies of two and three tokens.
-
-    >>> check_vocab("aba")
-    ('a', 'b')
-    >>> check_vocab([1, 2.5, (0, True), True, 1])
-    (1, 2.5, (0, True), True)
-
-    Raises:
-        TypeError: ``vocab`` is not a collection of tokens, or a token is unhashable.
-        ValueError: ``vocab`` is empty, or holds None or a non-finite number.
-    """
-    if vocab is None:
-        return None
-    if isinstance(vocab, (bytes, bytearray)) or not isinstance(vocab, Iterable):
-        raise TypeError(
-            f"vocab must be a collection of tokens (a list, a tuple, a set or a string of "
-            f"characters), or None for real-valued tokens; got {type(vocab).__name__} {vocab!r}"
-        )
-    tokens = [as_token(v) for v in vocab]
-    if not tokens:
-        raise ValueError(
-            "vocab is empty; list the tokens the model must accept, or pass vocab=None for "
-            "real-valued tokens (with rasp.numerical(rasp.tokens))"
-        )
-    for i, v in enumerate(tokens):
-        try:
-            hash(v)
-        except TypeError:
-            raise TypeError(
-                f"vocab tokens must be hashable (str, int, float, bool or a tuple of those); "
-                f"token {i} is the {type(v).__name__} {v!r}: use a tuple instead"
-            ) from None
-        if v is None:
-            raise ValueError(
-                "vocab contains None, which RASP reserves for 'no value' (what an empty "
-                "categorical Aggregate gives), so a None token could not be told apart from "
-                "it; use another token for it, such as '<none>'"
-            )
-        if not _finite_value(v):
-            raise ValueError(
-                f"vocab token {i} is {v!r}, which is not a finite value; tokens that are "
-                "numbers must be finite (use a large number or a string in its place)"
-            )
-    return dedupe(tokens)
-
-
-def _finite_value(v: Any) -> bool:
-    """Whether a value holds no NaN or infinity (inside tuples too)."""
-    if isinstance(v, (float, np.floating)):
-        return math.isfinite(v)
-    if isinstance(v, tuple):
-        return all(_finite_value(x) for x in v)
-    return True
 
 
 def sort_values(values: Sequence[Any]) -> tuple:
@@ -150,6 +88,8 @@ class ValueInference:
         self._static: dict[int, bool] = {}
         self._values: dict[int, tuple | None] = {}
         self._none: dict[int, bool] = {}
+        self._kinds: dict[int, str | None] = {}
+        self._integer: dict[int, bool] = {}
         self._evaluator_obj: I._Evaluator | None = None
 
     @property
@@ -237,6 +177,9 @@ class ValueInference:
     def _compute_values(self, e: E.SOp) -> tuple | None:
         num = E.is_numerical(e)
         if self.is_static(e):
+            arr = self.static_array(e)
+            if num and isinstance(arr, np.ndarray):
+                return distinct_floats(arr)
             vals = self.static_values(e)
             return distinct_numbers(vals) if num else dedupe(vals)
         if isinstance(e, E.TokenChannel):
@@ -291,6 +234,34 @@ class ValueInference:
             except (TypeError, ValueError, OverflowError):
                 return None
         return vals
+
+    def integer_valued(self, e: E.SOp) -> bool:
+        """Whether every value of ``e`` is a finite integer-valued number (None or a string:
+        not; no value set: not); kept per S-op."""
+        if e.uid not in self._integer:
+            vals = self.values(e)
+            ok = vals is not None
+            if ok:
+                try:
+                    arr = np.asarray(vals, dtype=np.float64)
+                except (TypeError, ValueError):
+                    ok = False
+                else:
+                    ok = bool(np.all(np.isfinite(arr) & (arr == np.floor(arr))))
+            self._integer[e.uid] = ok
+        return self._integer[e.uid]
+
+    def orderable_kind(self, e: E.SOp) -> str | None:
+        """ "number" when every value of ``e`` (None left out) is a number and none is NaN,
+        "string" when every one is a string, else None (or no value set); kept per S-op."""
+        if e.uid not in self._kinds:
+            vals = self.values(e)
+            vals = None if vals is None else [v for v in vals if v is not None]
+            kind = None
+            if vals is not None and _one_orderable_kind(vals):
+                kind = "string" if vals and isinstance(vals[0], str) else "number"
+            self._kinds[e.uid] = kind
+        return self._kinds[e.uid]
 
     # -- None ("no value") ------------------------------------------------------------------
     def may_be_none(self, e: E.SOp) -> bool:
@@ -483,10 +454,11 @@ def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
     kvals, qvals = vi.values(e.keys), vi.values(e.queries)
     if kvals is None or qvals is None:
         return []
+    kinds = {vi.orderable_kind(e.keys), vi.orderable_kind(e.queries)}
+    if isinstance(pred, E.Comparison) and len(kinds) == 1 and None not in kinds:
+        return []  # numbers with numbers or strings with strings: every comparison works
     kvals = [v for v in kvals if v is not None]
     qvals = [v for v in qvals if v is not None]
-    if isinstance(pred, E.Comparison) and _one_orderable_kind(kvals + qvals):
-        return []  # numbers with numbers or strings with strings: every comparison works
     if len(kvals) * len(qvals) > MAX_LINEAR_TABLE:
         return []
     for k in kvals:

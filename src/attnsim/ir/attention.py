@@ -42,6 +42,7 @@ def bos_default_head(
     mode: str = "mean",
     max_score: float = 1.0,
     gain: float = 1.0,
+    pattern: object | None = None,
 ) -> Head:
     """A head with the selector's score ``terms`` and the BOS terms described above.
 
@@ -53,10 +54,18 @@ def bos_default_head(
         max_score: the score of a selected key.
         gain: the factor by which ``terms`` scale one unit of the selector (a SelectMax's
             base is scaled by its gain): BOS then sits half a scaled unit below.
+        pattern: the keys the selector selects whatever the input, where the compiler knows
+            them (an :class:`attnsim.model.patterns.StaticPattern`); kept for a plain unit
+            (``max_score`` 1, ``gain`` 1), the BOS rule :func:`~attnsim.model.patterns.head_keys`
+            assumes.
     """
     bos = max_score - 0.5 * gain if mode == "mean" else max_score
     qk = terms + ((NOTBOS, BOS, bos), (BOS, BOS, BIG))
-    return Head(name, qk, ov, mode, max_score)
+    if pattern is not None and max_score == 1.0 and gain == 1.0:
+        pattern = pattern.with_mode(mode)
+    else:
+        pattern = None  # another BOS rule than attnsim.model.patterns.head_keys assumes
+    return Head(name, qk, ov, mode, max_score, pattern)
 
 
 def table_scores(

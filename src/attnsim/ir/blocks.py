@@ -98,6 +98,9 @@ class Head:
     ov: tuple[tuple[str, str, float], ...]
     mode: str = "mean"
     max_score: float = 1.0
+    # the keys it selects whatever the input, where the compiler knows them (a static
+    # selector, see attnsim.model.patterns); not part of what the head computes
+    pattern: object | None = field(default=None, compare=False, repr=False)
 
     def scores(self, stream: Stream, causal: bool = False) -> np.ndarray:
         """The score of every (query, key) pair, ``[pos, pos]`` (future keys -inf if causal)."""

@@ -9,9 +9,28 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["static_directions", "static_heads"]
+from attnsim.model.config import AttentionMode
+from attnsim.model.patterns import head_keys
+
+__all__ = ["static_directions", "static_heads", "known_patterns", "pattern_keys"]
 
 PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse sum
+
+
+def known_patterns(model) -> tuple:
+    """Per layer and head, the keys the compiler wrote down for the model's heads
+    (:class:`attnsim.model.patterns.StaticPattern` or None), where the plans may use them: hard
+    attention, weights unchanged since (``model.head_patterns``); else ``()``."""
+    if model.cfg.attention is not AttentionMode.HARD:
+        return ()
+    return getattr(model, "head_patterns", ())
+
+
+def pattern_keys(pattern, n: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(offsets [n + 1], keys [nnz])`` int64 tensors: a pattern's keys for every query of
+    an input of ``n`` positions (:func:`attnsim.model.patterns.head_keys`)."""
+    offsets, keys = head_keys(pattern, n, causal)
+    return torch.from_numpy(offsets), torch.from_numpy(keys)
 
 
 def _reads(w: torch.Tensor) -> torch.Tensor:

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_core, plan_keys, plan_steps, plan_tables
+from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_keys import KeyPlan, QueryPlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
@@ -70,6 +70,7 @@ from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     _mlp_units,
     _reads,
     _writes,
+    pattern_keys,
     static_directions,
     static_heads,
 )
@@ -163,10 +164,16 @@ def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.zeros(1, n, dtype=torch.float64)
 
 
-def _head_plan(attn, h: int, x: torch.Tensor) -> HeadPlan:
-    """The plan of head h on the stream ``x [1, pos, d_model]``, computed in row chunks
-    with the dense forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`: once
-    per distinct query vector, a compiled head has few)."""
+def _head_plan(attn, h: int, x: torch.Tensor, pattern=None) -> HeadPlan:
+    """The plan of head h on the stream ``x [1, pos, d_model]``: from the keys the compiler
+    wrote down for it (``pattern``, an :class:`attnsim.model.patterns.StaticPattern`), else
+    computed in row chunks with the dense forward's arithmetic
+    (:func:`attnsim.model.plan_core.select_keys`: once per distinct query vector, a
+    compiled head has few)."""
+    if pattern is not None:
+        offsets, keys = pattern_keys(pattern, x.shape[1], attn.cfg.causal)
+        gather = bool(((offsets[1:] - offsets[:-1]) == 1).all())
+        return HeadPlan(head=h, offsets=offsets, keys=keys, weights=None, gather=gather)
     width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
     q = x[0] @ attn.W_Q[h, :, :width]  # [pos, used d_head]
     k = x[0] @ attn.W_K[h, :, :width]
@@ -298,6 +305,7 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     """
     analysis = StaticAnalysis.of(transformer) if analysis is None else analysis
     masks, heads = analysis.masks, analysis.heads
+    patterns = plan_static.known_patterns(transformer)
     ids, _ = _canonical_input(transformer, n)
     out: list[tuple[HeadPlan, ...]] = []
 
@@ -309,7 +317,10 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     with torch.no_grad():
         x = keep_static(transformer.W_E[ids] + transformer.W_pos[:n], 0)
         for layer, block in enumerate(transformer.blocks):
-            plans = tuple(_head_plan(block.attn, h, x) for h in heads[layer])
+            plans = tuple(
+                _head_plan(block.attn, h, x, patterns[layer][h] if patterns else None)
+                for h in heads[layer]
+            )
             partial = analysis.partial[layer] if analysis.partial else ()
             cands = (_candidate_plan(block.attn, h, x, masks[2 * layer]) for h in partial)
             cands = tuple(p for p in cands if p is not None)

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import torch
 
-from attnsim.model import head_parts, liveness, plan_keys
+from attnsim.model import head_parts, liveness, plan_keys, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.plan_static import pattern_keys
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
@@ -56,6 +57,7 @@ from attnsim.model.sparse_ops import (
     distinct_nonzero,
     head_plan,
     long_tensor,
+    plan_of,
     rows_last,
     run_candidates,
     run_plan,
@@ -107,6 +109,9 @@ class SparseTransformer:
         # "pos_at" [T, 2] (position, column) + "pos_at_w" (see position_rows)
         self.embed = embed
         self.executor = "auto"
+        # per layer and head, what the compiler knew of the head's keys (see
+        # attnsim.model.patterns; () when unknown): the plans take them from here
+        self.head_patterns: tuple = ()
         self.peak_columns = 0  # set by each forward pass
         self._heads = [HeadMaps(layer.heads) for layer in layers]
         self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
@@ -430,8 +435,14 @@ class SparseTransformer:
         hm, cfg, defer = self._heads[li], self.cfg, self._deferred()[li]
         found: dict = {}
         b, n = store.data.shape[1:]
+        patterns = plan_static.known_patterns(self)
         step, group, need = head_parts.columns_per_part(b, n), [], set()
         for h in [*a["heads"][li], None]:  # a few heads and their position rows at a time
+            pattern = patterns[li][h] if patterns and h is not None else None
+            if pattern is not None:  # the keys the compiler wrote down: no scores needed
+                offsets, keys = pattern_keys(pattern, n, cfg.causal)
+                found[h] = plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
+                continue
             mine = set() if h is None else hm.reads_qk[h] & defer
             if group and (h is None or len(need | mine) > step):
                 js = long_tensor(sorted(self._table().index[c] for c in need))

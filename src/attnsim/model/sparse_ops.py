@@ -393,7 +393,12 @@ def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
     >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3).flatten().tolist()
     (True, [3.0, 2.0, 1.0])
     """
-    offsets, keys, weights, gather = plan_core.select_keys(cfg, q, k)
+    return plan_of(*plan_core.select_keys(cfg, q, k))
+
+
+def plan_of(offsets, keys, weights, gather: bool) -> Plan:
+    """A :class:`Plan` from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
+    softmax, ``weights [nnz]``); ``gather``: one key per query."""
     if not gather:
         return Plan(offsets, keys, weights, False)
     fill = int(torch.bincount(keys).argmax())

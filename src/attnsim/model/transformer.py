@@ -463,6 +463,22 @@ class Transformer(nn.Module):
         self.executor = "auto"
         self._plans: dict = {}
         self._plans_key: tuple | None = None
+        self._patterns: tuple = ()
+        self._patterns_key: tuple | None = None
+
+    @property
+    def head_patterns(self) -> tuple:
+        """Per layer and head, what the compiler knew of the head's keys (an
+        :class:`attnsim.model.patterns.StaticPattern`, or None); ``()`` when unknown (weights
+        made by hand, loaded, or changed since): the plans then find the keys from the
+        weights."""
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        return self._patterns if key == self._patterns_key else ()
+
+    @head_patterns.setter
+    def head_patterns(self, patterns: tuple) -> None:
+        self._patterns = tuple(tuple(layer) for layer in patterns)
+        self._patterns_key = tuple((p.data_ptr(), p._version) for p in self.parameters())
 
     def plans(self, n: int) -> list | None:
         """The execution plan for inputs of ``n`` positions (BOS included), or None when no

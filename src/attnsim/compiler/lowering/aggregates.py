@@ -71,7 +71,9 @@ def lower_aggregate(ctx: Context, e: E.Aggregate) -> Rep:
         ctx.bounds[flag] = 1.0  # BOS's share of the head
         ov = ov + ((BOS, flag, 1.0),)
     gain = ctx.gains.get(e.selector.uid, 1.0)
-    ctx.emit(stage, bos_default_head(label, terms, ov, max_score=max_score, gain=gain))
+    pattern = ctx.patterns.get(e.selector.uid)
+    head = bos_default_head(label, terms, ov, max_score=max_score, gain=gain, pattern=pattern)
+    ctx.emit(stage, head)
     if e.reduction == "sum":
         rep = _sum_from_mean(ctx, e, label, rep)
     if has_default:
@@ -137,7 +139,14 @@ def lower_selector_width(ctx: Context, e: E.SelectorWidth) -> Rep:
     stage = ctx.attn_stage(after)
     r = ctx.new_dir(ctx.fresh(f"{label}@inv"))
     ctx.bounds[r] = 1.0  # 1 / (w + 1)
-    head = bos_default_head(label, terms, ((BOS, r, 1.0),), mode="width", max_score=max_score)
+    head = bos_default_head(
+        label,
+        terms,
+        ((BOS, r, 1.0),),
+        mode="width",
+        max_score=max_score,
+        pattern=ctx.patterns.get(e.selector.uid),
+    )
     ctx.emit(stage, head)
     # the head reads 1/(w+1); steps between those values give w (gated off at BOS)
     ws = list(range(ctx.L + 1))

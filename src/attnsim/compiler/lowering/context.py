@@ -79,6 +79,13 @@ class Context:
         self.float32_needs: list[Float32Need] = []
         self.numeric_reads: set[int] = set()  # S-ops read as numbers
         self.bounds: dict[str, float] = {}  # direction -> a bound on |its value| (internal ones)
+        self.patterns: dict[
+            int, Any
+        ] = {}  # static selector uid -> its model.patterns.StaticPattern
+        self.static_sides: dict[int, Any] = {}  # uid -> compare.Side of a static equality side
+        self.static_arrays: dict[int, np.ndarray] = {}  # uid -> a static side's values [L]
+        self.key_indexes: dict[int, Any] = {}  # uid -> model.patterns.KeyIndex of a static key
+        self._known_bounds: dict[str, float] = {}  # dir_bound's answers that stay
         # direction -> the first representation holding it (what dir_bound reads), kept as
         # representations are made: ("cat",) or ("num", uid, coefficient)
         self._rep_dirs: dict[str, tuple] = {}
@@ -164,24 +171,33 @@ class Context:
         got = self.bounds.get(d)
         if got is not None:
             return got
+        got = self._known_bounds.get(d)
+        if got is None:
+            got, final = self._dir_bound(d)
+            if final:  # a direction without an owner yet may get one (a later block)
+                self._known_bounds[d] = got
+        return got
+
+    def _dir_bound(self, d: str) -> tuple[float, bool]:
+        """``(bound, final)``: final unless ``d`` has no owner yet."""
         if d in self.static_embed:
             arr = np.abs(np.asarray(self.static_embed[d], dtype=np.float64))
-            return float(arr.max()) if arr.size else 0.0
+            return (float(arr.max()) if arr.size else 0.0), True
         if d in (BOS, NOTBOS) or d in self.token_dims:
-            return 1.0
+            return 1.0, True
         self._index_categorical()
         owner = self._rep_dirs.get(d) or self._cat_dirs.get(d)
         if owner is None:
-            return math.inf
+            return math.inf, False
         if owner[0] == "cat":
-            return 1.0
+            return 1.0, True
         _, uid, coef = owner
         e = self.exprs.get(uid)
         vals = None if e is None else self.vi.values(e)
         if vals is None:
-            return math.inf
+            return math.inf, e is not None
         big = max((abs(float(v)) for v in vals if v is not None), default=0.0)
-        return big / abs(coef)
+        return big / abs(coef), True
 
     @staticmethod
     def _index(index: dict[str, tuple], uid: int, r: Rep) -> None:

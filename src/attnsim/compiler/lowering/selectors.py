@@ -27,6 +27,7 @@ import numpy as np
 from attnsim.compiler.lowering import compare, forms
 from attnsim.compiler.lowering.context import FAILED, MAX_LOOKUP, Context, apply_safely
 from attnsim.compiler.lowering.program import After, UnsupportedError
+from attnsim.compiler.lowering.static_scores import static_score
 from attnsim.ir import attention
 from attnsim.ir import discretise as D
 from attnsim.ir.blocks import BOS, NOTBOS, linear_form
@@ -59,7 +60,7 @@ def score(ctx: Context, sel: E.Selector) -> Score:
 
 def _score(ctx: Context, sel: E.Selector) -> Score:
     if ctx.vi.is_static(sel):
-        return _static_score(ctx, sel)
+        return static_score(ctx, sel)
     if isinstance(sel, E.SelectMax):
         return _max_score(ctx, sel)
     if isinstance(sel, E.SelectorAnd):
@@ -221,29 +222,6 @@ def _score_ranks(
     return dict(rank.form), rank.after, len(xs)
 
 
-def _static_score(ctx: Context, sel: E.Selector) -> Score:
-    if (
-        isinstance(sel, E.Select)
-        and sel.predicate is E.Comparison.EQ
-        and _integer_valued(ctx.vi.static_values(sel.keys))
-        and _integer_valued(ctx.vi.static_values(sel.queries))
-        and _static_proof(ctx, sel).holds
-    ):
-        fq = forms.numeric_static(ctx, sel.queries)
-        fk = forms.numeric_static(ctx, sel.keys)
-        sq = forms.static_square(ctx, sel.queries)
-        sk = forms.static_square(ctx, sel.keys)
-        ctx.roundings[sel.uid] = _static_proof(ctx, sel).rounding
-        return attention.equality_scores(fq, sq, fk, sk, 1.0), 1.0, frozenset()
-    # any other static selector (and an equality of integers too large for its scores):
-    # a table over positions, exact
-    m = ctx.vi.static_matrix(sel)
-    for i in range(ctx.L):
-        forms.position_dir(ctx, i)
-    terms = tuple((f"pos:{q}", f"pos:{k}", 1.0) for q, k in zip(*np.nonzero(m)))
-    return terms, 1.0, frozenset()
-
-
 def _select_score(ctx: Context, sel: E.Select) -> Score:
     pred = sel.predicate
     # TRUE and FALSE read neither side (``length`` works with real-valued tokens)
@@ -391,15 +369,6 @@ def _real_valued_guards(
     return proof
 
 
-def _static_proof(ctx: Context, sel: E.Select) -> compare.Proof:
-    """The proof for a static equality of integers written as ``1 - (q - k)^2``."""
-    sides = []
-    for e in (sel.queries, sel.keys):
-        vals = np.asarray(ctx.vi.static_values(e), dtype=np.float64)  # [pos]
-        sides.append(compare.Side(float(np.abs(vals).max()), compare.grain_of(vals)))
-    return compare.equality_proof(ctx, sides[0], sides[1], 1.0, 4)
-
-
 def _square_of(ctx: Context, e: E.SOp, form: dict, after: After) -> tuple[str, After]:
     if ctx.vi.is_static(e):
         return forms.static_square(ctx, e), frozenset()
@@ -461,14 +430,6 @@ def contains_select_max(sel: E.Selector) -> bool:
     if isinstance(sel, E.SelectMax):
         return True
     return any(isinstance(c, E.Selector) and contains_select_max(c) for c in sel.children)
-
-
-def _integer_valued(vals: Sequence[Any]) -> bool:
-    try:
-        arr = np.asarray(vals, dtype=np.float64)  # None or a string: not integer-valued
-    except (TypeError, ValueError):
-        return False
-    return bool(np.all(np.isfinite(arr) & (arr == np.floor(arr))))
 
 
 def _integer_gap(vals: Sequence[Any]) -> float:

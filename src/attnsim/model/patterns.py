@@ -1,0 +1,172 @@
+"""Static head patterns: which keys a hard head selects, as the compiler knows it.
+
+A head over a static selector (one that only positions and constants decide) selects the
+same keys on every input of a length. Lowering knows that selection when it writes the
+head's scores, either as an equality of two static integer S-ops (query i selects key j
+where ``key_values[j] == query_values[i]``, the scores ``1 - (q - k)^2`` proved to round
+below the tolerance) or as a table over positions (the scores ``pos:i . pos:j``, exactly 0
+or 1). It writes that down as a :class:`StaticPattern` on the head, so that the execution
+plans take each head's keys from here instead of recomputing them from the weights.
+
+Positions here are RASP positions ``0 .. L - 1``; :func:`head_keys` turns a pattern into the
+keys of every query of the model's stream (position 0 is BOS): a hard head in "mean" mode
+reads BOS where nothing is selected (BOS scores ``max_score - 1/2``), one in "width" mode
+always reads BOS as well (BOS scores ``max_score``), and BOS's own query reads BOS only.
+
+>>> import numpy as np
+>>> p = StaticPattern.equality(np.array([2.0, 1.0, 0.0]), np.array([0.0, 1.0, 2.0]))
+>>> offsets, keys = head_keys(p, n=4, causal=False)  # a reverse: one key each
+>>> offsets.tolist(), keys.tolist()
+([0, 1, 2, 3, 4], [0, 3, 2, 1])
+>>> head_keys(p, n=4, causal=True)[1].tolist()  # query 1 cannot see key 3
+[0, 0, 2, 1]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["KeyIndex", "StaticPattern", "head_keys"]
+
+
+@dataclass(frozen=True, eq=False)
+class KeyIndex:
+    """The positions of integer key values grouped by value, made once per key S-op (the
+    heads of a program share their keys): ``order`` sorts the positions by value (ties in
+    position order); where the values span a short range, ``start`` and ``count`` give each
+    value's run in ``order`` (value ``low + i`` at ``order[start[i]:start[i] + count[i]]``).
+
+    >>> idx = KeyIndex.of(np.array([2.0, 0.0, 2.0]))
+    >>> idx.order.tolist(), idx.low, idx.start.tolist(), idx.count.tolist()
+    ([1, 0, 2], 0, [0, 1, 1], [1, 0, 2])
+    """
+
+    order: np.ndarray
+    values: np.ndarray  # the key values in that order
+    low: int = 0
+    start: np.ndarray | None = None
+    count: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, key_values: np.ndarray) -> KeyIndex:
+        kv = np.asarray(key_values, dtype=np.float64)
+        order = np.argsort(kv, kind="stable")
+        if not len(kv):
+            return cls(order, kv)
+        low, high = float(kv.min()), float(kv.max())
+        if high - low > 4 * len(kv) + 64:  # a wide range: searched, not tabled
+            return cls(order, kv[order])
+        count = np.bincount((kv - low).astype(np.int64), minlength=int(high - low) + 1)
+        return cls(order, kv[order], int(low), np.cumsum(count) - count, count)
+
+    def runs(self, qv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(first, counts)``: where each query value's run starts in ``order``, and how
+        many keys it holds."""
+        if self.start is None:
+            first = np.searchsorted(self.values, qv, side="left")
+            return first, np.searchsorted(self.values, qv, side="right") - first
+        code = qv - self.low
+        inside = (code >= 0) & (code < len(self.count))
+        code = np.where(inside, code, 0).astype(np.int64)
+        return self.start[code], np.where(inside, self.count[code], 0)
+
+
+@dataclass(frozen=True, eq=False)
+class StaticPattern:
+    """The keys a static head selects at each query, over RASP positions ``0 .. L - 1``.
+
+    Attributes:
+        kind: "equality" (``query_values`` and ``key_values``, ``[L]`` float64: query i
+            selects the keys j with an equal value) or "table" (``offsets [L + 1]`` and
+            ``keys [nnz]`` int64, ascending per query: compressed rows).
+        mode: the head's: "mean" (BOS where nothing is selected) or "width" (BOS always).
+    """
+
+    kind: str
+    mode: str = "mean"
+    query_values: np.ndarray | None = None
+    key_values: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    keys: np.ndarray | None = None
+
+    key_index: KeyIndex | None = None
+
+    @classmethod
+    def equality(cls, query_values, key_values, key_index=None) -> StaticPattern:
+        """Query i selects the keys j with ``key_values[j] == query_values[i]`` (integers);
+        ``key_index``: the keys' :class:`KeyIndex`, when made already."""
+        q = np.asarray(query_values, dtype=np.float64)
+        k = np.asarray(key_values, dtype=np.float64)
+        if q.shape != k.shape or q.ndim != 1:
+            raise ValueError(f"query and key values must be [L] alike, got {q.shape}, {k.shape}")
+        return cls("equality", query_values=q, key_values=k, key_index=key_index)
+
+    def with_mode(self, mode: str) -> StaticPattern:
+        if mode not in ("mean", "width"):
+            raise ValueError(f"mode must be 'mean' or 'width', got {mode!r}")
+        return dataclasses.replace(self, mode=mode)
+
+    @classmethod
+    def table(cls, matrix: np.ndarray) -> StaticPattern:
+        """From a ``[query, key]`` boolean selection matrix."""
+        m = np.asarray(matrix, dtype=bool)
+        rows, cols = np.nonzero(m)  # row-major: ascending keys per query
+        offsets = np.zeros(m.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=m.shape[0]), out=offsets[1:])
+        return cls("table", offsets=offsets, keys=cols.astype(np.int64))
+
+    @property
+    def length(self) -> int:
+        """L, the positions the pattern covers."""
+        if self.kind == "equality":
+            return len(self.query_values)
+        return len(self.offsets) - 1
+
+    def selected(self, m: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts [m], keys [nnz])``: the keys among the first ``m`` positions that each of
+        the first ``m`` queries selects (only keys up to the query's own when ``causal``),
+        ascending per query."""
+        if m > self.length:
+            raise ValueError(f"the pattern covers {self.length} positions, not {m}")
+        if self.kind == "equality":
+            index = self.key_index
+            if index is None or m < self.length:  # the first m keys alone
+                index = KeyIndex.of(self.key_values[:m])
+            lo, counts = index.runs(self.query_values[:m])
+            rows = np.repeat(np.arange(m), counts)
+            start = np.cumsum(counts) - counts
+            keys = index.order[lo[rows] + np.arange(len(rows)) - start[rows]]
+        else:
+            lo, hi = self.offsets[:m], self.offsets[1 : m + 1]
+            rows = np.repeat(np.arange(m), hi - lo)
+            start = np.cumsum(hi - lo) - (hi - lo)
+            keys = self.keys[lo[rows] + np.arange(len(rows)) - start[rows]]
+            keep = keys < m
+            rows, keys = rows[keep], keys[keep]
+        if causal:
+            keep = keys <= rows
+            rows, keys = rows[keep], keys[keep]
+        return np.bincount(rows, minlength=m).astype(np.int64), keys.astype(np.int64)
+
+
+def head_keys(pattern: StaticPattern, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets [n + 1], keys [nnz])``: every query's keys in a stream of ``n`` positions
+    (BOS at 0, RASP position i at i + 1), ascending per query, for a hard head of the
+    pattern's mode (see the module docstring)."""
+    mode = pattern.mode
+    m = n - 1
+    counts, keys = pattern.selected(m, causal)
+    rows = np.repeat(np.arange(m), counts)
+    rank = np.arange(len(keys)) - (np.cumsum(counts) - counts)[rows]  # place in its row
+    bos = counts == 0 if mode == "mean" else np.ones(m, dtype=bool)  # rows that read BOS
+    total = counts + bos
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1] = 1  # BOS's own query reads BOS only
+    np.cumsum(total, out=offsets[2:])
+    offsets[2:] += 1
+    out = np.zeros(int(offsets[-1]), dtype=np.int64)  # BOS (key 0) where not overwritten
+    out[offsets[1:-1][rows] + bos[rows] + rank] = keys + 1  # BOS first where it is read
+    return offsets, out

@@ -1,0 +1,192 @@
+"""The keys the compiler writes down for static heads (attnsim.model.patterns) against the keys
+the plans find from the weights: the same keys for every head, every library program and U,
+dense and sparse storage, plain and causal; and the metadata is dropped once the weights
+change, or where attention is softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnsim import compile_program, library, rasp, simulator
+from attnsim.model import plans as P
+from attnsim.model import sparse_ops
+from attnsim.model.patterns import KeyIndex, StaticPattern, head_keys
+from attnsim.model.plan_static import known_patterns
+
+PROGRAMS = {
+    "reverse": lambda: library.make_reverse(rasp.tokens),
+    "length": lambda: rasp.numerical(library.make_length()),
+    "hist": library.make_hist,
+    "sort_unique": lambda: library.make_sort_unique(rasp.tokens, -rasp.indices),
+    "shift": lambda: library.shift_by(2, rasp.tokens),
+    "frac_prevs": lambda: rasp.numerical(library.make_frac_prevs(rasp.tokens == "a")),
+    "pair_balance": lambda: library.make_pair_balance(rasp.tokens, "a", "b"),
+    "shuffle_dyck": lambda: library.make_shuffle_dyck(["ab"]),
+}
+
+
+def _dense_both(net, n):
+    """The dense model's plans with the compiler's keys and from the weights alone."""
+    with_meta = P.build_plans(net, n)
+    saved = net._patterns_key
+    net._patterns_key = None  # as for weights the compiler did not make
+    try:
+        assert net.head_patterns == ()
+        from_weights = P.build_plans(net, n)
+    finally:
+        net._patterns_key = saved
+    return with_meta, from_weights
+
+
+def _same_plans(a, b) -> int:
+    """Asserts two plan lists agree; returns how many head plans they hold."""
+    heads = 0
+    assert len(a) == len(b)
+    for la, lb in zip(a, b):
+        assert [type(p) for p in la] == [type(p) for p in lb]
+        for pa, pb in zip(la, lb):
+            if isinstance(pa, P.HeadPlan) and pa.gap is None:
+                assert pa.head == pb.head and pa.gather == pb.gather
+                assert torch.equal(pa.offsets, pb.offsets), pa.head
+                assert torch.equal(pa.keys, pb.keys), pa.head
+                heads += 1
+            elif isinstance(pa, P.ConstPlan):
+                assert pa.heads == pb.heads and torch.equal(pa.values, pb.values)
+    return heads
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_library_heads_take_the_keys_the_weights_give(name, causal, fixed):
+    m = compile_program(
+        PROGRAMS[name](), vocab="abc", max_seq_len=6, causal=causal, fixed_length=fixed
+    )
+    net = m.model
+    patterns = known_patterns(net)
+    assert len(patterns) == len(net.blocks)
+    for n in (7,) if fixed else (2, 4, 7):
+        _same_plans(*_dense_both(net, n))
+
+
+def test_some_library_heads_carry_patterns_of_both_kinds():
+    kinds = set()
+    for make in PROGRAMS.values():
+        m = compile_program(make(), vocab="abc", max_seq_len=6, fixed_length=True)
+        kinds |= {p.kind for layer in m.model.head_patterns for p in layer if p is not None}
+    assert kinds == {"equality", "table"}
+
+
+def test_universal_simulator_plans_from_patterns_match_the_weights():
+    u = simulator.build(3, 2, 1)
+    net = u.model.model
+    n = u.config.layout.length + 1
+    assert sum(p is not None for layer in net.head_patterns for p in layer) > 10
+    assert _same_plans(*_dense_both(net, n)) > 10
+
+
+def test_sparse_storage_plans_from_patterns_match_the_weights():
+    m = compile_program(
+        library.make_reverse(rasp.tokens),
+        vocab="abc",
+        max_seq_len=6,
+        storage="sparse",
+        fixed_length=True,
+    )
+    net = m.model
+    assert any(p is not None for layer in net.head_patterns for p in layer)
+    for n in (7,):
+        with_meta = net.plans(n)
+        saved, net.head_patterns = net.head_patterns, ()
+        net._plans.clear()
+        try:
+            from_weights = net.plans(n)
+        finally:
+            net.head_patterns = saved
+            net._plans.clear()
+        assert len(with_meta) == len(from_weights)
+        for la, lb in zip(with_meta, from_weights):
+            assert la.keys() == lb.keys()
+            for h in la:
+                a, b = la[h], lb[h]
+                for field in ("offsets", "keys", "queries"):
+                    x, y = getattr(a, field), getattr(b, field)
+                    assert (x is None) == (y is None)
+                    assert x is None or torch.equal(x, y), (h, field)
+                assert a.gather == b.gather and a.fill == b.fill
+
+
+def test_changed_weights_drop_the_patterns():
+    m = compile_program(library.make_reverse(rasp.tokens), vocab="abc", max_seq_len=6)
+    net = m.model
+    assert net.head_patterns
+    with torch.no_grad():
+        net.blocks[0].attn.W_O.mul_(1.0)  # any in-place change bumps the version
+    assert net.head_patterns == ()
+
+
+def test_softmax_models_do_not_use_patterns():
+    m = compile_program(
+        library.make_reverse(rasp.tokens), vocab="abc", max_seq_len=6, attention="softmax"
+    )
+    assert m.model.head_patterns and known_patterns(m.model) == ()
+
+
+def _brute_keys(q, k, n, mode, causal):
+    """Every query's keys by the hard rule over explicit scores (the oracle)."""
+    scores = np.full((n, n), -np.inf)
+    scores[0, 0] = 1e6
+    for i in range(1, n):
+        for j in range(n):
+            if causal and j > i:
+                continue
+            if j == 0:
+                scores[i, j] = 1.0 if mode == "width" else 0.5
+            else:
+                scores[i, j] = 1.0 if q[i - 1] == k[j - 1] else 0.0
+    keys, offsets = [], [0]
+    for i in range(n):
+        row = np.flatnonzero(scores[i] >= scores[i].max() - 0.25)
+        keys += row.tolist()
+        offsets.append(len(keys))
+    return offsets, keys
+
+
+@pytest.mark.parametrize("spread", [4, 3000])  # a tabled and a searched key index
+@pytest.mark.parametrize("mode", ["mean", "width"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_head_keys_follow_the_hard_rule(mode, causal, seed, spread):
+    rng = np.random.default_rng(seed)
+    L = 9
+    values = rng.integers(-spread, spread, 4).astype(float)  # a few values, repeated
+    q, k = rng.choice(values, L), rng.choice(values, L)
+    q[0] = spread * 3  # a query value no key has
+    index = KeyIndex.of(k)
+    assert (index.start is None) == (spread > 100)
+    eq = StaticPattern.equality(q, k, index).with_mode(mode)
+    table = StaticPattern.table(q[:, None] == k[None, :]).with_mode(mode)
+    for n in (1, 2, 5, L + 1):
+        want = _brute_keys(q, k, n, mode, causal)
+        for p in (eq, table, StaticPattern.equality(q, k).with_mode(mode)):
+            offsets, keys = head_keys(p, n, causal)
+            assert (offsets.tolist(), keys.tolist()) == want
+
+
+def test_a_gather_pattern_becomes_a_sparse_gather_plan():
+    p = StaticPattern.equality([2.0, 1.0, 0.0], [0.0, 1.0, 2.0])
+    offsets, keys = head_keys(p, 4, False)
+    plan = sparse_ops.plan_of(torch.from_numpy(offsets), torch.from_numpy(keys), None, True)
+    assert plan.gather and plan.fill == 0  # BOS reads BOS: the fill, left out
+    assert plan.queries.tolist() == [1, 2, 3] and plan.keys.tolist() == [3, 2, 1]
+
+
+def test_bad_patterns_are_refused():
+    with pytest.raises(ValueError, match="alike"):
+        StaticPattern.equality([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="mode"):
+        StaticPattern.equality([1.0], [1.0]).with_mode("max")
+    with pytest.raises(ValueError, match="covers 1 positions"):
+        head_keys(StaticPattern.equality([1.0], [1.0]), 4, False)
