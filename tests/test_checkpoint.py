@@ -101,7 +101,9 @@ def test_files_are_json_and_safetensors_without_pickle(tmp_path):
     raw = (tmp_path / "model.safetensors").read_bytes()
     header_len = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8 : 8 + header_len])
-    assert set(header) - {"__metadata__"} == set(model.model.state_dict())
+    patterns = {k for k in header if k.startswith("head_patterns.")}  # model.pattern_store
+    assert patterns and len(meta["head_patterns"]) == model.config.n_layers
+    assert set(header) - {"__metadata__"} - patterns == set(model.model.state_dict())
     weights = load_file(str(tmp_path / "model.safetensors"))
     for key, tensor in model.model.state_dict().items():
         assert torch.equal(weights[key], tensor)

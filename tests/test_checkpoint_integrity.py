@@ -132,6 +132,11 @@ def _storage(meta: dict) -> None:
     layer["n_heads"] = 1 - min(layer["n_heads"], 1)
 
 
+def _head_patterns(meta: dict) -> None:
+    entry = next(e for layer in meta["head_patterns"] for e in layer if e is not None)
+    entry["mode"] = "width" if entry["mode"] == "mean" else "mean"
+
+
 # every table of model.json -> (an edit, a pattern of the refusal). The edits that pass the
 # JSON's own checks must be caught by the digest, which names the table.
 TABLE_EDITS: dict[str, tuple[Callable[[dict], None], str]] = {
@@ -148,6 +153,7 @@ TABLE_EDITS: dict[str, tuple[Callable[[dict], None], str]] = {
     "plan": (_plan, r"the execution plan \('plan'\): not as saved"),
     "storage": (_storage, r"'storage|the sparse storage layout \('storage'\): not as saved"),
     "digest": (_digest, r"the vocabulary \('vocab'\): not as saved"),
+    "head_patterns": (_head_patterns, r"the heads' patterns \('head_patterns'\): not as saved"),
 }
 
 MODELS = {

@@ -190,3 +190,109 @@ def test_bad_patterns_are_refused():
         StaticPattern.equality([1.0], [1.0]).with_mode("max")
     with pytest.raises(ValueError, match="covers 1 positions"):
         head_keys(StaticPattern.equality([1.0], [1.0]), 4, False)
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def _saved(tmp_path, storage="dense"):
+    m = compile_program(
+        library.make_reverse(rasp.tokens),
+        vocab="abc",
+        max_seq_len=6,
+        fixed_length=True,
+        storage=storage,
+    )
+    m.save(tmp_path)
+    return m
+
+
+@pytest.mark.parametrize("storage", ["dense", "sparse"])
+def test_checkpoints_keep_the_patterns(tmp_path, storage):
+    from attnsim.model.compiled import CompiledModel
+
+    m = _saved(tmp_path, storage)
+    back = CompiledModel.load(tmp_path)
+    saved, loaded = m.model.head_patterns, back.model.head_patterns
+    assert len(saved) == len(loaded) and any(p is not None for layer in loaded for p in layer)
+    for la, lb in zip(saved, loaded):
+        for a, b in zip(la, lb):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert (a.kind, a.mode) == (b.kind, b.mode)
+                for n in (7,):
+                    got, want = head_keys(a, n, False), head_keys(b, n, False)
+                    assert all(np.array_equal(x, y) for x, y in zip(got, want))
+    assert back.run(list("abcaab")) == m.run(list("abcaab")) == list("baacba")
+
+
+def _edit_table(tmp_path, edit):
+    import json
+
+    meta = json.loads((tmp_path / "model.json").read_text())
+    edit(meta["head_patterns"])
+    (tmp_path / "model.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t[0].__setitem__(0, {"kind": "max"}), "is not a head pattern"),
+        (lambda t: t[0][0].__setitem__("mode", "first"), "has mode 'first'"),
+        (lambda t: t[0][0].__setitem__("key_values", 99), "from a tensor there is not"),
+        (lambda t: t.append([]), "is not a list of"),
+        (lambda t: t[0].append(None), "heads"),
+        (lambda t: t[0][0].__setitem__("key_values", t[0][0]["query_values"]), "belongs to no"),
+    ],
+)
+def test_damaged_pattern_tables_are_refused(tmp_path, edit, message):
+    from attnsim.model.checkpoint import DamagedCheckpointError
+    from attnsim.model.compiled import CompiledModel
+
+    _saved(tmp_path)
+    _edit_table(tmp_path, edit)
+    with pytest.raises(DamagedCheckpointError, match="the heads' patterns"):
+        CompiledModel.load(tmp_path)  # the digest names the table first
+    with pytest.raises(DamagedCheckpointError, match=message):
+        CompiledModel.load(tmp_path, check=False)
+
+
+def test_damaged_pattern_tensors_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from attnsim.model.checkpoint import DamagedCheckpointError
+    from attnsim.model.compiled import CompiledModel
+
+    _saved(tmp_path)
+    file = str(tmp_path / "model.safetensors")
+    state = load_file(file)
+    state["head_patterns.0"] = state["head_patterns.0"] + 0.5  # no longer integers
+    save_file(state, file)
+    with pytest.raises(DamagedCheckpointError, match="head_patterns.0"):
+        CompiledModel.load(tmp_path)
+    with pytest.raises(DamagedCheckpointError, match="not all integers"):
+        CompiledModel.load(tmp_path, check=False)
+    state["head_patterns.0"] = state["head_patterns.0"].float()
+    save_file(state, file)
+    with pytest.raises(DamagedCheckpointError, match="are not torch.float64"):
+        CompiledModel.load(tmp_path, check=False)
+
+
+def test_table_patterns_are_checked_row_by_row():
+    from attnsim.model import pattern_store
+
+    p = StaticPattern.table(np.array([[1, 1, 0], [0, 0, 1], [0, 0, 0]], dtype=bool))
+    table, tensors = pattern_store.to_checkpoint(((p,),))
+    back = pattern_store.from_checkpoint(table, tensors, [1], 3, "t")
+    assert back[0][0].offsets.tolist() == [0, 2, 3, 3] and back[0][0].keys.tolist() == [0, 1, 2]
+    bad = dict(tensors, **{"head_patterns.1": torch.tensor([1, 0, 2])})  # row 0: keys 1, 0
+    with pytest.raises(pattern_store.PatternTableError, match="not ascending"):
+        pattern_store.from_checkpoint(table, bad, [1], 3, "t")
+    bad = dict(tensors, **{"head_patterns.1": torch.tensor([0, 1, 5])})
+    with pytest.raises(pattern_store.PatternTableError, match="outside"):
+        pattern_store.from_checkpoint(table, bad, [1], 3, "t")
+    bad = dict(tensors, **{"head_patterns.0": torch.tensor([0, 2, 1, 3])})
+    with pytest.raises(pattern_store.PatternTableError, match="offsets"):
+        pattern_store.from_checkpoint(table, bad, [1], 3, "t")
+    with pytest.raises(pattern_store.PatternTableError, match="without their table"):
+        pattern_store.from_checkpoint(None, tensors, [1], 3, "t")

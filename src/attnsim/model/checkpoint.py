@@ -43,6 +43,7 @@ from safetensors.torch import load_file
 
 from attnsim.model import digests, memory
 from attnsim.model.config import ModelConfig
+from attnsim.model.pattern_store import PREFIX as PATTERNS
 from attnsim.values import is_int, is_real, value_key
 
 FORMAT = "attnsim-compiled-model/1"
@@ -58,7 +59,7 @@ META_KEYS = (
     "guards",
     "report",
 )
-META_OPTIONAL = ("plan", "storage", "digest")
+META_OPTIONAL = ("plan", "storage", "digest", "head_patterns")  # see model.pattern_store
 OUTPUT_KEYS = ("kind", "values", "dims", "form")
 GUARD_KEYS = ("label", "form", "stage", "allowed", "integer")
 GUARD_OPTIONAL = (
@@ -427,7 +428,7 @@ def read_sparse(path: Path, cfg: ModelConfig, storage: dict) -> dict[str, torch.
         state = load_file(str(weights))
     except Exception as exc:
         raise damaged(weights, f"cannot be read ({exc})") from None
-    for name in sorted(names ^ set(state)):
+    for name in sorted(names ^ {k for k in state if not k.startswith(PATTERNS)}):
         which = "lacks" if name not in state else "holds the unexpected tensor"
         raise damaged(weights, f"{which} {name!r}")
     for name, bounds in spec.items():
@@ -485,7 +486,7 @@ def read_weights(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
         if name not in header:
             raise damaged(weights, f"lacks the tensor {name!r} {sizes}")
     for name in header:
-        if name not in expected:
+        if name not in expected and not name.startswith(PATTERNS):  # see model.pattern_store
             raise damaged(weights, f"holds the tensor {name!r}, which the config has no place for")
     for name, (shape, dtype) in expected.items():
         got_shape, got_dtype = header[name]
@@ -505,7 +506,7 @@ def read_weights(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     except Exception as exc:
         raise damaged(weights, f"cannot be read ({exc})") from None
     for name, tensor in state.items():
-        bad = ~torch.isfinite(tensor)
+        bad = ~torch.isfinite(tensor) if not name.startswith(PATTERNS) else torch.zeros(0)
         if bool(bad.any()):
             where = [int(i) for i in torch.nonzero(bad)[0]]
             raise damaged(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attnsim.model import checkpoint, checks, codec, digests, memory, plans
+from attnsim.model import checkpoint, checks, codec, digests, memory, pattern_store, plans
 from attnsim.model.checks import LEAK_FLOOR, SINGULAR_AT_ZERO, GuardSpec, RunTimeCheckError
 from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
@@ -198,7 +198,8 @@ class CompiledModel(GroundTruth):
         ids, vals = self.encode(batch)
         cache: dict[str, torch.Tensor] = {}
         with torch.no_grad():
-            resid = self.model(ids, vals, cache=cache)
+            resid = self.model(ids, vals, cache=cache).cpu()  # checked and decoded on CPU
+        cache.update((k, v.cpu()) for k, v in cache.items())
         if check:
             self._check_guards(cache)
             self._check_singular(cache)
@@ -247,7 +248,8 @@ class CompiledModel(GroundTruth):
             else {}
         )
         with torch.no_grad():
-            resid = self.model(ids, vals, streams=streams or None)
+            resid = self.model(ids, vals, streams=streams or None).cpu()  # decoded on CPU
+        streams = {k: None if v is None else v.cpu() for k, v in (streams or {}).items()}
         if check:
             if streams:
                 self._check_guards(checks.streams_as_cache(streams, n_layers))
@@ -355,6 +357,8 @@ class CompiledModel(GroundTruth):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
+        pattern_table, pattern_tensors = pattern_store.to_checkpoint(self.model.head_patterns)
+        tensors.update(pattern_tensors)  # what the compiler knew of each head's keys
         save_file(tensors, str(path / "model.safetensors"))
         sparse = getattr(self.model, "storage", "dense") == "sparse"
         meta = {
@@ -394,6 +398,8 @@ class CompiledModel(GroundTruth):
         }
         if sparse:
             meta["storage"] = self.model.layout()
+        if pattern_table is not None:
+            meta["head_patterns"] = pattern_table
         meta[digests.DIGEST_KEY] = digests.make_digest(meta, tensors)
         (path / "model.json").write_text(json.dumps(meta, indent=1))
         return path
@@ -428,12 +434,18 @@ class CompiledModel(GroundTruth):
         if "storage" in meta:
             state = checkpoint.read_sparse(path, cfg, meta["storage"])
             checkpoint.check_digest(path, meta, state, check)
+            found = _patterns(
+                path, meta, state, [la["n_heads"] for la in meta["storage"]["layers"]]
+            )
             model = SparseTransformer.from_state(cfg, meta["storage"], state)
         else:
             state = checkpoint.read_weights(path, cfg)
             checkpoint.check_digest(path, meta, state, check)
+            heads = [cfg.head_shape(li)[0] for li in range(cfg.n_layers)]
+            found = _patterns(path, meta, state, heads)
             model = Transformer(cfg)
             model.load_state_dict(state)
+        model.head_patterns = found  # after the weights: a dense model keys them to these
         if "plan" in meta:  # re-derive the plan from the weights: it must be the one saved
             sparse = getattr(model, "storage", "dense") == "sparse"
             found = model.plan_summary() if sparse else plans.summary(model)
@@ -463,3 +475,16 @@ class CompiledModel(GroundTruth):
             guards=[GuardSpec(**g) for g in meta["guards"]],
             report=report,
         )
+
+
+def _patterns(path: Path, meta: dict, state: dict, heads: list[int]) -> tuple:
+    """The head patterns a checkpoint stores (taken out of ``state``), checked."""
+    tensors = {k: state.pop(k) for k in list(state) if k.startswith(pattern_store.PREFIX)}
+    try:
+        return pattern_store.from_checkpoint(
+            meta.get("head_patterns"), tensors, heads, meta["max_seq_len"], "the table"
+        )
+    except pattern_store.PatternTableError as exc:
+        raise checkpoint.damaged(
+            path / "model.json", f"has an invalid head pattern ({exc})"
+        ) from None

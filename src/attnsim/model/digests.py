@@ -36,6 +36,7 @@ TABLE_NAMES = {  # what each table of model.json is, for messages
     "report": "the report",
     "plan": "the execution plan",
     "storage": "the sparse storage layout",
+    "head_patterns": "the heads' patterns",
 }
 
 

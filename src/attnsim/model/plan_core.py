@@ -31,6 +31,9 @@ ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a pl
 CURVE_FROM = 2048  # keys from which a hard head looks for a parabola (plan_curve)
 
 
+HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
+
+
 def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):
     """``(pattern, z)``: attention weights from ``scores [..., query, key]`` and the mixed
     values ``z = pattern @ v`` (``v [..., key, width]``), as every dense head computes them.

@@ -26,11 +26,13 @@ def known_patterns(model) -> tuple:
     return getattr(model, "head_patterns", ())
 
 
-def pattern_keys(pattern, n: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(offsets [n + 1], keys [nnz])`` int64 tensors: a pattern's keys for every query of
-    an input of ``n`` positions (:func:`attnsim.model.patterns.head_keys`)."""
+def pattern_keys(
+    pattern, n: int, causal: bool, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(offsets [n + 1], keys [nnz])`` int64 tensors on ``device``: a pattern's keys for
+    every query of an input of ``n`` positions (:func:`attnsim.model.patterns.head_keys`)."""
     offsets, keys = head_keys(pattern, n, causal)
-    return torch.from_numpy(offsets), torch.from_numpy(keys)
+    return torch.from_numpy(offsets).to(device), torch.from_numpy(keys).to(device)
 
 
 def _reads(w: torch.Tensor) -> torch.Tensor:
@@ -64,7 +66,7 @@ def static_directions(transformer) -> list[torch.Tensor]:
         out = [static]
         for block in transformer.blocks:
             a = block.attn
-            dynamic = torch.zeros(d, dtype=torch.bool)
+            dynamic = torch.zeros(d, dtype=torch.bool, device=W_E.device)
             for h in a.active_heads().tolist():
                 pattern_static = bool((static | ~(_reads(a.W_Q[h]) | _reads(a.W_K[h]))).all())
                 values_static = bool((static | ~_reads(a.W_V[h])).all())
@@ -72,7 +74,7 @@ def static_directions(transformer) -> list[torch.Tensor]:
                     dynamic |= _writes(a.W_O[h])
             static = static & ~dynamic
             out.append(static)
-            dynamic = torch.zeros(d, dtype=torch.bool)
+            dynamic = torch.zeros(d, dtype=torch.bool, device=W_E.device)
             for w_in, w_out, *gates in _mlp_units(block.mlp):
                 reads = w_in.abs() > 0  # [d_model, units]
                 for g in gates:

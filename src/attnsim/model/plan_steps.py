@@ -284,7 +284,7 @@ def compact(
     if got is None or got[0] is not slices or got[1] is not plan or got[4] is not steps:
         groups = [slices[k] for k in (["bilinear"] if mlp.W_bil_a.shape[1] else [])]
         groups += [slices[k] for k in mlp.native_kinds]
-        rest = mlp._rest(steps) if steps else None
+        rest = rest_units(mlp, steps) if steps else None
         relu = (rest if steps else plan) if rest is not None or not steps else None
         parts = [relu[1]] if relu is not None else []
         parts += [p.cols for p in steps]
@@ -318,3 +318,29 @@ def compact(
         val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
         add_columns(out, where[cols], val @ w_out)
     return written, out
+
+
+def relu_except(mlp, x: torch.Tensor, steps: tuple) -> torch.Tensor:
+    """The ReLU units' output ``[batch, pos, d_model]`` leaving out the step plans' units
+    (over the rows they read and the columns they write)."""
+    out = torch.zeros_like(x)
+    rest = rest_units(mlp, steps)
+    if rest is not None:
+        rows, cols, w_in, w_out = rest
+        out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
+    return out
+
+
+def rest_units(mlp, steps: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The ReLU units the step plans leave, as (rows they read, columns they write) with
+    their weights there: ``(rows, cols, w_in, w_out)``; None when none is left."""
+    keep = torch.ones(mlp.W_in.shape[1], dtype=torch.bool, device=mlp.W_in.device)
+    for p in steps:
+        keep[p.units] = False
+    units = torch.nonzero(keep & (mlp.W_out != 0).any(dim=1)).flatten()
+    if len(units) == 0:
+        return None
+    w_in, w_out = mlp.W_in[:, units], mlp.W_out[units]
+    rows = torch.nonzero((w_in != 0).any(dim=1)).flatten()
+    cols = torch.nonzero((w_out != 0).any(dim=0)).flatten()
+    return rows, cols, w_in[rows], w_out[:, cols]

@@ -89,6 +89,7 @@ __all__ = [
     "static_directions",
     "build_plans",
     "planned_attention",
+    "compact_heads",
 ]
 
 # "auto": short inputs feature-major where that costs less (attnsim.model.fused), else
@@ -171,7 +172,7 @@ def _head_plan(attn, h: int, x: torch.Tensor, pattern=None) -> HeadPlan:
     (:func:`attnsim.model.plan_core.select_keys`: once per distinct query vector, a
     compiled head has few)."""
     if pattern is not None:
-        offsets, keys = pattern_keys(pattern, x.shape[1], attn.cfg.causal)
+        offsets, keys = pattern_keys(pattern, x.shape[1], attn.cfg.causal, x.device)
         gather = bool(((offsets[1:] - offsets[:-1]) == 1).all())
         return HeadPlan(head=h, offsets=offsets, keys=keys, weights=None, gather=gather)
     width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
@@ -439,7 +440,7 @@ def planned_attention(
         planned.update(p.head for p in plans)
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
-        out += attn.compact_heads(x, torch.tensor(rest, dtype=torch.long), written)
+        out += compact_heads(attn, x, torch.tensor(rest, dtype=torch.long), written)
     if compact:
         return written, out
     full = torch.zeros_like(x)
@@ -523,3 +524,34 @@ def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
     return plan_core.candidate_mean(
         cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
     )
+
+
+def compact_heads(attn, x: torch.Tensor, heads: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The plan executor's dense heads: as :meth:`Attention.dense_heads`, but each product runs over
+    the rows the heads read and the output over the columns ``cols`` only (``[batch, pos,
+    len(cols)]``): the same sums without their zero terms, which may round in another
+    order (the dense executor, the definition, keeps the full products).
+
+    >>> from attnsim import compile_program, library
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> net, ids = m.model, m.encode(["abba"])[0]
+    >>> x, a = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn
+    >>> cols, heads = a.written_columns()[0], a.active_heads()
+    >>> got = compact_heads(a, x, heads, cols)
+    >>> bool(torch.allclose(got, a.dense_heads(x, heads)[..., cols]))
+    True
+    """
+    _, qk_width, ov_width = attn._plan()
+    out = x.new_zeros(*x.shape[:-1], len(cols))
+    n = x.shape[1]
+    chunk = max(1, plan_core.HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
+    for start in range(0, len(heads), chunk):
+        hs = heads[start : start + chunk]
+        wq = max(1, int(qk_width[hs].max()))
+        wv = max(1, int(ov_width[hs].max()))
+        reads = (attn.W_Q[hs, :, :wq] != 0) | (attn.W_K[hs, :, :wq] != 0)
+        rows = torch.nonzero(reads.any(dim=(0, 2)) | (attn.W_V[hs, :, :wv] != 0).any(dim=(0, 2)))
+        rows = rows.flatten()
+        _, _, z = attn._heads(columns(x, rows), hs, wq, wv, False, rows)
+        out += torch.einsum("bhqk,hkd->bqd", z, attn.W_O[hs, :wv][:, :, cols])
+    return out

@@ -28,7 +28,7 @@ from attnsim.model.projection import Projection, columns
 from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
 
 PLANS_KEPT = 32  # execution plans kept per model (one per input length)
-HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
+HEAD_CHUNK_VALUES = plan_core.HEAD_CHUNK_VALUES  # (read by attnsim.model.memory)
 
 
 def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
@@ -63,8 +63,8 @@ class Attention(nn.Module):
             def width(*ws: torch.Tensor) -> torch.Tensor:
                 used = sum(w.abs().sum(dim=1) for w in ws) > 0  # [head, d_head]
                 if not used.numel():  # a layer that stores no head
-                    return torch.zeros(used.shape[0], dtype=torch.long)
-                idx = torch.arange(1, used.shape[1] + 1)
+                    return torch.zeros(used.shape[0], dtype=torch.long, device=used.device)
+                idx = torch.arange(1, used.shape[1] + 1, device=used.device)
                 return (used * idx).amax(dim=1)  # last used column + 1 (0 if none)
 
             qk = width(self.W_Q, self.W_K)
@@ -91,8 +91,8 @@ class Attention(nn.Module):
         if got is None or got[0] != key:
             W_O = self.W_O[heads]  # [active heads, d_head, d_model]
             cols = torch.nonzero(W_O.abs().sum(dim=(0, 1)) > 0).flatten()
-            where = torch.full((self.W_O.shape[2],), -1, dtype=torch.long)
-            where[cols] = torch.arange(len(cols))
+            where = torch.full((self.W_O.shape[2],), -1, dtype=torch.long, device=cols.device)
+            where[cols] = torch.arange(len(cols), device=cols.device)
             got = self._written = (key, cols, where)
         return got[1], got[2]
 
@@ -118,7 +118,7 @@ class Attention(nn.Module):
         out = torch.zeros_like(x)
         n = x.shape[1]
         if cache is not None:
-            scores_all = torch.zeros(x.shape[0], self.W_Q.shape[0], n, n, dtype=x.dtype)
+            scores_all = x.new_zeros(x.shape[0], self.W_Q.shape[0], n, n)
             pattern_all = torch.zeros_like(scores_all)
         # heads in chunks so that a chunk's [batch, head, query, key] stays near 2^25 values
         chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
@@ -178,40 +178,6 @@ class Attention(nn.Module):
         _, z = plan_core.mix(self.cfg, scores, v)  # [batch, pos, d_head]
         return z @ self.W_O[head]
 
-    def compact_heads(
-        self, x: torch.Tensor, heads: torch.Tensor, cols: torch.Tensor
-    ) -> torch.Tensor:
-        """The plan executor's dense heads: as :meth:`dense_heads`, but each product runs over
-        the rows the heads read and the output over the columns ``cols`` only (``[batch, pos,
-        len(cols)]``): the same sums without their zero terms, which may round in another
-        order (the dense executor, the definition, keeps the full products).
-
-        >>> from attnsim import compile_program, library
-        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-        >>> net, ids = m.model, m.encode(["abba"])[0]
-        >>> x, a = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn
-        >>> cols, heads = a.written_columns()[0], a.active_heads()
-        >>> got = a.compact_heads(x, heads, cols)
-        >>> bool(torch.allclose(got, a.dense_heads(x, heads)[..., cols]))
-        True
-        """
-        _, qk_width, ov_width = self._plan()
-        out = torch.zeros(*x.shape[:-1], len(cols), dtype=x.dtype)
-        n = x.shape[1]
-        chunk = max(1, HEAD_CHUNK_VALUES // max(1, x.shape[0] * n * n))
-        for start in range(0, len(heads), chunk):
-            hs = heads[start : start + chunk]
-            wq = max(1, int(qk_width[hs].max()))
-            wv = max(1, int(ov_width[hs].max()))
-            reads = (self.W_Q[hs, :, :wq] != 0) | (self.W_K[hs, :, :wq] != 0)
-            rows = torch.nonzero(
-                reads.any(dim=(0, 2)) | (self.W_V[hs, :, :wv] != 0).any(dim=(0, 2))
-            )
-            rows = rows.flatten()
-            _, _, z = self._heads(columns(x, rows), hs, wq, wv, False, rows)
-            out += torch.einsum("bhqk,hkd->bqd", z, self.W_O[hs, :wv][:, :, cols])
-        return out
-
     def _heads(
         self,
         x: torch.Tensor,
@@ -221,7 +187,7 @@ class Attention(nn.Module):
         need_pattern: bool,
         rows: torch.Tensor | None = None,
     ):
-        # rows: x holds only these residual rows (compact_heads)
+        # rows: x holds only these residual rows (attnsim.model.plans.compact_heads)
         b, n, d = x.shape
 
         def project(W: torch.Tensor, width: int) -> torch.Tensor:
@@ -281,39 +247,8 @@ class MLP(nn.Module):
             self._plan_key = key
         return self._plan_cache
 
-    def _relu_except(self, x: torch.Tensor, steps: tuple) -> torch.Tensor:
-        """The ReLU units' output ``[batch, pos, d_model]`` leaving out the step plans' units
-        (over the rows they read and the columns they write)."""
-        out = torch.zeros_like(x)
-        rest = self._rest(steps)
-        if rest is not None:
-            rows, cols, w_in, w_out = rest
-            out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
-        return out
-
     def _relu_used(self) -> bool:
         return bool(self.W_out.numel()) and bool((self.W_out != 0).any())
-
-    def _rest(self, steps: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The ReLU units the step plans leave, as (rows they read, columns they write) with
-        their weights there: ``(rows, cols, w_in, w_out)``; None when none is left."""
-        keep = torch.ones(self.W_in.shape[1], dtype=torch.bool)
-        for p in steps:
-            keep[p.units] = False
-        units = torch.nonzero(keep & (self.W_out != 0).any(dim=1)).flatten()
-        if len(units) == 0:
-            return None
-        w_in, w_out = self.W_in[:, units], self.W_out[units]
-        rows = torch.nonzero((w_in != 0).any(dim=1)).flatten()
-        cols = torch.nonzero((w_out != 0).any(dim=0)).flatten()
-        return rows, cols, w_in[rows], w_out[:, cols]
-
-    def _compact(
-        self, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None, steps: tuple = ()
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The forward pass's output as ``(cols, values)`` (see
-        :func:`attnsim.model.plan_steps.compact`)."""
-        return plan_steps.compact(self, x, plan, steps)
 
     def _unit_slices(self) -> dict:
         """For the bilinear units and each kind of declared unit: (the rows they read, the
@@ -352,9 +287,9 @@ class MLP(nn.Module):
         # compact: return (cols, values), the output on the columns the units write only
         plan = self._plan()
         if compact and cache is None and (steps or plan is not None or not self._relu_used()):
-            return self._compact(x, plan, steps)
+            return plan_steps.compact(self, x, plan, steps)
         if steps and cache is None:
-            out = self._relu_except(x, steps)
+            out = plan_steps.relu_except(self, x, steps)
             for p in steps:
                 plan_steps.run(self, p, x, out)
         elif plan is None:
@@ -536,6 +471,18 @@ class Transformer(nn.Module):
         return only these columns of the final stream).
         Returns the final residual stream [batch, pos, d_model] (or [batch, pos, len(keep)]).
         """
+        if self.executor not in execution.EXECUTORS:
+            raise ValueError(
+                f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"
+            )
+        device = self.W_E.device  # the inputs follow the model (any device)
+        if device.type != "cpu" and self.executor in ("plan", "fused"):
+            raise ValueError(
+                f"executor={self.executor!r} runs on CPU only; on {device} the model runs as "
+                "defined: use executor='auto' or 'dense' there"
+            )
+        token_ids = token_ids.to(device)
+        token_values = None if token_values is None else token_values.to(device)
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         width = self.cfg.token_width
         if width and (token_values is None or token_values.shape[-1:] != (width,)):
@@ -544,17 +491,16 @@ class Transformer(nn.Module):
                 f"this model reads vector tokens of width {width}: pass "
                 f"token_values [batch, pos, {width}], got {got}"
             )
-        if self.executor not in execution.EXECUTORS:
-            raise ValueError(
-                f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"
-            )
+        if device.type != "cpu":  # the definition runs anywhere; the optimisers on CPU
+            x = self._run(token_ids, token_values, cache, streams, n, dense=True)
+            return x if keep is None else x[..., keep.cols.to(device)]
         if cache is None and fused.chosen(self, self.executor, n):
             return fused.forward(self, token_ids, token_values, streams, keep)
         b = token_ids.shape[0]
         split = self.executor in ("auto", "plan") and cache is None and streams is None
         step = plan_core.part_size(self, b, n, split)
         if step < b:
-            out = residual.new_stream((b, n, self.cfg.d_model), self.dtype)
+            out = residual.new_stream((b, n, self.cfg.d_model), self.dtype, device)
             for i in range(0, b, step):  # each part's stream is a slice of the output
                 p, vals = slice(i, i + step), token_values
                 self._run(token_ids[p], vals if vals is None else vals[p], None, None, n, out[p])
@@ -562,8 +508,11 @@ class Transformer(nn.Module):
         x = self._run(token_ids, token_values, cache, streams, n)
         return x if keep is None else x[..., keep.cols]
 
-    def _run(self, token_ids, token_values, cache, streams, n: int, out=None) -> torch.Tensor:
-        # the forward pass past the checks; out: where the stream goes (a new tensor if None)
+    def _run(
+        self, token_ids, token_values, cache, streams, n: int, out=None, dense: bool = False
+    ) -> torch.Tensor:
+        # the forward pass past the checks; out: where the stream goes (a new tensor if None);
+        # dense: every head over [query, key] whatever the executor
         width = self.cfg.token_width
         flat = token_ids.reshape(-1)
         if out is None:  # a new tensor (the sums below go in place); a row gather
@@ -580,7 +529,7 @@ class Transformer(nn.Module):
             cache["hook_embed"] = x
         _capture(streams, 0, x)
         # a cache records every head's scores and pattern: that needs the dense path
-        planned = self.executor in ("auto", "plan")
+        planned = self.executor in ("auto", "plan") and not dense
         plan = self.plans(n) if planned and cache is None else None
         steps = self.step_plans(n) if plan is not None else None
         for i, block in enumerate(self.blocks):

@@ -377,6 +377,8 @@ class UniversalSimulator:
         out_dirs = [d for d, _ in model.output.form]
         with torch.no_grad():  # guarded stages and the output: their columns only
             resid = model.model(ids, vals, streams=streams, keep=self._columns(out_dirs))
+        resid = resid.cpu()  # (the model may run on another device; U reads on CPU)
+        streams = {s: v.cpu() if isinstance(v, torch.Tensor) else v for s, v in streams.items()}
         for g in guards:
             where = {d: i for i, d in enumerate(keep[g.stage])}
             vals_g = self._read(streams[g.stage][:, 1:], g.form, where)
