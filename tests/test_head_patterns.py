@@ -296,3 +296,26 @@ def test_table_patterns_are_checked_row_by_row():
         pattern_store.from_checkpoint(table, bad, [1], 3, "t")
     with pytest.raises(pattern_store.PatternTableError, match="without their table"):
         pattern_store.from_checkpoint(None, tensors, [1], 3, "t")
+
+
+def test_a_pattern_on_a_head_that_is_not_static_is_refused(tmp_path):
+    import json
+
+    from attnsim.model.checkpoint import DamagedCheckpointError
+    from attnsim.model.compiled import CompiledModel
+
+    # a layer of two heads: hist's (tokens against tokens) and a shift's (positions only)
+    hist, shift = library.make_hist(), library.shift_by(1, rasp.tokens)
+    m = compile_program(
+        rasp.SequenceMap(lambda x, y: f"{x}{y}", shift, hist), vocab="abc", max_seq_len=6
+    )
+    static = P.summary(m.model)["static_heads"]
+    m.save(tmp_path)
+    meta = json.loads((tmp_path / "model.json").read_text())
+    li = 0
+    entry = next(e for e in meta["head_patterns"][li] if e is not None)
+    h = next(h for h in range(len(meta["head_patterns"][li])) if h not in static[li])
+    meta["head_patterns"][li][h] = entry  # a claim on a head whose weights read the input
+    (tmp_path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DamagedCheckpointError, match=f"head {h} of layer {li}, whose weights"):
+        CompiledModel.load(tmp_path, check=False)

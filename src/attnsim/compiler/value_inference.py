@@ -237,7 +237,13 @@ class ValueInference:
 
     def integer_valued(self, e: E.SOp) -> bool:
         """Whether every value of ``e`` is a finite integer-valued number (None or a string:
-        not; no value set: not); kept per S-op."""
+        not; no value set: not); kept per S-op.
+
+        >>> from attnsim import rasp
+        >>> vi = ValueInference(vocab=("a",), max_seq_len=3, causal=False, fixed_length=False)
+        >>> vi.integer_valued(rasp.indices + 1), vi.integer_valued(rasp.tokens)
+        (True, False)
+        """
         if e.uid not in self._integer:
             vals = self.values(e)
             ok = vals is not None
@@ -253,7 +259,13 @@ class ValueInference:
 
     def orderable_kind(self, e: E.SOp) -> str | None:
         """ "number" when every value of ``e`` (None left out) is a number and none is NaN,
-        "string" when every one is a string, else None (or no value set); kept per S-op."""
+        "string" when every one is a string, else None (or no value set); kept per S-op.
+
+        >>> from attnsim import rasp
+        >>> vi = ValueInference(vocab=("a",), max_seq_len=3, causal=False, fixed_length=False)
+        >>> vi.orderable_kind(rasp.indices), vi.orderable_kind(rasp.tokens)
+        ('number', 'string')
+        """
         if e.uid not in self._kinds:
             vals = self.values(e)
             vals = None if vals is None else [v for v in vals if v is not None]

@@ -446,15 +446,23 @@ class CompiledModel(GroundTruth):
             model = Transformer(cfg)
             model.load_state_dict(state)
         model.head_patterns = found  # after the weights: a dense model keys them to these
-        if "plan" in meta:  # re-derive the plan from the weights: it must be the one saved
-            sparse = getattr(model, "storage", "dense") == "sparse"
-            found = model.plan_summary() if sparse else plans.summary(model)
-            if found != meta["plan"]:
-                raise checkpoint.damaged(
-                    path / "model.json",
-                    f"has an execution plan {meta['plan']} that its weights do not give "
-                    f"({found}); the weights or the plan were changed after saving",
-                )
+        sparse = getattr(model, "storage", "dense") == "sparse"
+        found = model.plan_summary() if sparse else plans.summary(model)
+        if "plan" in meta and found != meta["plan"]:  # re-derived: it must be the one saved
+            raise checkpoint.damaged(
+                path / "model.json",
+                f"has an execution plan {meta['plan']} that its weights do not give "
+                f"({found}); the weights or the plan were changed after saving",
+            )
+        for li, layer in enumerate(model.head_patterns):  # a pattern claims a static head
+            for h, p in enumerate(layer):
+                if p is not None and h not in found["static_heads"][li]:
+                    raise checkpoint.damaged(
+                        path / "model.json",
+                        f"has a head pattern for head {h} of layer {li}, whose weights read "
+                        "input-dependent directions (a static head was expected): the "
+                        "patterns belong to other weights",
+                    )
         out = meta["output"]
         report = None
         if meta["report"] is not None:

@@ -105,6 +105,7 @@ class StaticPattern:
         return cls("equality", query_values=q, key_values=k, key_index=key_index)
 
     def with_mode(self, mode: str) -> StaticPattern:
+        """The same keys for a head of ``mode`` ("mean" or "width")."""
         if mode not in ("mean", "width"):
             raise ValueError(f"mode must be 'mean' or 'width', got {mode!r}")
         return dataclasses.replace(self, mode=mode)
@@ -128,9 +129,16 @@ class StaticPattern:
     def selected(self, m: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
         """``(counts [m], keys [nnz])``: the keys among the first ``m`` positions that each of
         the first ``m`` queries selects (only keys up to the query's own when ``causal``),
-        ascending per query."""
+        ascending per query.
+
+        >>> StaticPattern.table(np.eye(3, dtype=bool)).selected(2, causal=False)[1].tolist()
+        [0, 1]
+        """
         if m > self.length:
-            raise ValueError(f"the pattern covers {self.length} positions, not {m}")
+            raise ValueError(
+                f"the pattern covers {self.length} positions, not {m}: ask for at most "
+                f"{self.length} (the model's max_seq_len)"
+            )
         if self.kind == "equality":
             index = self.key_index
             if index is None or m < self.length:  # the first m keys alone
@@ -155,7 +163,12 @@ class StaticPattern:
 def head_keys(pattern: StaticPattern, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(offsets [n + 1], keys [nnz])``: every query's keys in a stream of ``n`` positions
     (BOS at 0, RASP position i at i + 1), ascending per query, for a hard head of the
-    pattern's mode (see the module docstring)."""
+    pattern's mode (see the module docstring).
+
+    >>> p = StaticPattern.table(np.zeros((2, 2), dtype=bool)).with_mode("width")
+    >>> [a.tolist() for a in head_keys(p, 3, causal=False)]  # nothing selected: BOS only
+    [[0, 1, 2, 3], [0, 0, 0]]
+    """
     mode = pattern.mode
     m = n - 1
     counts, keys = pattern.selected(m, causal)

@@ -20,7 +20,13 @@ PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse
 def known_patterns(model) -> tuple:
     """Per layer and head, the keys the compiler wrote down for the model's heads
     (:class:`attnsim.model.patterns.StaticPattern` or None), where the plans may use them: hard
-    attention, weights unchanged since (``model.head_patterns``); else ``()``."""
+    attention, weights unchanged since (``model.head_patterns``); else ``()``.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.shift_by(1, rasp.tokens), vocab="ab", max_seq_len=4)
+    >>> [[p.kind for p in layer if p is not None] for layer in known_patterns(m.model)]
+    [['table']]
+    """
     if model.cfg.attention is not AttentionMode.HARD:
         return ()
     return getattr(model, "head_patterns", ())
@@ -30,7 +36,12 @@ def pattern_keys(
     pattern, n: int, causal: bool, device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(offsets [n + 1], keys [nnz])`` int64 tensors on ``device``: a pattern's keys for
-    every query of an input of ``n`` positions (:func:`attnsim.model.patterns.head_keys`)."""
+    every query of an input of ``n`` positions (:func:`attnsim.model.patterns.head_keys`).
+
+    >>> from attnsim.model.patterns import StaticPattern
+    >>> pattern_keys(StaticPattern.equality([0.0, 1.0], [0.0, 1.0]), 3, False)[1].tolist()
+    [0, 1, 2]
+    """
     offsets, keys = head_keys(pattern, n, causal)
     return torch.from_numpy(offsets).to(device), torch.from_numpy(keys).to(device)
 

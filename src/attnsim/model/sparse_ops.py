@@ -398,7 +398,12 @@ def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
 
 def plan_of(offsets, keys, weights, gather: bool) -> Plan:
     """A :class:`Plan` from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
-    softmax, ``weights [nnz]``); ``gather``: one key per query."""
+    softmax, ``weights [nnz]``); ``gather``: one key per query.
+
+    >>> p = plan_of(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 0]), None, True)
+    >>> p.fill, p.queries.tolist(), p.keys.tolist()  # BOS, the most read key, is the fill
+    (0, [1], [2])
+    """
     if not gather:
         return Plan(offsets, keys, weights, False)
     fill = int(torch.bincount(keys).argmax())
