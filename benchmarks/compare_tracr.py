@@ -33,10 +33,13 @@ Lengths by default: the conformance setting and 10, 20, 40 for every program, an
 for ``LONG_DEFAULT`` (length, hist, sort_unique, count, frac_prevs, shift_by); ``--full``
 adds 80 and 160 for every program, ``--quick`` keeps two settings per program. Once one of a
 program's tracr compiles took over ``TRACR_SLOW_S`` seconds, tracr skips its 80 and 160.
-The default run (66 settings) took 706 s with ``--jobs 2`` on two CPU cores shared with other
-work (load average 2.5 at the start, 6.8 at the end), within ``make bench``'s budget.
+The results record how long the run took, with ``--jobs`` and the load average at its start
+and end.
 
-Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each: one
+Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each, and
+only one of them times forward passes at any moment (the others compile meanwhile; a lock
+file, :func:`timing_slot`): throughput measured while another worker also computes was up
+to 14x lower for either side than alone on this 2-core machine. One
 process compiles every program with attnsim (cold = the program's first compile there), and
 each program gets a fresh process for tracr (cold = the first compile in that process, JAX's
 start-up included; the tracr workers do not import torch). A tracr worker may use
@@ -53,6 +56,7 @@ Usage: python benchmarks/compare_tracr.py [--programs hist,sort] [--quick | --fu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -68,6 +72,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+TIMING_LOCK = RESULTS / ".timing.lock"  # held by the worker that is timing (not kept in git)
 BATCH = 256
 TRACR_SLOW_S = 20.0  # skip tracr at 80 and 160 once one of its compiles took this long
 LENGTHS = (10, 20, 40)  # every program, beside its conformance setting
@@ -197,17 +202,37 @@ def correct(err: float, numerical: bool) -> bool:
     return err <= NUMERICAL_TOL if numerical else err == 0
 
 
+@contextlib.contextmanager
+def timing_slot():
+    """While held, no other worker of this run is timing: the workers compile side by side,
+    but each times its forward passes alone (an exclusive lock on a file beside the results;
+    where ``fcntl`` is missing, no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: the timings may overlap
+        yield
+        return
+    TIMING_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(TIMING_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def timed_throughput(fn, min_seconds: float = THROUGHPUT_S) -> float:
-    """Calls ``fn`` (one batch) for ``min_seconds`` (three calls at least) after one warm-up;
-    returns the sequences per second of the fastest call, the one least disturbed by other
-    work on a shared machine."""
-    fn()  # warm up
-    best, total, calls = float("inf"), 0.0, 0
-    while total < min_seconds or calls < 3:
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
-        best, total, calls = min(best, elapsed), total + elapsed, calls + 1
+    """Calls ``fn`` (one batch) for ``min_seconds`` (three calls at least) after one warm-up,
+    with no other worker timing meanwhile (:func:`timing_slot`); returns the sequences per
+    second of the fastest call, the one least disturbed by other work on a shared machine."""
+    with timing_slot():
+        fn()  # warm up
+        best, total, calls = float("inf"), 0.0, 0
+        while total < min_seconds or calls < 3:
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+            best, total, calls = min(best, elapsed), total + elapsed, calls + 1
     return BATCH / best
 
 

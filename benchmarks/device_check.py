@@ -70,15 +70,15 @@ def check_program(name: str, device: torch.device, length: int, batch: int) -> d
     cpu_out = m.run(xs)
     ids, vals = m.encode(xs)
     with torch.no_grad():
-        cpu_stream = m.model(ids, vals)
-    cpu_seconds = _seconds(lambda: m.model(ids, vals), torch.device("cpu"))
+        cpu_stream = m(ids, vals)
+    cpu_seconds = _seconds(lambda: m(ids, vals), torch.device("cpu"))
     m.model.to(device)
     if device.type == "cpu":  # what another device runs: the definition
         m.executor = "dense"
     got = m.run(xs)
     with torch.no_grad():
-        stream = m.model(ids, vals)
-    seconds = _seconds(lambda: m.model(ids, vals), device)
+        stream = m(ids, vals)
+    seconds = _seconds(lambda: m(ids, vals), device)
     diff = float((stream.cpu() - cpu_stream).abs().max())
     return {
         "program": name,

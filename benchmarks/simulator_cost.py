@@ -101,27 +101,34 @@ def time_direct(fn: Callable[[], object], min_seconds: float = 0.05, loops: int 
 def sublayer_seconds(
     U: universal.UniversalSimulator, run: Callable[[], object]
 ) -> tuple[dict, float, float, object]:
-    """Seconds in each attention and MLP sublayer during ``run()`` (forward hooks, which cost
-    microseconds), the run's wall and CPU seconds, and what it returned."""
+    """Seconds in each attention and MLP sublayer during ``run()``, the run's wall and CPU
+    seconds, and what it returned. The planned pass times its own sublayers
+    (``Runtime.profile``); the definition (executor "dense") is timed by forward hooks,
+    which cost microseconds (on the planned pass they would make it run the definition)."""
+    rt = U.model.runtime
     spans: dict[str, float] = {}
     starts: dict[str, float] = {}
     handles = []
-    for i, block in enumerate(U.model.model.blocks):
-        for part in ("attn", "mlp"):
-            name = f"blocks.{i}.{part}"
-            module = getattr(block, part)
+    if rt.executor != "dense":
+        rt.profile = spans
+    else:
+        for i, block in enumerate(U.model.model.blocks):
+            for part in ("attn", "mlp"):
+                name = f"blocks.{i}.{part}"
+                module = getattr(block, part)
 
-            def pre(_m, _a, name=name):
-                starts[name] = time.perf_counter()
+                def pre(_m, _a, name=name):
+                    starts[name] = time.perf_counter()
 
-            def post(_m, _a, _o, name=name):
-                spans[name] = spans.get(name, 0.0) + time.perf_counter() - starts[name]
+                def post(_m, _a, _o, name=name):
+                    spans[name] = spans.get(name, 0.0) + time.perf_counter() - starts[name]
 
-            handles.append(module.register_forward_pre_hook(pre))
-            handles.append(module.register_forward_hook(post))
+                handles.append(module.register_forward_pre_hook(pre))
+                handles.append(module.register_forward_hook(post))
     try:
         w, c, out = _clock(run)
     finally:
+        rt.profile = None
         for h in handles:
             h.remove()
     spans["other (encode, embed, decode)"] = max(0.0, w - sum(spans.values()))
@@ -201,9 +208,9 @@ def measure(
     build_wall, build_cpu = time.perf_counter() - w0, time.process_time() - c0
     r = U.report()
     positions = r.sequence_length + 1
-    net = U.model.model
-    net._plans = {}  # the plan again, timed on its own (build made it once)
-    plan_seconds = _clock(lambda: net.plans(positions))[0]
+    net, rt = U.model.model, U.model.runtime
+    rt.forget()  # the plan again, timed on its own (build made it once)
+    plan_seconds = _clock(lambda: rt.plans(positions))[0]
     X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
     target = spec.random_attention(heads, d, seed=seed, bias=True)
     target = spec.with_logit_scale(target, X, 10.0)
@@ -228,12 +235,12 @@ def measure(
     direct_s = min(direct_default, direct_one)
 
     dense_flops = st.forward_flops(U.model, positions)
-    plan_flops = plan_costs.forward_flops(net, positions)["attention"] + dense_flops["mlp"]
+    plan_flops = plan_costs.forward_flops(rt, positions)["attention"] + dense_flops["mlp"]
     d_flops = st.direct_attention_flops(n, d, heads)
     plan_summary = U.model.plan_summary()
     floor = None
     if rates is not None:
-        attn = plan_costs.forward_flops(net, positions)["attention"]
+        attn = plan_costs.forward_flops(rt, positions)["attention"]
         floor = stream_floor(net, positions, attn, rates)
         floor["simulate_over_floor"] = runs["plan"]["seconds"] / floor["floor_seconds"]
     row = {

@@ -241,7 +241,7 @@ def hierarchy_rows(seed: int = 0) -> dict:
     X0 = hierarchy.embedded(U.model, ids=ids, values=vals)
     streams = {2: None}
     with torch.no_grad():
-        final = U.model.model(ids, vals, streams=streams)[0]
+        final = U.model.runtime(ids, vals, streams=streams)[0]
     out = {"inner": "U(2, 2, 1), softmax attention, ReLU maps (tolerance 1e-2)"}
     out["inner_d_model"], out["inner_blocks"] = X0.shape[1], len(U.model.model.blocks)
     for name, stack, want in (

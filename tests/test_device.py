@@ -57,9 +57,9 @@ def test_the_optimising_executors_refuse_another_device():
     m.model.to("meta")  # another device, without a GPU: its tensors hold no values
     assert m.model.W_E.device.type == "meta"
     for executor in ("plan", "fused"):
-        m.model.executor = executor
+        m.executor = executor
         with pytest.raises(ValueError, match=f"executor='{executor}' runs on CPU only"):
-            m.model(ids, vals)
+            m.runtime(ids, vals)
 
 
 def test_device_check_runs_on_cpu_and_agrees(tmp_path, capsys):

@@ -16,6 +16,7 @@ from attnsim import library, rasp, simulator
 from attnsim.compiler import compile_program
 from attnsim.matrix import apply, programs
 from attnsim.model import fused
+from attnsim.model.runtime import Runtime
 from attnsim.model.stream import Columns
 from attnsim.simulator import spec
 from attnsim.tasks import parity
@@ -107,16 +108,16 @@ def test_fuzzed_programs_fused(attention):
 def test_stages_and_kept_columns_match_dense():
     entry = library.PROGRAMS["make_sort_unique"]
     model = compile_program(entry.factory(), vocab="abcd", max_seq_len=5)
-    net = model.model
+    rt = model.runtime
     ids, vals = model.encode(["dbca", "abcd"])
     cols = torch.tensor([0, 3, 5])
     got = {}
     for executor in ("fused", "dense"):
-        net.executor = executor
-        streams = {0: None, 1: Columns(cols), 2 * net.cfg.n_layers: None}
-        final = net(ids, vals, streams=streams, keep=Columns(cols))
+        rt.executor = executor
+        streams = {0: None, 1: Columns(cols), 2 * model.config.n_layers: None}
+        final = rt(ids, vals, streams=streams, keep=Columns(cols))
         got[executor] = (streams, final)
-    net.executor = "auto"
+    rt.executor = "auto"
     (s_f, f_f), (s_d, f_d) = got["fused"], got["dense"]
     assert f_f.shape == f_d.shape == (2, 5, 3)
     assert_close(f_f, f_d)
@@ -128,19 +129,20 @@ def test_stages_and_kept_columns_match_dense():
 def test_auto_chooses_by_the_rule_and_leaves_hooked_models_to_the_plans():
     hist = compile_program(library.make_hist(), vocab="abc", max_seq_len=5)
     length = compile_program(rasp.numerical(library.make_length()), vocab="ab", max_seq_len=5)
-    assert fused.applies(hist.model, 6) and not fused.applies(hist.model, 40)
-    assert not fused.applies(length.model, 6)  # one constant head: the plans add it
-    net = hist.model
-    assert fused.chosen(net, "auto", 6) and not fused.chosen(net, "plan", 6)
-    assert fused.chosen(net, "fused", 40)  # forced: any length
+    rt = hist.runtime
+    assert fused.applies(rt, 6) and not fused.applies(rt, 40)
+    assert not fused.applies(length.runtime, 6)  # one constant head: the plans add it
+    assert fused.chosen(rt, 6) and not fused.chosen(Runtime(hist.model, "plan"), 6)
+    assert fused.chosen(Runtime(hist.model, "fused"), 40)  # forced: any length
     seen = []
+    net = hist.model
     handle = net.blocks[0].attn.register_forward_hook(lambda m, a, o: seen.append(1))
-    try:
-        assert not fused.chosen(net, "auto", 6)
+    try:  # a hooked model runs as defined: the hooks see every sublayer's output
+        assert rt.hooked()
         assert hist.run("abca") == rasp.evaluate(library.make_hist(), "abca") and seen
     finally:
         handle.remove()
-    assert fused.chosen(net, "auto", 6)
+    assert fused.chosen(rt, 6) and not rt.hooked()
 
 
 @pytest.mark.parametrize("attention", ["hard", "softmax"])
@@ -152,49 +154,45 @@ def test_layers_of_one_key_gathers_run_as_gathers(attention):
         (library.make_reverse(rasp.tokens), list("abcd")),
     ):
         m = compile_program(program, vocab=vocab, max_seq_len=8, attention=attention)
-        net = m.model
-        gathers = fused._gathers(net, fused._key(net), 9)
+        gathers = fused._gathers(m.runtime, 9)
         assert (gathers[-1] is not None) == (attention == "hard")
         xs = [[random.Random(i).choice(vocab) for _ in range(8)] for i in range(30)]
         ids, vals = m.encode(xs)
         assert_close(*streams_both_ways(m, ids, vals, "fused"))
-        net.executor = "fused"
+        m.executor = "fused"
         try:
             assert m.run(xs) == rasp.evaluate(program, xs)
         finally:
-            net.executor = "auto"
+            m.executor = "auto"
     # a model of gathers runs feature-major at 21 positions; one with a constant head and
     # gathers while its pass is small
     shift = compile_program(library.shift_by(2, rasp.tokens), vocab=list("abc"), max_seq_len=20)
-    assert fused.applies(shift.model, 21)
+    assert fused.applies(shift.runtime, 21)
     rev5, rev10 = (
         compile_program(library.make_reverse(rasp.tokens), vocab=list("abcd"), max_seq_len=n)
         for n in (5, 10)
     )
-    assert fused.applies(rev5.model, 6) and not fused.applies(rev10.model, 11)
+    assert fused.applies(rev5.runtime, 6) and not fused.applies(rev10.runtime, 11)
 
 
 def test_changed_weights_are_prepared_again():
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-    net = model.model
+    rt = Runtime(model.model, "fused")
     ids, _ = model.encode(["abba"])
-    net.executor = "fused"
-    before = net(ids).clone()
+    before = rt(ids).clone()
     with torch.no_grad():
-        net.blocks[0].mlp.W_out.mul_(2.0)
-    after = net(ids)
-    net.executor = "dense"
+        model.model.blocks[0].mlp.W_out.mul_(2.0)
+    after = rt(ids)
     assert not torch.equal(before, after)
-    assert_close(after, net(ids))
-    net.executor = "auto"
+    assert_close(after, model.model(ids))  # the definition
 
 
 def test_sparse_storage_refuses_fused():
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
     ids, vals = model.encode(["aba"])
-    model.model.executor = "fused"
+    model.model.executor = "fused"  # the sparse storage runs itself
     with pytest.raises(ValueError, match="feature-major 'fused' needs dense weights"):
-        model.model(ids, vals)
+        model.runtime(ids, vals)
 
 
 @pytest.mark.parametrize("attention", ["hard", "softmax"])
@@ -218,23 +216,22 @@ def test_large_batches_take_batched_products(monkeypatch, attention, causal):
 def test_weights_that_require_gradients_stay_on_the_plans():
     """A model being trained keeps its gradients under "auto"; "fused" refuses it."""
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-    net = model.model
+    net, rt = model.model, model.runtime
     ids, _ = model.encode(["abba"])
     net.blocks[0].mlp.W_out.requires_grad_(True)
     try:
-        assert not fused.chosen(net, "auto", ids.shape[1])
-        out = net(ids)
+        assert not fused.chosen(rt, ids.shape[1])
+        out = rt(ids)
         assert out.requires_grad
         out.sum().backward()
         assert net.blocks[0].mlp.W_out.grad is not None
-        net.executor = "fused"
+        forced = Runtime(net, "fused")
         with pytest.raises(ValueError, match="prepares its weights without gradients"):
-            net(ids)
+            forced(ids)
         with torch.no_grad():  # no gradients recorded: feature-major again
-            assert fused.chosen(net, "auto", ids.shape[1])
-            net(ids)
+            assert fused.chosen(rt, ids.shape[1])
+            rt(ids)
     finally:
-        net.executor = "auto"
         net.blocks[0].mlp.W_out.requires_grad_(False)
 
 
@@ -247,10 +244,10 @@ def test_token_ids_outside_the_embedding_are_refused(storage):
     ids, vals = model.encode(["abba"])
     executors = ("auto", "plan", "dense") + (("fused",) if storage == "dense" else ())
     for executor in executors:
-        model.model.executor = executor
+        model.executor = executor
         for bad in (-1, model.model.cfg.d_vocab):
             wrong = ids.clone()
             wrong[0, 2] = bad
             with pytest.raises(ValueError, match=f"token id {bad} is not a row"):
-                model.model(wrong, vals)
-    model.model.executor = "auto"
+                model.runtime(wrong, vals)
+    model.executor = "auto"

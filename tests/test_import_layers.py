@@ -238,3 +238,37 @@ def test_no_import_cycles():
         " <-> ".join(sorted(c)) for c in sorted(new, key=sorted)
     )
     assert not gone, f"cycles broken, take them out of KNOWN_CYCLES: {sorted(map(sorted, gone))}"
+
+
+# the definition (model/transformer.py) and the modules it imports run no executor: the
+# runtime imports them, never the other way round
+EXECUTION = {
+    "attnsim.model.runtime",
+    "attnsim.model.fused",
+    "attnsim.model.plans",
+    "attnsim.model.plan_core",
+    "attnsim.model.plan_keys",
+    "attnsim.model.plan_tables",
+    "attnsim.model.plan_steps",
+    "attnsim.model.plan_curve",
+    "attnsim.model.plan_costs",
+    "attnsim.model.sparse",
+    "attnsim.model.sparse_ops",
+}
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:  # everything the module loads, directly or not
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
+def test_the_definition_imports_no_executor():
+    graph = import_graph()
+    loaded = _reached(graph, "attnsim.model.transformer")
+    assert not loaded & EXECUTION, sorted(loaded & EXECUTION)
+    assert "attnsim.model.transformer" in _reached(graph, "attnsim.model.runtime")

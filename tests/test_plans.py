@@ -20,6 +20,7 @@ from attnsim.compiler import compile_program
 from attnsim.matrix import apply, layout, programs
 from attnsim.model import plans as P
 from attnsim.model.config import ModelConfig
+from attnsim.model.runtime import Runtime
 from attnsim.model.transformer import Transformer
 from attnsim.simulator import reference, spec
 from attnsim.tasks import match2, parity
@@ -30,15 +31,14 @@ REL = 1e-12  # sums over several keys may add the same terms in another order
 
 def streams_both_ways(model, ids, vals, executor="plan"):
     """The final residual streams ``[batch, pos, d_model]`` with ``executor`` and dense."""
-    net = model.model
+    rt = model.runtime
+    saved, rt.executor = rt.executor, executor
     try:
         with torch.no_grad():
-            net.executor = executor
-            planned = net(ids, vals)
-            net.executor = "dense"
-            dense = net(ids, vals)
+            planned = rt(ids, vals)
+            dense = model.model(ids, vals)  # the definition
     finally:
-        net.executor = "plan"
+        rt.executor = saved
     return planned, dense
 
 
@@ -54,17 +54,17 @@ def assert_close(planned, dense, rel=None):
 
 def run_both(model, xs, executor="plan"):
     """Decoded outputs (or the error each executor raises) with ``executor`` and dense."""
-    net = model.model
     outs = []
+    saved = model.executor
     try:
         for name in (executor, "dense"):
-            net.executor = name
+            model.executor = name
             try:
                 outs.append(model.run(xs))
             except ValueError as exc:  # a run-time check: both executors must raise it
                 outs.append(f"{type(exc).__name__}: {exc}")
     finally:
-        net.executor = "plan"
+        model.executor = saved
     return outs
 
 
@@ -110,12 +110,11 @@ def test_static_directions_follow_the_weights():
 
 def test_a_plan_is_the_dense_pattern():
     t = tiny()
-    plan, table = t.plans(5)[0]  # head 0 is static, head 1 a token-table head
+    plan, table = Runtime(t).plans(5)[0]  # head 0 is static, head 1 a token-table head
     assert isinstance(table, P.TablePlan) and table.head == 1
     x = t.W_E[torch.tensor([[0, 1, 2, 1, 1]])] + t.W_pos[:5]
     cache = {}
     with torch.no_grad():
-        t.executor = "dense"
         t(torch.tensor([[0, 1, 2, 1, 1]]), cache=cache)
     assert x.shape == (1, 5, 4)
     dense = cache["blocks.0.attn.hook_pattern"][0, 0]
@@ -127,30 +126,34 @@ def test_tiny_model_both_ways(attention):
     t = tiny(attention)
     ids = torch.tensor([[0, 1, 2, 2, 1], [0, 2, 2, 1, 1]])
     with torch.no_grad():
-        t.executor = "plan"
-        a = t(ids)
-        t.executor = "dense"
-        b = t(ids)
+        a = Runtime(t, "plan")(ids)
+        b = t(ids)  # the definition
     assert torch.equal(a, b)
 
 
 def test_a_bad_executor_is_refused():
     t = tiny()
-    t.executor = "sparse"
     with pytest.raises(ValueError, match="executor must be one of"):
-        t(torch.tensor([[0, 1]]))
+        Runtime(t, "sparse")
+    rt = Runtime(t)
+    with pytest.raises(ValueError, match="executor must be one of"):
+        rt.executor = "fast"
+    assert rt.executor == "auto"
+    # the definition has no executor: setting one is refused, not silently ignored
+    with pytest.raises(AttributeError, match="Runtime"):
+        t.executor = "plan"
 
 
 def test_plans_follow_changed_weights():
     t = tiny()
-    first = t.plans(5)
+    rt = Runtime(t)
+    first = rt.plans(5)
     with torch.no_grad():
         t.blocks[0].attn.W_Q[0, 0, 0] = -1.0  # position 0 now repels every other query
-    assert t.plans(5) is not first
+    assert rt.plans(5) is not first
     ids = torch.tensor([[0, 1, 2, 1, 1]])
     with torch.no_grad():
-        a = t(ids)
-        t.executor = "dense"
+        a = rt(ids)
         b = t(ids)
     assert torch.equal(a, b)
 
@@ -201,14 +204,14 @@ def candidate_model(dynamic_query: bool = True):
 
 def test_a_partly_static_head_runs_on_its_candidates_when_certified():
     t = candidate_model()
-    plan = t.plans(13)[0]
+    rt = Runtime(t)
+    plan = rt.plans(13)[0]
     # its candidates first; the classes of its rows where their certificate fails
     assert [type(p) for p in plan] == [P.HeadPlan, P.RowTablePlan] and plan[0].gap is not None
     vals = torch.tensor([[0.0, 1.0, 2.5, -1.0, 0.5, 2.0, 2.0, 1, -2, 0, 0, 3, 4]])
     ids = torch.zeros(1, 13, dtype=torch.long)
     with torch.no_grad():
-        a = t(ids, vals)
-        t.executor = "dense"
+        a = rt(ids, vals)
         b = t(ids, vals)
     assert torch.equal(a, b)
     assert P._run_candidates(t.blocks[0].attn, plan[0], a) is not None  # certified
@@ -216,14 +219,14 @@ def test_a_partly_static_head_runs_on_its_candidates_when_certified():
 
 def test_an_uncertified_head_runs_dense():
     t = candidate_model()
-    plan = t.plans(13)[0][0]
+    rt = Runtime(t)
+    plan = rt.plans(13)[0][0]
     vals = torch.tensor([[0.0, 1.0, 40.0, -1.0, 0.5, 2.0, 2.0, 1, -2, 0, 0, 3, 4]])
     ids = torch.zeros(1, 13, dtype=torch.long)  # 40 above: it crosses the gap of 10
     x = t.W_E[ids] + t.W_pos[:13] + vals[..., None] * t.W_E_num
     assert P._run_candidates(t.blocks[0].attn, plan, x) is None
     with torch.no_grad():
-        a = t(ids, vals)
-        t.executor = "dense"
+        a = rt(ids, vals)
         b = t(ids, vals)
     assert torch.equal(a, b)
 
@@ -233,10 +236,11 @@ def test_a_head_with_static_queries_runs_over_key_classes_on_any_input():
     # keys' classes (their distinct rows) and a table of scores, exact where the token
     # values cross the gap too
     t = candidate_model(dynamic_query=False)
-    cand, plan = t.plans(13)[0]  # its candidates first, then the key classes
+    rt = Runtime(t, "plan")
+    cand, plan = rt.plans(13)[0]  # its candidates first, then the key classes
     assert cand.gap is not None
     assert isinstance(plan, P.QueryPlan) and plan.queries.shape == (13, 3)
-    t.blocks[0].attn.candidate_misses[0] = 2  # as after two failed certificates
+    rt.layers[0].misses[0] = 2  # as after two failed certificates
     ids = torch.zeros(3, 13, dtype=torch.long)
     vals = torch.tensor(
         [
@@ -250,9 +254,7 @@ def test_a_head_with_static_queries_runs_over_key_classes_on_any_input():
     with torch.no_grad():
         x = t.W_E[ids] + t.W_pos[:13] + vals[..., None] * t.W_E_num
         assert plan_keys.run(t.blocks[0].attn, plan, x) is not None  # few key classes
-        t.executor = "plan"
-        a = t(ids, vals)
-        t.executor = "dense"
+        a = rt(ids, vals)
         b = t(ids, vals)
     assert torch.equal(a, b)
     assert float(a[0, 1, 4]) == 40.0  # query 1 (block 1) picks the key of value 40
@@ -338,8 +340,7 @@ def test_tasks_both_ways():
 def test_universal_simulator_both_ways(sizes, layer):
     n, d, h = sizes
     U = simulator.build(n, d, h, layer=layer)
-    net = U.model.model
-    plan = net.plans(net.cfg.n_ctx)
+    plan = U.model.runtime.plans(U.model.config.n_ctx)
     assert sum(len(p) for p in plan) > 0  # U's gathers and sums are planned
     for seed in range(3):
         if layer == "attention":
@@ -352,14 +353,13 @@ def test_universal_simulator_both_ways(sizes, layer):
 
 def simulate_both(U, target, X, executor: str) -> None:
     """U with ``executor`` against its dense executor (to rounding) and the reference."""
-    net = U.model.model
     try:
-        net.executor = executor
+        U.model.executor = executor
         got = U.simulate(target, X)
-        net.executor = "dense"
+        U.model.executor = "dense"
         dense = U.simulate(target, X)
     finally:
-        net.executor = "auto"
+        U.model.executor = "auto"
     assert_close(got, dense)
     want = reference.reference(target, X)
     assert float((got - want).abs().max()) <= 1e-9 * (1 + float(want.abs().max()))
@@ -382,12 +382,12 @@ def compare_fuzzed(attention: str, executor: str, seed: int, cases: int) -> int:
         for xs in case.inputs:
             outs = []
             for name in (executor, "dense"):
-                model.model.executor = name
+                model.executor = name
                 try:
                     outs.append(("ok", model.run(xs)))
                 except Exception as exc:  # noqa: BLE001 - both executors must agree
                     outs.append(("error", type(exc).__name__))
-            model.model.executor = "auto"
+            model.executor = "auto"
             assert outs[0][0] == outs[1][0], (case.source(), xs, outs)
             if outs[0][0] == "ok":
                 assert fp.same_row(outs[0][1], outs[1][1]), (case.source(), xs, outs)
@@ -412,7 +412,7 @@ def test_executor_switch_on_the_compiled_model():
     assert model.executor == "auto"
     assert model.plan_summary()["static_heads"] != [[]] * model.config.n_layers
     model.executor = "dense"
-    assert model.model.executor == "dense" and model.run("abc") == ["c", "b", "a"]
+    assert model.runtime.executor == "dense" and model.run("abc") == ["c", "b", "a"]
     with pytest.raises(ValueError, match="executor must be one of"):
         model.executor = "fast"
     with pytest.raises(ValueError, match="executor must be one of"):
@@ -464,7 +464,7 @@ def test_step_plans_at_longer_lengths(name):
 
     entry = library.PROGRAMS[name]
     model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=40)
-    steps = model.model.step_plans(41)
+    steps = model.runtime.step_plans(41)
     assert any(isinstance(p, plan_steps.StepPlan) for layer in steps for p in layer)
     rng = random.Random(3)
     for n in (1, 2, 17, 40):
@@ -485,7 +485,7 @@ def test_a_step_plan_off_its_plateaus_matches_the_units():
         library.make_hist(), vocab=list("ab"), max_seq_len=20, dtype=torch.float64
     )
     mlp = model.model.blocks[0].mlp
-    steps = [p for layer in model.model.step_plans(21) for p in layer]
+    steps = [p for layer in model.runtime.step_plans(21) for p in layer]
     (p,) = [p for p in steps if isinstance(p, plan_steps.StepPlan)]
     t = torch.linspace(-0.2, 1.3, 997, dtype=torch.float64)
     streams = {1: None}  # the stream entering layer 0's MLP, on a real input
@@ -502,14 +502,15 @@ def test_a_step_plan_off_its_plateaus_matches_the_units():
 
 
 def test_plans_are_kept_for_a_bounded_number_of_lengths(monkeypatch):
-    from attnsim.model import transformer
+    from attnsim.model import runtime
 
-    monkeypatch.setattr(transformer, "PLANS_KEPT", 3)
+    monkeypatch.setattr(runtime, "PLANS_KEPT", 3)
     model = reverse_model()
     for n in (1, 2, 3, 4, 5):
         assert model.run("abc"[: n % 3 + 1]) == list(reversed("abc"[: n % 3 + 1]))
-        model.model.plans(n + 1)
-    assert len(model.model._plans) == 3 and sorted(model.model._plans) == [4, 5, 6]
+        model.runtime.plans(n + 1)
+    kept = model.runtime._plans
+    assert len(kept) == 3 and sorted(kept) == [4, 5, 6]
 
 
 # -- constant heads and units: the same output on every input of a length ------------------
@@ -525,7 +526,7 @@ def test_constant_heads_and_units_are_folded_and_match_dense(attention):
     model = compile_program(
         library.make_length(), vocab=list("abc"), max_seq_len=30, attention=attention
     )
-    plans, steps = model.model.plans(31), model.model.step_plans(31)
+    plans, steps = model.runtime.plans(31), model.runtime.step_plans(31)
     assert isinstance(plans[0][0], P.ConstPlan) and plans[0][0].heads == (0,)
     assert any(isinstance(p, plan_steps.ConstUnits) for p in steps[0])
     rng = random.Random(5)
@@ -540,7 +541,7 @@ def test_constant_heads_and_units_are_folded_and_match_dense(attention):
 def test_a_head_with_input_dependent_values_is_not_folded():
     """reverse's gather has a static pattern but reads the tokens: it stays a gather."""
     model = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=6)
-    plans = model.model.plans(7)
+    plans = model.runtime.plans(7)
     assert isinstance(plans[0][0], P.ConstPlan)  # length
     assert [type(p).__name__ for p in plans[3]] == ["HeadPlan"]
     assert model.run([list("abb")]) == [["b", "b", "a"]]

@@ -27,12 +27,13 @@ from attnsim.model import plan_core, plan_keys, plan_tables
 from attnsim.model import plans as P
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.projection import add_columns, columns, set_columns
+from attnsim.model.runtime import Runtime
 from attnsim.rasp import library
 from tests.test_plans import assert_close, run_both, streams_both_ways
 
 
 def table_plans_of(model, n):
-    return [p for layer in model.model.plans(n + 1) for p in layer if isinstance(p, P.TablePlan)]
+    return [p for layer in model.runtime.plans(n + 1) for p in layer if isinstance(p, P.TablePlan)]
 
 
 @pytest.mark.parametrize("n", [5, 20, 40])
@@ -66,7 +67,7 @@ def test_classes_from_ids_equal_the_classes_of_the_rows():
         ids, _ = model.encode(xs)
         with torch.no_grad():  # the stream before layer 0's attention: the embedding
             x = model.model.W_E[ids] + model.model.W_pos[: ids.shape[1]]
-        tables = [p for p in model.model.plans(9)[0] if isinstance(p, P.TablePlan)]
+        tables = [p for p in model.runtime.plans(9)[0] if isinstance(p, P.TablePlan)]
         assert tables
         for p in tables:
             by_ids = plan_tables.classes_of_ids(p, ids)
@@ -104,13 +105,11 @@ def test_models_with_numerical_tokens_do_not_read_classes_from_ids(monkeypatch):
     vals = torch.randn(2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     vals[:, 0] = 0.0
     monkeypatch.setattr(plan_tables, "pays", lambda p, n, attn: True)
+    rt = Runtime(t, "plan")
     with torch.no_grad():
-        t.executor = "plan"
-        planned = t(ids, vals)
-        assert any(isinstance(p, P.TablePlan) for p in t.plans(6)[0])
-        t.executor = "dense"
-        dense = t(ids, vals)
-        t.executor = "plan"
+        planned = rt(ids, vals)
+        assert any(isinstance(p, P.TablePlan) for p in rt.plans(6)[0])
+        dense = t(ids, vals)  # the definition
     assert torch.allclose(planned, dense, rtol=1e-12, atol=1e-12)
 
 

@@ -34,7 +34,7 @@ def gather_at_computed(n: int):
 
 
 def plan_types(model, n):
-    return {type(p).__name__ for layer in model.model.plans(n + 1) for p in layer}
+    return {type(p).__name__ for layer in model.runtime.plans(n + 1) for p in layer}
 
 
 def random_inputs(vocab, n, k, seed, distinct=False):
@@ -105,14 +105,18 @@ def test_a_row_class_head_with_many_distinct_rows_runs_dense():
     model = compile_program(program, vocab=[1, 2, 3, 4, 5], max_seq_len=10)
     net = model.model
     layer, plan = next(
-        (i, p) for i, ps in enumerate(net.plans(11)) for p in ps if isinstance(p, P.RowTablePlan)
+        (i, p)
+        for i, ps in enumerate(model.runtime.plans(11))
+        for p in ps
+        if isinstance(p, P.RowTablePlan)
     )
     attn = net.blocks[layer].attn
     x = torch.randn(512, 11, net.cfg.d_model, dtype=net.dtype)  # every row distinct
     from attnsim.model import plan_tables
 
-    assert plan_tables.run_rows(attn, plan, x) is None
-    assert attn.candidate_misses[("rows", plan.head)] == 1
+    misses: dict = {}
+    assert plan_tables.run_rows(attn, plan, x, misses) is None
+    assert misses == {("rows", plan.head): 1}
     xs = random_inputs([1, 2, 3, 4, 5], 10, 8, 1)
     assert model.run(xs) == rasp.evaluate(program, xs)
 
@@ -194,16 +198,17 @@ def test_a_batch_in_parts_matches_one_part(program_name, monkeypatch):
     n = 16
     vocab = list(range(1, n + 1)) if program_name == "make_sort_unique" else entry.vocab
     model = compile_program(entry.factory(), vocab=vocab, max_seq_len=n)
-    model.model.executor = "plan"
+    model.executor = "plan"
+    rt = model.runtime
     xs = random_inputs(vocab, n, 50, 3, distinct=program_name == "make_sort_unique")
     ids, vals = model.encode(xs)
     with torch.no_grad():
-        whole = model.model(ids, vals)
+        whole = rt(ids, vals)
         monkeypatch.setattr(plan_core, "STREAM_BYTES", 1)  # parts of MIN_PART sequences
         assert plan_core.batch_step(50, n + 1, model.model.cfg.d_model, 4) == plan_core.MIN_PART
-        parts = model.model(ids, vals)
+        parts = rt(ids, vals)
         cols = torch.arange(3)
-        kept = model.model(ids, vals, keep=residual.Columns(cols))
+        kept = rt(ids, vals, keep=residual.Columns(cols))
     assert torch.equal(parts, whole)
     assert torch.equal(kept, whole[..., cols])
     assert model.run(xs) == rasp.evaluate(entry.factory(), xs)
@@ -220,21 +225,21 @@ def test_flops_count_the_new_plans():
     # sort at 12: the row-class, one-sided and table heads count less than the dense heads
     program = library.make_sort(rasp.tokens, rasp.tokens, max_seq_len=12, min_key=1)
     model = compile_program(program, vocab=[1, 2, 3], max_seq_len=12)
-    net = model.model
+    rt = model.runtime
     assert {"QueryPlan", "RowTablePlan"} <= plan_types(model, 12)
-    planned = plan_costs.forward_flops(net, 13)["attention"]
-    net.plans = lambda n: None  # every head dense
-    dense = plan_costs.forward_flops(net, 13)["attention"]
+    planned = plan_costs.forward_flops(rt, 13)["attention"]
+    rt.plans = lambda n: None  # every head dense
+    dense = plan_costs.forward_flops(rt, 13)["attention"]
     assert 0 < planned < dense
 
 
 def test_weights_that_record_gradients_run_the_batch_in_one_part(monkeypatch):
     model = compile_program(library.make_hist(), vocab=list("abc"), max_seq_len=8)
-    net = model.model
+    net = model.runtime
     net.executor = "plan"
     ids, vals = model.encode(random_inputs(list("abc"), 8, 40, 4))
     monkeypatch.setattr(plan_core, "STREAM_BYTES", 1)
-    W = net.blocks[0].mlp.W_out
+    W = model.model.blocks[0].mlp.W_out
     W.requires_grad_(True)
     try:
         out = net(ids, vals)

@@ -20,6 +20,7 @@ from attnsim.model import plan_costs
 from attnsim.model import plan_tables as T
 from attnsim.model import plans as P
 from attnsim.model.config import ModelConfig
+from attnsim.model.runtime import Runtime
 from attnsim.model.transformer import Transformer
 from attnsim.rasp import library
 from tests.test_plans import assert_close, run_both, streams_both_ways
@@ -133,11 +134,8 @@ def test_a_position_written_direction_is_not_a_token_direction():
 def planned_and_dense(t, ids, vals):
     """The final streams of a transformer with plans and dense."""
     with torch.no_grad():
-        t.executor = "plan"
-        planned = t(ids, vals)
-        t.executor = "dense"
-        dense = t(ids, vals)
-        t.executor = "plan"
+        planned = Runtime(t, "plan")(ids, vals)
+        dense = t(ids, vals)  # the definition
     return planned, dense
 
 
@@ -148,7 +146,7 @@ def test_table_heads_match_dense(attention, causal, tables_always):
     rng = torch.Generator().manual_seed(0)
     for n in range(1, N_CTX + 1):
         ids, vals = inputs(n, rng)
-        assert sum(isinstance(p, P.TablePlan) for p in t.plans(n)[0]) == 2
+        assert sum(isinstance(p, P.TablePlan) for p in Runtime(t).plans(n)[0]) == 2
         ran = len(tables_always)
         planned, dense = planned_and_dense(t, ids, vals)
         assert tables_always[ran:] == [True, True]  # both heads ran over classes
@@ -161,11 +159,10 @@ def test_table_heads_match_dense(attention, causal, tables_always):
 def test_bos_only_rows(tables_always):
     for causal in (False, True):
         t = table_model(causal=causal)
-        t.executor = "plan"  # the plans themselves (short inputs would run feature-major)
+        rt = Runtime(t, "plan")  # the plans themselves (short inputs would run feature-major)
         ids, vals = torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, 1, dtype=torch.float64)
         with torch.no_grad():
-            planned = t(ids, vals)
-            t.executor = "dense"
+            planned = rt(ids, vals)
             dense = t(ids, vals)
         assert tables_always == [True, True] * (2 if causal else 1)
         assert torch.equal(planned, dense)
@@ -180,18 +177,18 @@ def test_an_unknown_class_runs_dense(tables_always):
     with torch.no_grad():
         x = t.W_E[ids] + t.W_pos[:4]
         x[0, 2, 0] = 1.0
-        (head0,) = [p for p in t.plans(4)[0] if isinstance(p, P.TablePlan) and p.head == 0]
+        (head0,) = [p for p in Runtime(t).plans(4)[0] if isinstance(p, P.TablePlan) and p.head == 0]
         assert T.run(attn, head0, x) is None
-        planned = P.planned_attention(attn, x, t.plans(4)[0])
+        planned = P.planned_attention(attn, x, Runtime(t).plans(4)[0])
         dense = attn.dense_heads(x, attn.active_heads())
     assert torch.equal(planned, dense)
 
 
 def test_the_cost_rule_leaves_short_inputs_dense():
     t = table_model()
-    assert not any(isinstance(p, P.TablePlan) for p in t.plans(2)[0])
-    assert sum(isinstance(p, P.TablePlan) for p in t.plans(N_CTX)[0]) == 2
-    flops = plan_costs.forward_flops(t, N_CTX)["attention"]
+    assert not any(isinstance(p, P.TablePlan) for p in Runtime(t).plans(2)[0])
+    assert sum(isinstance(p, P.TablePlan) for p in Runtime(t).plans(N_CTX)[0]) == 2
+    flops = plan_costs.forward_flops(Runtime(t), N_CTX)["attention"]
     assert flops > 0
 
 
@@ -220,12 +217,12 @@ def test_compiled_table_heads_run_over_classes(name, attention, causal, tables_a
         )
     except Exception as exc:  # noqa: BLE001 - a program the causal compiler refuses
         pytest.skip(f"not compiled: {exc}")
-    net = model.model
-    if net.plans(entry.max_seq_len + 1) is None:
-        # no static or candidate head (softmax): the transformer does not ask for a plan;
+    net, rt = model.model, model.runtime
+    if rt.plans(entry.max_seq_len + 1) is None:
+        # no static or candidate head (softmax): the runtime does not ask for a plan;
         # here it is given one, built as it would be
         analysis = P.StaticAnalysis.of(net)
-        monkeypatch.setattr(net, "plans", lambda n: P.build_plans(net, n, analysis))
+        monkeypatch.setattr(rt, "plans", lambda n: P.build_plans(net, n, analysis))
     rng = random.Random(3)
     for n in (1, 2, entry.max_seq_len):
         xs = [[rng.choice(entry.vocab) for _ in range(n)] for _ in range(16)]
@@ -260,14 +257,14 @@ def test_sort_unique_runs_its_token_head_over_classes_at_length_40():
     entry = library.PROGRAMS["make_sort_unique"]
     vocab = list(range(1, 41))
     model = compile_program(entry.factory(), vocab=vocab, max_seq_len=40)
-    assert any(isinstance(p, P.TablePlan) for p in model.model.plans(41)[0])
+    assert any(isinstance(p, P.TablePlan) for p in model.runtime.plans(41)[0])
     rng = random.Random(4)
     xs = [rng.sample(vocab, 40) for _ in range(6)]
     outs = []
     for executor in ("plan", "dense"):
-        model.model.executor = executor
+        model.executor = executor
         outs.append(model.run(xs))
-    model.model.executor = "plan"
+    model.executor = "plan"
     assert outs[0] == outs[1] == rasp.evaluate(entry.factory(), xs)
 
 

@@ -27,6 +27,7 @@ from attnsim.model.codec import OutputSpec
 from attnsim.model.config import ModelConfig
 from attnsim.model.ground_truth import GroundTruth
 from attnsim.model.report import Component, ComponentTable, Report, Resources
+from attnsim.model.runtime import Runtime
 from attnsim.model.sparse import SparseTransformer
 from attnsim.model.transformer import Transformer
 from attnsim.values import as_token, check_bool, is_hashable, value_key
@@ -125,9 +126,32 @@ class CompiledModel(GroundTruth):
     def forward(self, token_ids: torch.Tensor, token_values: torch.Tensor | None = None):
         """The final residual stream ``[batch, pos, d_model]`` for encoded inputs."""
         with torch.no_grad():
-            return self.model(token_ids, token_values)
+            return self.runtime(token_ids, token_values)
 
     __call__ = forward
+
+    @property
+    def runtime(self) -> Runtime | SparseTransformer:
+        """What runs :attr:`model`, called as the model is: a :class:`Runtime` over the
+        dense storage (it keeps the plans, counts and prepared weights of its executor),
+        or the sparse storage itself (it runs its own plans). One per model object; a new
+        :attr:`model` gets a new one, with the same executor.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> ids, _ = m.encode(["abba"])
+        >>> type(m.runtime).__name__, torch.equal(m.runtime(ids), m.model(ids))
+        ('Runtime', True)
+        """
+        got = self.__dict__.get("_runtime")
+        if got is not None and got[0] is self.model:
+            return got[1]
+        if getattr(self.model, "storage", "dense") == "sparse":
+            rt = self.model
+        else:
+            rt = Runtime(self.model, got[1].executor if got is not None else "auto")
+        self._runtime = (self.model, rt)
+        return rt
 
     @property
     def storage(self) -> str:
@@ -198,7 +222,7 @@ class CompiledModel(GroundTruth):
         ids, vals = self.encode(batch)
         cache: dict[str, torch.Tensor] = {}
         with torch.no_grad():
-            resid = self.model(ids, vals, cache=cache).cpu()  # checked and decoded on CPU
+            resid = self.runtime(ids, vals, cache=cache).cpu()  # checked and decoded on CPU
         cache.update((k, v.cpu()) for k, v in cache.items())
         if check:
             self._check_guards(cache)
@@ -248,7 +272,7 @@ class CompiledModel(GroundTruth):
             else {}
         )
         with torch.no_grad():
-            resid = self.model(ids, vals, streams=streams or None).cpu()  # decoded on CPU
+            resid = self.runtime(ids, vals, streams=streams or None).cpu()  # decoded on CPU
         streams = {k: None if v is None else v.cpu() for k, v in (streams or {}).items()}
         if check:
             if streams:
@@ -319,7 +343,7 @@ class CompiledModel(GroundTruth):
         (heads whose pattern only the input length decides run as gathers and sparse sums,
         see :mod:`attnsim.model.plans`), "fused" (always feature-major, every head dense)
         or "dense" (every head over [query, key]: the plain definition). All four give the
-        dense outputs to rounding. Settable.
+        dense outputs to rounding. Settable; kept by :attr:`runtime`.
 
         >>> from attnsim import rasp
         >>> from attnsim.compiler import compile_program
@@ -332,13 +356,13 @@ class CompiledModel(GroundTruth):
         >>> m.executor = "dense"; m.run(["a", "b"])
         ['a', 'b']
         """
-        return self.model.executor
+        return self.runtime.executor
 
     @executor.setter
     def executor(self, value: str) -> None:
         if value not in plans.EXECUTORS:
             raise ValueError(f"executor must be one of {plans.EXECUTORS}, got {value!r}")
-        self.model.executor = value
+        self.runtime.executor = value
 
     def plan_summary(self) -> dict:
         """Which heads the plan executor runs without [query, key] scores, per layer:

@@ -249,7 +249,6 @@ def _compressed_net(
     net = model.model
     cfg = dataclasses.replace(net.cfg, d_model=P.shape[1])
     small = Transformer(cfg)
-    small.executor = "dense"
     src = dict(net.state_dict())
     state = {}
     for name, w in src.items():

@@ -10,7 +10,7 @@ the benchmark machine, one thread: ``[1536, 13] @ [13, 5]`` 23 us, ``[5, 13] @ [
 too, so each head's scores and mixed values are broadcast sums over the few columns a head
 uses.
 
-The equations are the dense forward's (``Transformer`` with ``executor="dense"``): every
+The equations are the definition's (``Transformer.forward``): every
 active head over ``[query, key]`` (hard attention's mean over the keys within the tolerance
 of the best score, or softmax), then every ReLU, bilinear and declared unit, each product
 over the residual rows its weights read and write. A layer whose every head selects one key
@@ -18,18 +18,18 @@ per query on every input of the length (its plan, hard attention) takes that key
 as the dense mean of one value is. Only the order in which a sum's terms are added differs,
 so outputs agree with the dense forward to rounding (exactly, where every partial sum is
 exact, as in integer-valued programs).
-``executor="fused"`` runs every input this way; the default ``"auto"`` runs an input so
-where :func:`applies` says it costs less than the plans, and the plans otherwise. The
-weights are prepared once and kept until they change.
+A runtime (:class:`attnsim.model.runtime.Runtime`) with ``executor="fused"`` runs every
+input this way; the default ``"auto"`` runs an input so where :func:`applies` says it costs
+less than the plans, and the plans otherwise. The weights are prepared once and kept in the
+runtime (``Runtime.fused``) until they change.
 
 >>> import torch
 >>> from attnsim import compile_program, library
 >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
 >>> ids, _ = m.encode(["abba", "abab"])
->>> net = m.model
->>> net.executor = "dense"; want = net(ids)
->>> net.executor = "auto"
->>> bool(applies(net, ids.shape[1])), bool(torch.equal(net(ids), want))
+>>> from attnsim.model.runtime import Runtime
+>>> rt = Runtime(m.model)
+>>> bool(applies(rt, ids.shape[1])), bool(torch.equal(rt(ids), m.model(ids)))
 (True, True)
 """
 
@@ -40,7 +40,6 @@ import torch
 from attnsim.model.config import AttentionMode
 from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
-from attnsim.model.plans import ConstPlan, HeadPlan
 from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
 __all__ = ["MAX_POSITIONS", "MAX_D_MODEL", "applies", "chosen", "forward"]
@@ -55,10 +54,10 @@ BROADCAST_VALUES = 1 << 21  # a head group's [head, width, query, key, batch] up
 ONE_HOT_VOCAB = 64  # wider models embed by a one-hot product up to this many tokens
 
 
-def chosen(net, executor: str, n: int) -> bool:
-    """Whether a forward pass on ``n`` positions runs feature-major: always with
-    ``executor="fused"``; with "auto" where :func:`applies` and no module of the model has
-    forward hooks (activation patching hooks the sublayers). Its prepared weights carry no
+def chosen(rt, n: int) -> bool:
+    """Whether the runtime ``rt`` runs a forward pass on ``n`` positions feature-major:
+    always with ``executor="fused"``; with "auto" where :func:`applies`. Its prepared
+    weights carry no
     gradients, so a model with weights that require them (being trained) stays on the
     other paths under "auto" and is refused under "fused".
 
@@ -66,30 +65,25 @@ def chosen(net, executor: str, n: int) -> bool:
         ValueError: ``executor="fused"`` while gradients are recorded for the weights.
 
     >>> from attnsim import compile_program, library
+    >>> from attnsim.model.runtime import Runtime
     >>> net = compile_program(library.make_hist(), vocab="ab", max_seq_len=5).model
-    >>> chosen(net, "auto", 6), chosen(net, "plan", 6), chosen(net, "fused", 60)
-    (True, False, True)
+    >>> [chosen(Runtime(net, e), n) for e, n in (("auto", 6), ("plan", 6), ("fused", 60))]
+    [True, False, True]
     """
+    executor = rt.executor
     if executor not in ("auto", "fused"):
         return False
-    if torch.is_grad_enabled() and any(p.requires_grad for p in _params(net)):
+    if torch.is_grad_enabled() and any(p.requires_grad for p in rt.params):
         if executor == "fused":
             raise ValueError(
                 "executor='fused' prepares its weights without gradients; some weights of "
                 "this model require them: use executor='plan' or 'dense' to train it"
             )
         return False
-    if executor == "fused":
-        return True
-    if not applies(net, n):
-        return False
-    mods = getattr(net, "_fused_modules", None)
-    if mods is None:
-        mods = net._fused_modules = list(net.modules())
-    return not any(m._forward_hooks or m._forward_pre_hooks for m in mods)
+    return executor == "fused" or _applies(rt, n)
 
 
-def applies(net, n: int) -> bool:
+def applies(rt, n: int) -> bool:
     """Whether the plan executor runs an input of ``n`` positions (BOS included)
     feature-major: short inputs of a model whose work there is small, unless its plans make
     the heads cheaper. The rule, calibrated on tracr's library at lengths 5 to 20 (one
@@ -102,23 +96,29 @@ def applies(net, n: int) -> bool:
     ``MAX_WORK``.
 
     >>> from attnsim import compile_program, library, rasp
-    >>> hist = compile_program(library.make_hist(), vocab="ab", max_seq_len=5)
+    >>> from attnsim.model.runtime import Runtime
+    >>> hist = Runtime(compile_program(library.make_hist(), vocab="ab", max_seq_len=5).model)
     >>> length = compile_program(rasp.numerical(library.make_length()), vocab="ab", max_seq_len=5)
-    >>> applies(hist.model, 6), applies(length.model, 6), applies(hist.model, 40)
+    >>> applies(hist, 6), applies(Runtime(length.model), 6), applies(hist, 40)
     (True, False, False)
     """
+    rt.current()
+    return _applies(rt, n)
+
+
+def _applies(rt, n: int) -> bool:
+    """:func:`applies` for a runtime that has just checked its weights."""
+    net = rt.net
     if n > MAX_POSITIONS or net.cfg.d_model > MAX_D_MODEL:
         return False
-    key = _key(net)
-    got = getattr(net, "_fused_choice", None)
-    if got is None or got[0] != key:
-        got = net._fused_choice = (key, {})
-    if n not in got[1]:
-        got[1][n] = _cheaper(net, n, _layers(net, key), _gathers(net, key, n))
-    return got[1][n]
+    got = rt.fused.setdefault("choice", {})
+    if n not in got:
+        got[n] = _cheaper(rt, n, _layers(rt), _gathers(rt, n))
+    return got[n]
 
 
-def _cheaper(net, n: int, layers: list, gathers: list) -> bool:
+def _cheaper(rt, n: int, layers: list, gathers: list) -> bool:
+    net = rt.net
     scale = 2 if net.cfg.dtype == "float64" else 1
     work, d = 0, net.cfg.d_model
     for (att, units), gathered in zip(layers, gathers):
@@ -130,7 +130,7 @@ def _cheaper(net, n: int, layers: list, gathers: list) -> bool:
             work += 0 if gathered is not None else H * (2 * wq + 2 * wv) * n * n
         work += sum(n * d * (w_in[0].shape[0] + w_out[0].shape[1]) for _, w_in, w_out in units)
     work *= scale
-    plans = net.plans(n) or [() for _ in net.blocks]
+    plans = rt.plans(n) or [() for _ in net.blocks]
     quadratic, const, other = 0, 0, 0
     for block, layer_plans, gathered in zip(net.blocks, plans, gathers):
         heads, qk, ov = block.attn._plan()
@@ -138,10 +138,10 @@ def _cheaper(net, n: int, layers: list, gathers: list) -> bool:
             continue
         done = set()
         for p in layer_plans:
-            if isinstance(p, ConstPlan):
+            if p.kind == "const":
                 const += len(p.heads)
                 done.update(p.heads)
-            elif isinstance(p, HeadPlan) and p.gap is None:  # a gather (not candidates)
+            elif p.kind == "head":  # its keys fixed (not candidates)
                 quadratic += int(qk[p.head] + ov[p.head]) * n * n * scale
                 done.add(p.head)
         other += len(set(heads.tolist()) - done)
@@ -151,17 +151,6 @@ def _cheaper(net, n: int, layers: list, gathers: list) -> bool:
     if quadratic:
         return work <= STATIC_WORK and quadratic <= STATIC_QUADRATIC
     return work <= MAX_WORK
-
-
-def _params(net) -> list:
-    params = getattr(net, "_fused_params", None)
-    if params is None:
-        params = net._fused_params = list(net.parameters())
-    return params
-
-
-def _key(net) -> tuple:
-    return tuple((p.data_ptr(), p._version) for p in _params(net))
 
 
 def _stack(W: torch.Tensor, heads: torch.Tensor, width: int) -> torch.Tensor:
@@ -233,35 +222,29 @@ def _write(W: tuple, z: torch.Tensor, x: torch.Tensor) -> None:
         x.index_add_(0, writes, _mm(w, z))
 
 
-def _gathers(net, key: tuple, n: int) -> list:
+def _gathers(rt, n: int) -> list:
     """Per layer, ``[head, pos]`` the one key each query selects on every input of ``n``
     positions where the plans say so for every active head of the layer (hard attention),
     else None; kept per length until the weights change."""
-    got = getattr(net, "_fused_gathers", None)
-    if got is None or got[0] != key:
-        got = net._fused_gathers = (key, {})
-    if n not in got[1]:
-        plans = net.plans(n) if net.cfg.attention is AttentionMode.HARD else None
+    net = rt.net
+    got = rt.fused.setdefault("gathers", {})
+    if n not in got:
+        plans = rt.plans(n) if net.cfg.attention is AttentionMode.HARD else None
         plans = plans or [() for _ in net.blocks]
         out = []
         for block, layer_plans in zip(net.blocks, plans):
             heads = block.attn._plan()[0].tolist()
-            found = {
-                p.head: p.keys
-                for p in layer_plans
-                if isinstance(p, HeadPlan) and p.gather and p.gap is None
-            }
+            found = {p.head: p.keys for p in layer_plans if p.kind == "head" and p.gather}
             ok = heads and all(h in found for h in heads)
             out.append(torch.stack([found[h] for h in heads]) if ok else None)
-        got[1][n] = out
-    return got[1][n]
+        got[n] = out
+    return got[n]
 
 
-def _layers(net, key: tuple) -> list:
-    got = getattr(net, "_fused", None)
-    if got is None or got[0] != key:
-        got = net._fused = (key, _prepare(net))
-    return got[1]
+def _layers(rt) -> list:
+    if "layers" not in rt.fused:
+        rt.fused["layers"] = _prepare(rt.net)
+    return rt.fused["layers"]
 
 
 def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -326,30 +309,31 @@ def _mlp(units: list, x: torch.Tensor) -> None:
 
 
 def forward(
-    net,
+    rt,
     token_ids: torch.Tensor,
     token_values: torch.Tensor | None,
     streams: dict | None = None,
     keep=None,
 ) -> torch.Tensor:
     """The final residual stream ``[batch, pos, d_model]`` (or its ``keep`` columns), as
-    the dense forward computes it, with the stream feature-major in between. Inputs are
-    checked by the caller (``Transformer.forward``); ``streams`` and ``keep`` as there.
+    the definition computes it, with the stream feature-major in between, for the runtime
+    ``rt``'s model. Inputs are checked by the caller (``Runtime.__call__``); ``streams`` and
+    ``keep`` as in ``Transformer.forward``.
 
     >>> import torch
     >>> from attnsim import compile_program, library
     >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     >>> ids, _ = m.encode(["abba"])
-    >>> m.model.executor = "dense"
-    >>> bool(torch.allclose(forward(m.model, ids, None), m.model(ids)))
+    >>> from attnsim.model.runtime import Runtime
+    >>> bool(torch.allclose(forward(Runtime(m.model), ids, None), m.model(ids)))
     True
     """
+    net = rt.net
     cfg = net.cfg
     b, n = token_ids.shape
-    key = _key(net)
-    E = getattr(net, "_fused_embed", None)
-    if E is None or E[0] != key:
-        E = net._fused_embed = (key, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
+    E = rt.fused.get("embed")  # (the caller has dropped what was kept for other weights)
+    if E is None:
+        E = rt.fused["embed"] = (None, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
     idx = token_ids.T.reshape(-1)
     d, vocab = E[1].shape
     if d > 16 and vocab <= ONE_HOT_VOCAB:  # measured faster there; exact (one 1 per column)
@@ -365,8 +349,8 @@ def forward(
         x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
     if streams:
         _capture(streams, 0, x.permute(2, 1, 0))
-    gathers = _gathers(net, key, n)
-    for i, (att, units) in enumerate(_layers(net, key)):
+    gathers = _gathers(rt, n)
+    for i, (att, units) in enumerate(_layers(rt)):
         if att is not None:
             _attention(cfg, att, x, gathers[i])
         if streams:

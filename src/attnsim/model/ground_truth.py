@@ -14,7 +14,7 @@ import torch
 from attnsim.model import circuit, codec, path_patching
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.report import Component
-from attnsim.model.transformer import expand_update
+from attnsim.model.stream import expand_update
 
 __all__ = ["GroundTruth"]
 

@@ -1,5 +1,6 @@
-"""The hard-attention rule, in one place: a hard head selects the keys whose score is within
-its tolerance of the row's best score, ``score >= max - tolerance``, and averages them.
+"""The attention rule, in one place: a hard head selects the keys whose score is within
+its tolerance of the row's best score, ``score >= max - tolerance``, and averages them
+(:func:`mix` also gives softmax's weights, ``softmax(beta * scores)``).
 
 Every executor (the dense reference, the plans, the feature-major and the sparse forward,
 the ONNX graph) selects keys through :func:`hard_selection`; the certificates that bound how
@@ -19,7 +20,9 @@ import numbers
 
 import torch
 
-__all__ = ["hard_selection", "hard_threshold"]
+from attnsim.model.config import AttentionMode, ModelConfig
+
+__all__ = ["HEAD_CHUNK_VALUES", "hard_selection", "hard_threshold", "mix"]
 
 
 def hard_threshold(best: torch.Tensor, tolerance: float, *, inplace: bool = False) -> torch.Tensor:
@@ -81,3 +84,34 @@ def hard_selection(
     else:
         threshold = hard_threshold(best, tolerance)
     return scores.ge_(threshold) if inplace else scores >= threshold
+
+
+HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
+
+
+def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):
+    """``(pattern, z)``: attention weights from ``scores [..., query, key]`` and the mixed
+    values ``z = pattern @ v`` (``v [..., key, width]``), as every dense head computes them.
+    Hard attention: the mean over the keys within the tolerance of the row's best score, as
+    one product that sums their values and (a column of ones) counts them, then one
+    division; without ``need_pattern`` the scores become the 0/1 selection in place and the
+    pattern is None. Softmax: ``softmax(beta * scores)``.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> scores = torch.tensor([[1.0, 1.1, 0.0]], dtype=torch.float64)  # keys 0, 1 within 0.25
+    >>> v = torch.tensor([[2.0], [4.0], [8.0]], dtype=torch.float64)
+    >>> mix(cfg, scores, v)[1].tolist()
+    [[3.0]]
+    """
+    if cfg.attention is AttentionMode.HARD:
+        chosen = hard_selection(scores, cfg.hard_tolerance, inplace=not need_pattern)
+        if need_pattern:
+            chosen = chosen.to(v.dtype)
+        ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+        zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
+        count = zc[..., -1:]
+        return (chosen / count if need_pattern else None), zc[..., :-1] / count
+    pattern = torch.softmax(cfg.beta * scores, dim=-1)
+    return pattern, torch.matmul(pattern, v)

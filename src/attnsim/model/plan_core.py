@@ -8,12 +8,15 @@ Shapes: ``q, k [pos, width]`` (one input); a plan's ``offsets [pos + 1]`` and ``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from attnsim.model import plan_curve
+from attnsim.model import plan_curve, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.hard import hard_selection
-from attnsim.model.projection import columns
+from attnsim.model.hard import HEAD_CHUNK_VALUES, hard_selection, mix  # noqa: F401
+from attnsim.model.projection import Projection, add_columns, columns, set_columns
+from attnsim.model.transformer import relu_units
 
 __all__ = [
     "select_keys",
@@ -29,37 +32,6 @@ __all__ = [
 
 ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
 CURVE_FROM = 2048  # keys from which a hard head looks for a parabola (plan_curve)
-
-
-HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
-
-
-def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):
-    """``(pattern, z)``: attention weights from ``scores [..., query, key]`` and the mixed
-    values ``z = pattern @ v`` (``v [..., key, width]``), as every dense head computes them.
-    Hard attention: the mean over the keys within the tolerance of the row's best score, as
-    one product that sums their values and (a column of ones) counts them, then one
-    division; without ``need_pattern`` the scores become the 0/1 selection in place and the
-    pattern is None. Softmax: ``softmax(beta * scores)``.
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=3, d_vocab=2)
-    >>> scores = torch.tensor([[1.0, 1.1, 0.0]], dtype=torch.float64)  # keys 0, 1 within 0.25
-    >>> v = torch.tensor([[2.0], [4.0], [8.0]], dtype=torch.float64)
-    >>> mix(cfg, scores, v)[1].tolist()
-    [[3.0]]
-    """
-    if cfg.attention is AttentionMode.HARD:
-        chosen = hard_selection(scores, cfg.hard_tolerance, inplace=not need_pattern)
-        if need_pattern:
-            chosen = chosen.to(v.dtype)
-        ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-        zc = torch.matmul(chosen, torch.cat([v, ones], dim=-1))
-        count = zc[..., -1:]
-        return (chosen / count if need_pattern else None), zc[..., :-1] / count
-    pattern = torch.softmax(cfg.beta * scores, dim=-1)
-    return pattern, torch.matmul(pattern, v)
 
 
 # the plan executor runs a batch in parts whose stream takes at most about this many bytes:
@@ -201,10 +173,9 @@ def relu_rows(
     [[[1.0], [7.0]]]
     """
     xs = columns(x, rows).reshape(-1, len(rows))
-    step = max(1, (1 << 21) // max(1, w_in.shape[1]))
 
     def units(u: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(u, step)])
+        return relu_units(u, w_in, w_out)
 
     work = w_in.shape[1] * (len(rows) + w_out.shape[1])
     part = on_distinct_rows(xs, units, owner, work)
@@ -404,3 +375,101 @@ def _term_parts(terms: int, width: int) -> list[slice]:
     """
     step = max(1, ROWS_PER_CHUNK // max(1, width))
     return [slice(a, min(a + step, terms)) for a in range(0, terms, step)]
+
+
+@dataclass(frozen=True)
+class Summed:
+    """The planned heads of a layer as one product: their values' projection (rounded as
+    the dense one, :class:`Projection`), their output weights on the columns they write,
+    and the one-key gathers as one index ``[pos, their value columns]``."""
+
+    values: Projection
+    W_O: torch.Tensor  # [sum of widths, len(cols)]
+    cols: torch.Tensor  # the residual columns the heads write
+    gather_cols: torch.Tensor  # the value columns of the one-key heads
+    gather_keys: torch.Tensor  # [pos, len(gather_cols)]: each column's key per query
+    rest: tuple  # (plan, first value column, width) of every other planned head
+
+
+def summed(attn, plans: tuple) -> Summed:
+    """The planned heads ``plans`` (``attnsim.model.plans.HeadPlan``, no candidates) of
+    ``attn`` stacked as one :class:`Summed`."""
+    _, _, ov_width = attn._plan()
+    widths = [max(1, int(ov_width[p.head])) for p in plans]
+    hs = [p.head for p in plans]
+    # every planned head's values in one product: [batch, pos, sum of widths]
+    W_V = torch.cat([attn.W_V[h, :, :w] for h, w in zip(hs, widths)], dim=1)
+    W_O = torch.cat([attn.W_O[h, :w] for h, w in zip(hs, widths)], dim=0)
+    # the values read a few directions and the outputs write a few: the sums run over
+    # those only where that cannot change a rounding (at most two terms per sum, whose
+    # order does not matter), so that a gather gives the dense result to the last bit
+    cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+    starts = [0]
+    for w in widths:
+        starts.append(starts[-1] + w)
+    gathered = [(p, c, w) for p, c, w in zip(plans, starts, widths) if p.gather]
+    dev = W_V.device
+    g_cols = [torch.arange(c, c + w, device=dev) for _, c, w in gathered]
+    g_keys = [p.keys.to(dev)[:, None].expand(-1, w) for p, _, w in gathered]
+    none = torch.zeros(0, dtype=torch.long, device=dev)
+    return Summed(
+        values=Projection(W_V),
+        W_O=W_O[:, cols],
+        cols=cols,
+        gather_cols=torch.cat([none, *g_cols]),
+        gather_keys=torch.cat(g_keys, dim=1) if g_keys else none.view(len(plans[0].keys), 0),
+        rest=tuple((p, c, w) for p, c, w in zip(plans, starts, widths) if not p.gather),
+    )
+
+
+def sum_planned(
+    attn,
+    x: torch.Tensor,
+    plans: tuple,
+    out: torch.Tensor,
+    where,
+    cache: dict | None = None,
+    key: object = None,
+) -> None:
+    """Adds the planned heads' output to ``out [batch, pos, written columns]`` (``where``
+    maps a residual column to its place there). ``cache``: where the heads' stacked weights
+    are kept between calls, for the layer's plans ``key`` (the same object each call)."""
+    got = None if cache is None else cache.get("summed")
+    if got is None or got[0] is not key or key is None:
+        got = (key, summed(attn, plans))
+        if cache is not None:
+            cache["summed"] = got
+    s = got[1]
+    b, n, _ = x.shape
+    v_all = s.values(x)
+    k = len(s.gather_cols)
+    # one key per query: the dense mean of one value is that value
+    if k == v_all.shape[-1]:  # every planned head (the columns in order)
+        z_all = torch.gather(v_all, 1, s.gather_keys[None].expand(b, n, k))
+    else:
+        z_all = torch.empty_like(v_all)
+        if k:
+            z = torch.gather(columns(v_all, s.gather_cols), 1, s.gather_keys[None].expand(b, n, k))
+            set_columns(z_all, s.gather_cols, z)
+    for p, col, w in s.rest:
+        v = v_all[..., col : col + w]  # [batch, pos, w]
+        z_all[..., col : col + w] = run_head(p, v, attn.cfg.attention, n, b, w)
+    add_columns(out, where[s.cols], z_all @ s.W_O)
+
+
+def run_head(p, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
+    """One planned head's mixed values ``[batch, pos, w]`` from its values ``v``."""
+    if p.gather:  # one key per query: the dense mean of one value is that value exactly
+        return v[:, p.keys]
+    counts = p.offsets[1:] - p.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz] query of each pair
+    z = torch.zeros_like(v)
+    step = max(1, plan_static.PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
+    for start in range(0, b, step):
+        terms = v[start : start + step, p.keys]  # [rows, nnz, w]
+        if p.weights is not None:
+            terms = terms * p.weights.to(v.dtype)[None, :, None]
+        z[start : start + step].index_add_(1, rows, terms)
+    if mode is AttentionMode.HARD:  # the sum, then one division by the count
+        z = z / counts.to(v.dtype)[None, :, None]
+    return z

@@ -25,13 +25,14 @@ scores:
 >>> from attnsim import compile_program, library, rasp
 >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
 ...                     vocab=[1, 2, 3], max_seq_len=3)
->>> [type(p).__name__ for p in m.model.plans(4)[1]]  # the placing head: candidates first
+>>> [type(p).__name__ for p in m.runtime.plans(4)[1]]  # the placing head: candidates first
 ['HeadPlan', 'QueryPlan']
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -59,6 +60,8 @@ class KeyPlan:
         keys: ``[pos, width]`` its keys (the same on every input of this length).
     """
 
+    kind: ClassVar[str] = "side"  # what runs it (attnsim.model.plans.KINDS)
+
     head: int
     q_rows: torch.Tensor
     keys: torch.Tensor
@@ -73,6 +76,8 @@ class QueryPlan:
         k_rows: ``[m]`` int64 residual directions its keys read.
         queries: ``[pos, width]`` its queries (the same on every input of this length).
     """
+
+    kind: ClassVar[str] = "side"  # what runs it (attnsim.model.plans.KINDS)
 
     head: int
     k_rows: torch.Tensor
@@ -119,7 +124,7 @@ def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
     ...                     vocab=[1, 2, 3], max_seq_len=3)
-    >>> plan = m.model.plans(4)[1][-1]
+    >>> plan = m.runtime.plans(4)[1][-1]
     >>> type(plan).__name__, plan.queries.shape[0]  # one static query per position
     ('QueryPlan', 4)
     """
@@ -142,7 +147,7 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     >>> streams = {2: None}
     >>> _ = net(ids, streams=streams)  # the stream before layer 1's attention
     >>> attn, x = net.blocks[1].attn, streams[2]
-    >>> z = run(attn, net.plans(4)[1][-1], x)
+    >>> z = run(attn, m.runtime.plans(4)[1][-1], x)
     >>> heads = torch.tensor([0])
     >>> dense = attn.dense_heads(x, heads)  # the dense head's output, through W_O
     >>> W_O = attn.W_O[0, : z.shape[-1]]
@@ -320,7 +325,7 @@ def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
     ...                     vocab=[1, 2, 3], max_seq_len=3)
-    >>> flops(m.model.blocks[1].attn, m.model.plans(4)[1][-1], 4) > 0
+    >>> flops(m.model.blocks[1].attn, m.runtime.plans(4)[1][-1], 4) > 0
     True
     """
     static = p.keys if isinstance(p, KeyPlan) else p.queries

@@ -33,6 +33,7 @@ outputs are the same to rounding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -61,6 +62,8 @@ class StepPlan:
         offset: ``[S + 1, C]`` its value at ``t = 0`` on each interval.
     """
 
+    kind: ClassVar[str] = "step"
+
     units: torch.Tensor
     row: int
     cols: torch.Tensor
@@ -85,6 +88,8 @@ class ConstUnits:
         cols: ``[C]`` the residual directions they write.
         values: ``[pos, C]`` their summed output at each position.
     """
+
+    kind: ClassVar[str] = "const"
 
     units: torch.Tensor
     cols: torch.Tensor
@@ -212,7 +217,7 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
     [0.0, 2.5, nan]
     """
     cols = p.cols if where is None else where[p.cols]
-    if isinstance(p, ConstUnits):
+    if p.kind == "const":
         add_columns(out, cols, p.values)
         return
     t = x[:, 1:, p.row]  # [batch, pos - 1]
@@ -253,18 +258,24 @@ def flops(p: StepPlan | ConstUnits, n: int) -> int:
     >>> flops(p, 10)  # 10 * (2 * 3 outputs + 2 search steps)
     80
     """
-    if isinstance(p, ConstUnits):
+    if p.kind == "const":
         return n * p.cols.numel()
     return n * (2 * p.cols.numel() + p.bounds.numel().bit_length())
 
 
 def compact(
-    mlp, x: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor] | None, steps: tuple = ()
+    mlp,
+    x: torch.Tensor,
+    plan: tuple[torch.Tensor, torch.Tensor] | None,
+    steps: tuple = (),
+    state=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """An MLP's output on ``x`` as ``(cols, values)``: only the columns some unit writes,
     each summed in the order the full forward sums it (``plan``: the rows the ReLU units
     read and the columns they write; ``steps``: the step plans of the plan executor, with
-    the other ReLU units over their rows and columns).
+    the other ReLU units over their rows and columns). ``state``: the layer's
+    :class:`attnsim.model.runtime.LayerState`, where the written columns are kept between
+    calls and repeated rows are counted (None: found again, nothing counted).
 
     >>> from attnsim import compile_program, library
     >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4).model
@@ -279,8 +290,8 @@ def compact(
     (True, True)
     """
     slices = mlp._unit_slices()
-    got = getattr(mlp, "_written", None)
-    # cached with the weights' slices, the plan and the step plans
+    got = None if state is None else state.mlp_written
+    # kept with the weights' slices, the plan and the step plans
     if got is None or got[0] is not slices or got[1] is not plan or got[4] is not steps:
         groups = [slices[k] for k in (["bilinear"] if mlp.W_bil_a.shape[1] else [])]
         groups += [slices[k] for k in mlp.native_kinds]
@@ -292,13 +303,15 @@ def compact(
         written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
         where = torch.full((x.shape[-1],), -1, dtype=torch.long)
         where[written] = torch.arange(len(written))
-        got = mlp._written = (slices, plan, written, where, steps, rest)
+        got = (slices, plan, written, where, steps, rest)
+        if state is not None:
+            state.mlp_written = got
     written, where, rest = got[2], got[3], got[5]
     out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
     if steps:  # the other units first, then the plans (as the full forward adds them)
         if rest is not None:
             rows, cols, w_in, w_out = rest
-            set_columns(out, where[cols], plan_core.relu_rows(x, rows, w_in, w_out, mlp))
+            set_columns(out, where[cols], plan_core.relu_rows(x, rows, w_in, w_out, state))
         for p in steps:
             run(mlp, p, x, out, where)
     elif plan is not None:  # the ReLU units over the rows they read, in slices of positions
@@ -306,7 +319,7 @@ def compact(
         set_columns(
             out,
             where[cols],
-            plan_core.relu_rows(x, rows, mlp.W_in[rows], mlp.W_out[:, cols], mlp),
+            plan_core.relu_rows(x, rows, mlp.W_in[rows], mlp.W_out[:, cols], state),
         )
     if mlp.W_bil_a.shape[1]:
         proj, cols, w_out = slices["bilinear"]
@@ -318,17 +331,6 @@ def compact(
         val = torch.where(gate != 0, NATIVE_FUNCTIONS[kind](pre), torch.zeros_like(pre)) * gate
         add_columns(out, where[cols], val @ w_out)
     return written, out
-
-
-def relu_except(mlp, x: torch.Tensor, steps: tuple) -> torch.Tensor:
-    """The ReLU units' output ``[batch, pos, d_model]`` leaving out the step plans' units
-    (over the rows they read and the columns they write)."""
-    out = torch.zeros_like(x)
-    rest = rest_units(mlp, steps)
-    if rest is not None:
-        rows, cols, w_in, w_out = rest
-        out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
-    return out
 
 
 def rest_units(mlp, steps: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:

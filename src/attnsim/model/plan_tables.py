@@ -26,6 +26,7 @@ these heads where the class sums cost less than the dense head.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -84,6 +85,8 @@ class TablePlan:
             channels, whose non-finite values would reach them); the classes are then read
             from the token ids, with no comparison of rows.
     """
+
+    kind: ClassVar[str] = "table"  # what runs it (attnsim.model.plans.KINDS)
 
     head: int
     rows: torch.Tensor
@@ -270,6 +273,8 @@ class RowTablePlan:
         rows: ``[m]`` int64 residual directions its queries and keys read.
     """
 
+    kind: ClassVar[str] = "rows"  # what runs it (attnsim.model.plans.KINDS)
+
     head: int
     rows: torch.Tensor
 
@@ -299,10 +304,13 @@ def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
     return tuple(out)
 
 
-def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
+def run_rows(
+    attn, p: RowTablePlan, x: torch.Tensor, misses: dict | None = None
+) -> torch.Tensor | None:
     """A head's mixed values over the classes of its rows in this batch, or None where the
-    batch's rows take so many distinct values that the dense head costs less (then the
-    attention layer counts a miss: after two, the head runs dense without looking).
+    batch's rows take so many distinct values that the dense head costs less (then it
+    counts a miss in ``misses``, the layer's counts: after two, the head runs dense without
+    looking).
 
     >>> import torch
     >>> from attnsim import compile_program, library, rasp
@@ -329,7 +337,8 @@ def run_rows(attn, p: RowTablePlan, x: torch.Tensor) -> torch.Tensor | None:
     table = b * c * (min(c, n) + n) * (wv + 1) + 2 * c * m * wq + c * c * wq
     dense = b * n * (4 * m * wq + n * (wq + wv + 1))
     if table >= dense:
-        attn.candidate_misses[("rows", h)] = attn.candidate_misses.get(("rows", h), 0) + 1
+        if misses is not None:
+            misses[("rows", h)] = misses.get(("rows", h), 0) + 1
         return None
     scores = (classes @ attn.W_Q[h, p.rows, :wq]) @ (classes @ attn.W_K[h, p.rows, :wq]).T
     plan = TablePlan(h, p.rows, classes, scores, wv)

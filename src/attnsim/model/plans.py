@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -75,7 +76,13 @@ from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     static_heads,
 )
 from attnsim.model.plan_tables import RowTablePlan, TablePlan
-from attnsim.model.projection import Projection, _project, add_columns, columns  # noqa: F401 - read by tests
+from attnsim.model.projection import (  # noqa: F401 - read by tests
+    Projection,
+    _project,
+    add_columns,
+    columns,
+    set_columns,
+)
 
 __all__ = [
     "HeadPlan",
@@ -95,6 +102,23 @@ __all__ = [
 # "auto": short inputs feature-major where that costs less (attnsim.model.fused), else
 # "plan": static heads as gathers; "fused": always feature-major; "dense": the definition
 EXECUTORS = ("auto", "plan", "fused", "dense")
+# the kinds of a layer's head plans (each plan's ``kind``), in the order
+# :func:`planned_attention` runs them: constants, token tables (exact whenever every class
+# is known), certified candidates, one-sided heads, classes of rows, then fixed keys
+KINDS = ("const", "table", "candidates", "side", "rows", "head")
+
+
+def by_kind(plans) -> dict[str, list]:
+    """A layer's plans grouped by ``kind``, every kind of :data:`KINDS` present (maybe
+    empty), each group in the plans' order.
+
+    >>> by_kind(())["head"]
+    []
+    """
+    out: dict[str, list] = {k: [] for k in KINDS}
+    for p in plans:
+        out[p.kind].append(p)
+    return out
 
 
 @dataclass(frozen=True)
@@ -126,6 +150,11 @@ class HeadPlan:
     static_rows: torch.Tensor | None = None  # [d_model] bool: the static directions
 
     @property
+    def kind(self) -> str:
+        """ "candidates" (scores checked on run) or "head" (its keys, fixed)."""
+        return "candidates" if self.gap is not None else "head"
+
+    @property
     def nnz(self) -> int:
         return int(self.keys.numel())
 
@@ -152,6 +181,8 @@ class ConstPlan:
         values: ``[pos, written columns]`` their summed output, on the columns the layer's
             heads write (:meth:`Attention.written_columns`).
     """
+
+    kind: ClassVar[str] = "const"  # what runs it (attnsim.model.plans.KINDS)
 
     heads: tuple[int, ...]
     values: torch.Tensor
@@ -363,7 +394,12 @@ def _static_part(block, before_attn: torch.Tensor, before_mlp: torch.Tensor):
 
 
 def planned_attention(
-    attn, x: torch.Tensor, plans: tuple, compact: bool = False, ids: torch.Tensor | None = None
+    attn,
+    x: torch.Tensor,
+    plans: tuple,
+    compact: bool = False,
+    ids: torch.Tensor | None = None,
+    state=None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """An attention sublayer's output ``[batch, pos, d_model]``: the planned heads as gathers
     and sparse sums, a certified candidate head on its candidates, a token-table head over
@@ -371,33 +407,34 @@ def planned_attention(
     columns the layer's heads can write and the output there ``[batch, pos, len(cols)]``
     (every other column of the output is 0), so that the caller adds only those. ``ids``:
     the token ids of ``x``, from which token-table heads read their classes where they can.
+    ``state``: what the runtime keeps for this layer between calls
+    (:class:`attnsim.model.runtime.LayerState`: the count of failed certificates per head,
+    the planned heads' stacked weights; None: nothing is kept).
 
     >>> from attnsim import compile_program, library, rasp
     >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
     >>> net, ids = m.model, m.encode(["abba"])[0]
     >>> x, attn = net.W_E[ids] + net.W_pos[:5], net.blocks[0].attn  # layer 0: length
-    >>> planned = planned_attention(attn, x, net.plans(5)[0])
+    >>> planned = planned_attention(attn, x, m.runtime.plans(5)[0])
     >>> torch.allclose(planned, attn.dense_heads(x, attn.active_heads()), rtol=1e-15)
     True
     """
     heads, _, ov_width = attn._plan()
-    written, where = attn.written_columns()
+    if state is None:
+        written, where = attn.written_columns()
+    else:  # (the runtime drops its layer states when the weights change)
+        if "written" not in state.cache:
+            state.cache["written"] = attn.written_columns()
+        written, where = state.cache["written"]
     out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
     planned: set[int] = set()
-    for p in plans:
-        if isinstance(p, ConstPlan):  # the same output on every input of this length
-            out += p.values
-            planned.update(p.heads)
-    plans = tuple(p for p in plans if not isinstance(p, ConstPlan))
-    token = [p for p in plans if isinstance(p, TablePlan)]
-    sided = [p for p in plans if isinstance(p, (KeyPlan, QueryPlan))]
-    by_rows = [p for p in plans if isinstance(p, RowTablePlan)]
-    plans = tuple(
-        p for p in plans if not isinstance(p, (TablePlan, KeyPlan, QueryPlan, RowTablePlan))
-    )
-    cands = [p for p in plans if p.gap is not None]
-    plans = tuple(p for p in plans if p.gap is None)
-    planned.update(p.head for p in plans)
+    layer_plans = plans  # (kept for the length: the key of what is stacked for it)
+    by = by_kind(plans)
+    for p in by["const"]:  # the same output on every input of this length
+        out += p.values
+        planned.update(p.heads)
+    fixed = tuple(by["head"])
+    planned.update(p.head for p in fixed)
 
     def add(h: int, z: torch.Tensor) -> None:
         wv = max(1, int(ov_width[h]))
@@ -408,14 +445,14 @@ def planned_attention(
 
     # a token-table head's class sums are exact for every input whose classes are known:
     # they go before its candidates, whose certificate may fail
-    for p in token:
+    for p in by["table"]:
         z = plan_tables.run(attn, p, x, ids)
         if z is not None:  # every position's class is known
             add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
     # would cost more than it saves (the outputs are the dense ones either way)
-    misses = attn.candidate_misses
-    for p in cands:
+    misses = {} if state is None else state.misses
+    for p in by["candidates"]:
         if p.head not in planned and misses.get(p.head, 0) < 2:
             z = _run_candidates(attn, p, x)
             if z is not None:  # certified: the head's keys are among its candidates
@@ -423,21 +460,21 @@ def planned_attention(
             else:
                 misses[p.head] = misses.get(p.head, 0) + 1
     # None twice (too many distinct rows on the dynamic side): the head stops trying
-    for p in sided:
+    for p in by["side"]:
         if p.head not in planned and misses.get(("side", p.head), 0) < 2:
             z = plan_keys.run(attn, p, x)
             if z is not None:
                 add(p.head, z)
             else:
                 misses[("side", p.head)] = misses.get(("side", p.head), 0) + 1
-    for p in by_rows:  # None (too many classes) twice: the head runs dense from then on
+    for p in by["rows"]:  # None (too many classes) twice: the head runs dense from then on
         if p.head not in planned and misses.get(("rows", p.head), 0) < 2:
-            z = plan_tables.run_rows(attn, p, x)
+            z = plan_tables.run_rows(attn, p, x, misses)
             if z is not None:
                 add(p.head, z)
-    if plans:
-        _sum_planned(attn, x, plans, out, where)
-        planned.update(p.head for p in plans)
+    if fixed:
+        cache = None if state is None else state.cache
+        plan_core.sum_planned(attn, x, fixed, out, where, cache, layer_plans)
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
         out += compact_heads(attn, x, torch.tensor(rest, dtype=torch.long), written)
@@ -446,30 +483,6 @@ def planned_attention(
     full = torch.zeros_like(x)
     full[..., written] = out
     return full
-
-
-def _sum_planned(attn, x: torch.Tensor, plans: tuple, out: torch.Tensor, where) -> None:
-    """Adds the planned heads' output to ``out [batch, pos, written columns]`` (``where``
-    maps a residual column to its place there)."""
-    _, _, ov_width = attn._plan()
-    b, n, _ = x.shape
-    widths = [max(1, int(ov_width[p.head])) for p in plans]
-    hs = [p.head for p in plans]
-    # every planned head's values in one product: [batch, pos, sum of widths]
-    W_V = torch.cat([attn.W_V[h, :, :w] for h, w in zip(hs, widths)], dim=1)
-    W_O = torch.cat([attn.W_O[h, :w] for h, w in zip(hs, widths)], dim=0)
-    # the values read a few directions and the outputs write a few: the sums run over
-    # those only where that cannot change a rounding (at most two terms per sum, whose
-    # order does not matter), so that a gather gives the dense result to the last bit
-    cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-    v_all = _project(x, W_V)
-    z_all = torch.empty_like(v_all)
-    col = 0
-    for p, w in zip(plans, widths):
-        v = v_all[..., col : col + w]  # [batch, pos, w]
-        z_all[..., col : col + w] = _run_head(p, v, attn.cfg.attention, n, b, w)
-        col += w
-    add_columns(out, where[cols], z_all @ W_O[:, cols])
 
 
 def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tuple:
@@ -481,28 +494,10 @@ def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tu
         return plans
     written, where = attn.written_columns()
     out = torch.zeros(1, x.shape[1], len(written), dtype=x.dtype)
-    _sum_planned(attn, x, const, out, where)
+    plan_core.sum_planned(attn, x, const, out, where)
     heads = tuple(p.head for p in const)
     rest = tuple(p for p in plans if p.head not in heads)
     return (ConstPlan(heads=heads, values=out[0]),) + rest
-
-
-def _run_head(p: HeadPlan, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
-    """One planned head's mixed values ``[batch, pos, w]`` from its values ``v``."""
-    if p.gather:  # one key per query: the dense mean of one value is that value exactly
-        return v[:, p.keys]
-    counts = p.offsets[1:] - p.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz] query of each pair
-    z = torch.zeros_like(v)
-    step = max(1, PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
-    for start in range(0, b, step):
-        terms = v[start : start + step, p.keys]  # [rows, nnz, w]
-        if p.weights is not None:
-            terms = terms * p.weights.to(v.dtype)[None, :, None]
-        z[start : start + step].index_add_(1, rows, terms)
-    if mode is AttentionMode.HARD:  # the sum, then one division by the count
-        z = z / counts.to(v.dtype)[None, :, None]
-    return z
 
 
 def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:

@@ -26,15 +26,26 @@ class Projection:
 
     def __init__(self, W: torch.Tensor) -> None:
         nonzero = W != 0
-        few = nonzero.sum(dim=0) <= 2
+        terms = nonzero.sum(dim=0)
+        few = terms <= 2
         self.width = W.shape[1]
         self.f = torch.nonzero(few).flatten()
         self.m = torch.nonzero(~few).flatten()
         self.rows = torch.nonzero(nonzero[:, self.f].any(dim=1)).flatten()
         self.W_f = W[self.rows][:, self.f]
         self.W_m = W[:, self.m]
+        # one term per column: a gather, scaled (the same product: x * w + zeros)
+        self.pick: tuple | None = None
+        if W.shape[1] and bool((terms == 1).all()):
+            rows = nonzero.to(torch.int8).argmax(dim=0)
+            scale = W[rows, torch.arange(W.shape[1], device=W.device)]
+            self.pick = (rows, None if bool((scale == 1).all()) else scale)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pick is not None:
+            rows, scale = self.pick
+            picked = columns(x, rows)
+            return picked if scale is None else picked * scale
         if not len(self.m):
             return columns(x, self.rows) @ self.W_f
         if not len(self.f):

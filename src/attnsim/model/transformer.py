@@ -1,4 +1,9 @@
-"""The compiled transformer: embedding, blocks of (attention, MLP), no layer norm.
+"""The compiled transformer's definition: embedding, blocks of (attention, MLP), no layer norm.
+
+This module is what a compiled model computes, and it computes only that: every active head
+over ``[query, key]``, every unit of every MLP, on any device. It keeps no executor state
+and imports no executor; :mod:`attnsim.model.runtime` runs the same weights faster (plans,
+feature-major) and is checked against this forward.
 
 Shapes (glossary): batch, pos (BOS included), d_model, n_heads, d_head, d_mlp.
 Weight names follow TransformerLens: ``blocks.{l}.attn.W_Q`` is ``[n_heads, d_model, d_head]``,
@@ -19,16 +24,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnsim.model import fused, plan_core, plan_steps
-from attnsim.model import plans as execution
-from attnsim.model import stream as residual
 from attnsim.model.config import ModelConfig
+from attnsim.model.hard import HEAD_CHUNK_VALUES, mix
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.projection import Projection, columns
-from attnsim.model.stream import Columns, _add, _capture, check_positions, expand_update  # noqa: F401
+from attnsim.model.stream import Columns, _capture, check_positions
 
-PLANS_KEPT = 32  # execution plans kept per model (one per input length)
-HEAD_CHUNK_VALUES = plan_core.HEAD_CHUNK_VALUES  # (read by attnsim.model.memory)
+__all__ = [
+    "Attention",
+    "Block",
+    "HEAD_CHUNK_VALUES",
+    "MLP",
+    "Transformer",
+    "relu_slices",
+    "relu_units",
+]
+
+RELU_SLICE_VALUES = 1 << 21  # hidden activations per slice of a wide ReLU layer
 
 
 def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
@@ -49,8 +61,6 @@ class Attention(nn.Module):
         self.W_K = _param(h, d, k, dtype=dtype)
         self.W_V = _param(h, d, k, dtype=dtype)
         self.W_O = _param(h, k, d, dtype=dtype)
-        # head -> how often its candidate plan's certificate failed (attnsim.model.plans)
-        self.candidate_misses: dict[int, int] = {}
 
     def _plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Active heads (any non-zero output weight; the others add exactly 0) and the
@@ -77,7 +87,7 @@ class Attention(nn.Module):
 
     def written_columns(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual columns any active head writes, and each column's place among them
-        (-1 elsewhere); cached until the weights change.
+        (-1 elsewhere).
 
         >>> from attnsim import compile_program, library
         >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
@@ -86,32 +96,18 @@ class Attention(nn.Module):
         True
         """
         heads = self._plan()[0]
-        key = self._plan_key
-        got = getattr(self, "_written", None)
-        if got is None or got[0] != key:
-            W_O = self.W_O[heads]  # [active heads, d_head, d_model]
-            cols = torch.nonzero(W_O.abs().sum(dim=(0, 1)) > 0).flatten()
-            where = torch.full((self.W_O.shape[2],), -1, dtype=torch.long, device=cols.device)
-            where[cols] = torch.arange(len(cols), device=cols.device)
-            got = self._written = (key, cols, where)
-        return got[1], got[2]
+        W_O = self.W_O[heads]  # [active heads, d_head, d_model]
+        cols = torch.nonzero(W_O.abs().sum(dim=(0, 1)) > 0).flatten()
+        where = torch.full((self.W_O.shape[2],), -1, dtype=torch.long, device=cols.device)
+        where[cols] = torch.arange(len(cols), device=cols.device)
+        return cols, where
 
     def active_heads(self) -> torch.Tensor:
         """Indices of heads with any non-zero output weight."""
         return torch.sort(self._plan()[0]).values
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: dict | None,
-        prefix: str,
-        plan: tuple | None = None,
-        ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        # x: [batch, pos, d_model]; plan: this layer's execution plan (attnsim.model.plans);
-        # ids: the token ids of x, where token-table heads may read their classes from them
-        if plan is not None:  # the heads whose pattern is static as gathers and sparse sums
-            return execution.planned_attention(self, x, plan, compact=True, ids=ids)
+    def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
+        # x: [batch, pos, d_model]
         if cache is None:
             return self.dense_heads(x, self._plan()[0])
         heads, qk_width, ov_width = self._plan()
@@ -175,7 +171,7 @@ class Attention(nn.Module):
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        _, z = plan_core.mix(self.cfg, scores, v)  # [batch, pos, d_head]
+        _, z = mix(self.cfg, scores, v)  # [batch, pos, d_head]
         return z @ self.W_O[head]
 
     def _heads(
@@ -204,7 +200,7 @@ class Attention(nn.Module):
         if self.cfg.causal:
             future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        pattern, z = plan_core.mix(self.cfg, scores, v, need_pattern)
+        pattern, z = mix(self.cfg, scores, v, need_pattern)
         return scores, pattern, z
 
 
@@ -275,24 +271,9 @@ class MLP(nn.Module):
             self._slices, self._slices_key = slices, key
         return self._slices
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: dict | None,
-        prefix: str,
-        steps: tuple = (),
-        compact: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        # steps: the step plans of this MLP (attnsim.model.plan_steps), plan executor only;
-        # compact: return (cols, values), the output on the columns the units write only
+    def forward(self, x: torch.Tensor, cache: dict | None, prefix: str) -> torch.Tensor:
         plan = self._plan()
-        if compact and cache is None and (steps or plan is not None or not self._relu_used()):
-            return plan_steps.compact(self, x, plan, steps)
-        if steps and cache is None:
-            out = plan_steps.relu_except(self, x, steps)
-            for p in steps:
-                plan_steps.run(self, p, x, out)
-        elif plan is None:
+        if plan is None:
             post = torch.relu(x @ self.W_in)  # [batch, pos, d_mlp]
             out = post @ self.W_out
         else:  # the same sums over the non-zero rows and columns only
@@ -300,7 +281,7 @@ class MLP(nn.Module):
             w_in, w_out = self.W_in[rows], self.W_out[:, cols]
             out = torch.zeros_like(x)
             if cache is None:  # a wide layer (a ReLU-realised map) runs in slices
-                out[..., cols] = plan_core.relu_rows(x, rows, w_in, w_out)
+                out[..., cols] = relu_slices(x, rows, w_in, w_out)
             else:  # the same 2-D products as the sliced pass, keeping the activations
                 post = torch.relu(columns(x, rows).reshape(-1, len(rows)) @ w_in)
                 out[..., cols] = (post @ w_out).reshape(*x.shape[:-1], len(cols))
@@ -352,23 +333,14 @@ class Block(nn.Module):
         prefix: str,
         streams: dict | None = None,
         stage: int = 1,
-        plan: tuple | None = None,
-        steps: tuple = (),
-        ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if cache is not None:
             cache[f"{prefix}.hook_resid_pre"] = x
-        if plan is None:
-            x = x + self.attn(x, cache, f"{prefix}.attn", plan)
-        else:  # the planned path owns its stream: the update is added in place
-            _add(x, self.attn(x, cache, f"{prefix}.attn", plan, ids))
+        x = x + self.attn(x, cache, f"{prefix}.attn")
         if cache is not None:
             cache[f"{prefix}.hook_resid_mid"] = x
         _capture(streams, stage, x)
-        if plan is None:
-            x = x + self.mlp(x, cache, f"{prefix}.mlp")
-        else:
-            _add(x, self.mlp(x, cache, f"{prefix}.mlp", steps, compact=True))
+        x = x + self.mlp(x, cache, f"{prefix}.mlp")
         if cache is not None:
             cache[f"{prefix}.hook_resid_post"] = x
         _capture(streams, stage + 1, x)
@@ -391,13 +363,6 @@ class Transformer(nn.Module):
             Block(cfg, dtype, cfg.mlp_width(li), cfg.head_shape(li), cfg.bilinear_width(li))
             for li in range(cfg.n_layers)
         )
-        # "auto": short inputs feature-major where it costs less (attnsim.model.fused),
-        # the others as "plan": heads whose pattern only the length decides run as gathers
-        # and sparse sums (see attnsim.model.plans); "fused": always feature-major;
-        # "dense": every head over [query, key]
-        self.executor = "auto"
-        self._plans: dict = {}
-        self._plans_key: tuple | None = None
         self._patterns: tuple = ()
         self._patterns_key: tuple | None = None
 
@@ -415,40 +380,14 @@ class Transformer(nn.Module):
         self._patterns = tuple(tuple(layer) for layer in patterns)
         self._patterns_key = tuple((p.data_ptr(), p._version) for p in self.parameters())
 
-    def plans(self, n: int) -> list | None:
-        """The execution plan for inputs of ``n`` positions (BOS included), or None when no
-        head's pattern is static. Built once per length and kept until the weights change.
-
-        >>> from attnsim import compile_program, library
-        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-        >>> [type(p).__name__ for p in m.model.plans(5)[0]]
-        ['HeadPlan', 'TablePlan']
-        """
-        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
-        if key != self._plans_key:
-            self._plans, self._plans_key = {}, key
-            self._analysis = execution.StaticAnalysis.of(self)
-            for block in self.blocks:  # new weights: every candidate head gets tried again
-                block.attn.candidate_misses.clear()
-        if n not in self._plans:
-            steps: list = []
-            heads = execution.build_plans(self, n, self._analysis, steps=steps)
-            if len(self._plans) >= PLANS_KEPT:  # the least recently built length goes
-                del self._plans[next(iter(self._plans))]
-            self._plans[n] = (heads if any(heads) or any(steps) else None, steps)
-        return self._plans[n][0]
-
-    def step_plans(self, n: int) -> list:
-        """Per layer, the MLP's step plans for inputs of ``n`` positions (see
-        :mod:`attnsim.model.plan_steps`), built with :meth:`plans`.
-
-        >>> from attnsim import compile_program, library
-        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=20)
-        >>> [(type(p).__name__, len(p.units)) for p in m.model.step_plans(21)[0]]
-        [('StepPlan', 40)]
-        """
-        self.plans(n)
-        return self._plans[n][1]
+    def __setattr__(self, name: str, value) -> None:
+        if name == "executor":  # not silently ignored: the definition runs as defined
+            raise AttributeError(
+                "Transformer is the definition and has no executor: run it through "
+                "attnsim.model.runtime.Runtime(model, executor=...), or set "
+                "CompiledModel.executor (its runtime is CompiledModel.runtime)"
+            )
+        super().__setattr__(name, value)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -470,17 +409,24 @@ class Transformer(nn.Module):
         with the columns a :class:`Columns` value there asks for), keep (a :class:`Columns`:
         return only these columns of the final stream).
         Returns the final residual stream [batch, pos, d_model] (or [batch, pos, len(keep)]).
+        Inputs move to the model's device; every allocation follows it.
         """
-        if self.executor not in execution.EXECUTORS:
-            raise ValueError(
-                f"executor must be one of {execution.EXECUTORS}, got {self.executor!r}"
-            )
-        device = self.W_E.device  # the inputs follow the model (any device)
-        if device.type != "cpu" and self.executor in ("plan", "fused"):
-            raise ValueError(
-                f"executor={self.executor!r} runs on CPU only; on {device} the model runs as "
-                "defined: use executor='auto' or 'dense' there"
-            )
+        token_ids, token_values, n = self.prepare_inputs(token_ids, token_values)
+        x = self.embed(token_ids, token_values, n)
+        if cache is not None:
+            cache["hook_embed"] = x
+        _capture(streams, 0, x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, f"blocks.{i}", streams, 2 * i + 1)
+        return x if keep is None else x[..., keep.cols.to(x.device)]
+
+    def prepare_inputs(
+        self, token_ids: torch.Tensor, token_values: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """``(token_ids, token_values, n)``: the inputs on the model's device, checked (ids
+        rows of the embedding, at most ``n_ctx`` positions, vector tokens of the model's
+        width), and their number of positions ``n``."""
+        device = self.W_E.device
         token_ids = token_ids.to(device)
         token_values = None if token_values is None else token_values.to(device)
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
@@ -491,29 +437,18 @@ class Transformer(nn.Module):
                 f"this model reads vector tokens of width {width}: pass "
                 f"token_values [batch, pos, {width}], got {got}"
             )
-        if device.type != "cpu":  # the definition runs anywhere; the optimisers on CPU
-            x = self._run(token_ids, token_values, cache, streams, n, dense=True)
-            return x if keep is None else x[..., keep.cols.to(device)]
-        if cache is None and fused.chosen(self, self.executor, n):
-            return fused.forward(self, token_ids, token_values, streams, keep)
-        b = token_ids.shape[0]
-        split = self.executor in ("auto", "plan") and cache is None and streams is None
-        step = plan_core.part_size(self, b, n, split)
-        if step < b:
-            out = residual.new_stream((b, n, self.cfg.d_model), self.dtype, device)
-            for i in range(0, b, step):  # each part's stream is a slice of the output
-                p, vals = slice(i, i + step), token_values
-                self._run(token_ids[p], vals if vals is None else vals[p], None, None, n, out[p])
-            return out if keep is None else out[..., keep.cols]
-        x = self._run(token_ids, token_values, cache, streams, n)
-        return x if keep is None else x[..., keep.cols]
+        return token_ids, token_values, n
 
-    def _run(
-        self, token_ids, token_values, cache, streams, n: int, out=None, dense: bool = False
+    def embed(
+        self,
+        token_ids: torch.Tensor,
+        token_values: torch.Tensor | None,
+        n: int,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # the forward pass past the checks; out: where the stream goes (a new tensor if None);
-        # dense: every head over [query, key] whatever the executor
-        width = self.cfg.token_width
+        """The embedding ``[batch, pos, d_model]`` of checked inputs (written into ``out``
+        when given): token row, plus position row, plus value times the numerical
+        direction, plus vector tokens' channels through ``W_E_vec``."""
         flat = token_ids.reshape(-1)
         if out is None:  # a new tensor (the sums below go in place); a row gather
             x = torch.index_select(self.W_E, 0, flat).view(*token_ids.shape, -1)
@@ -523,26 +458,32 @@ class Transformer(nn.Module):
         x += self.W_pos[:n]
         if token_values is not None and self.cfg.numerical_tokens:
             x += token_values.to(self.dtype)[..., None] * self.W_E_num
-        if width:
+        if self.cfg.token_width:
             x = x + token_values.to(self.dtype) @ self.W_E_vec
-        if cache is not None:
-            cache["hook_embed"] = x
-        _capture(streams, 0, x)
-        # a cache records every head's scores and pattern: that needs the dense path
-        planned = self.executor in ("auto", "plan") and not dense
-        plan = self.plans(n) if planned and cache is None else None
-        steps = self.step_plans(n) if plan is not None else None
-        for i, block in enumerate(self.blocks):
-            x = block(
-                x,
-                cache,
-                f"blocks.{i}",
-                streams,
-                2 * i + 1,
-                None if plan is None else plan[i],
-                () if steps is None else steps[i],
-                token_ids,
-            )
-        if out is not None and x is not out:  # a layer without plans adds out of place
-            out.copy_(x)
+            if out is not None:
+                out.copy_(x)
+                x = out
         return x
+
+
+def relu_slices(
+    x: torch.Tensor, rows: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor
+) -> torch.Tensor:
+    """``relu(x[..., rows] @ w_in) @ w_out`` (``[batch, pos, columns]``) over slices of the
+    positions, so that a wide layer's hidden activations stay small (each position's sums
+    are the same).
+
+    >>> x = torch.tensor([[[1.0, -2.0], [3.0, 4.0]]], dtype=torch.float64)
+    >>> w = torch.eye(2, dtype=torch.float64)
+    >>> relu_slices(x, torch.tensor([0, 1]), w, torch.ones(2, 1, dtype=torch.float64)).tolist()
+    [[[1.0], [7.0]]]
+    """
+    out = relu_units(columns(x, rows).reshape(-1, len(rows)), w_in, w_out)
+    return out.reshape(*x.shape[:-1], w_out.shape[1])
+
+
+def relu_units(xs: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+    """``relu(xs @ w_in) @ w_out`` for rows ``xs [rows, width]``, a slice of rows at a time
+    (at most :data:`RELU_SLICE_VALUES` hidden activations)."""
+    step = max(1, RELU_SLICE_VALUES // max(1, w_in.shape[1]))
+    return torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])

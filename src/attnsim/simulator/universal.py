@@ -376,7 +376,7 @@ class UniversalSimulator:
         streams: dict = {s: self._columns(ds) for s, ds in keep.items()}
         out_dirs = [d for d, _ in model.output.form]
         with torch.no_grad():  # guarded stages and the output: their columns only
-            resid = model.model(ids, vals, streams=streams, keep=self._columns(out_dirs))
+            resid = model.runtime(ids, vals, streams=streams, keep=self._columns(out_dirs))
         resid = resid.cpu()  # (the model may run on another device; U reads on CPU)
         streams = {s: v.cpu() if isinstance(v, torch.Tensor) else v for s, v in streams.items()}
         for g in guards:
@@ -556,7 +556,7 @@ def build(
     memory.release_free()  # the compiler's tables, freed, leave the resident memory too
     # the execution plan for U's one input length: its gathers and sums, found once here
     # so that every simulate runs them without [query, key] scores
-    model.model.plans(config.layout.length + 1)
+    model.runtime.plans(config.layout.length + 1)
     memory.release_free()
     seconds = time.perf_counter() - start
     return UniversalSimulator(config, model, build_seconds=seconds, program=keep)

@@ -1,0 +1,287 @@
+"""The runtime: runs a compiled transformer faster than its definition, with the same outputs.
+
+:mod:`attnsim.model.transformer` is the definition (every head over ``[query, key]``, every
+unit) and keeps no executor state. A :class:`Runtime` runs one such model by one of the
+executors and holds everything an executor keeps between calls, in one place: the plans per
+input length (:mod:`attnsim.model.plans`, built once per length from the compiler's head
+patterns and the static analysis), each layer's count of failed certificates and of
+batches without repeated rows (:class:`LayerState`), and the feature-major executor's
+prepared weights (:mod:`attnsim.model.fused`). All of it is keyed to the weights'
+versions: changed weights start afresh.
+
+The executors: "auto" (the default: short inputs feature-major where that costs less, the
+others by the plans), "plan" (heads whose pattern only the length decides as gathers and
+sparse sums, the others dense), "fused" (always feature-major) and "dense" (the
+definition). All give the definition's outputs to rounding. A cache of every hook, forward
+hooks on a module (activation patching), or a device other than the CPU run the
+definition.
+
+>>> import torch
+>>> from attnsim import compile_program, library
+>>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+>>> ids, _ = m.encode(["abba", "abab"])
+>>> rt = Runtime(m.model, executor="plan")
+>>> torch.equal(rt(ids), m.model(ids)), [type(p).__name__ for p in rt.plans(5)[0]]
+(True, ['HeadPlan', 'TablePlan'])
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from attnsim.model import fused, plan_core, plan_steps, plans
+from attnsim.model.plans import EXECUTORS
+from attnsim.model.projection import Projection, add_columns
+from attnsim.model.stream import Columns, _add, _capture, new_stream
+
+__all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
+
+PLANS_KEPT = 32  # execution plans kept per model (one per input length)
+
+
+class LayerState:
+    """What the plan executor learns about one layer between calls: ``misses`` (head, or
+    (kind, head), -> how often its certificate failed or its rows were too many: after two
+    the head runs dense without trying), ``_distinct_misses`` (batches whose MLP input
+    rows were mostly distinct: after two the rows are no longer grouped) and
+    ``mlp_written`` (the columns the MLP writes, with the slices they come from) and
+    ``cache`` (the planned heads' weights, stacked once for the layer's plans)."""
+
+    def __init__(self) -> None:
+        self.misses: dict = {}
+        self._distinct_misses = 0
+        self.mlp_written: tuple | None = None
+        self.cache: dict = {}  # the planned heads' stacked weights (attnsim.model.plans)
+
+
+class Runtime:
+    """Runs ``net`` (a :class:`attnsim.model.transformer.Transformer`) by ``executor``.
+
+    Call it as the model: ``runtime(token_ids, token_values, cache=None, streams=None,
+    keep=None)`` gives what ``net(...)`` gives (see ``Transformer.forward``).
+
+    Raises:
+        ValueError: an executor that is not one of :data:`EXECUTORS`; "plan" or "fused"
+            for a model off the CPU.
+    """
+
+    def __init__(self, net, executor: str = "auto") -> None:
+        self.net = net
+        self.executor = executor
+        self._key: tuple | None = None
+        self._modules, self._params = _walk(net)
+        # a dict to fill with the seconds of each planned sublayer ("blocks.{l}.attn",
+        # "blocks.{l}.mlp"), summed over calls (forward hooks would run the definition)
+        self.profile: dict[str, float] | None = None
+        self._reset(None)
+
+    @property
+    def executor(self) -> str:
+        return self._executor
+
+    @executor.setter
+    def executor(self, value: str) -> None:
+        if not isinstance(value, str) or value not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {value!r}")
+        self._executor = value
+
+    def _reset(self, key: tuple | None) -> None:
+        self._key = key
+        self._plans: dict = {}
+        self._analysis = None
+        self.layers = [LayerState() for _ in self.net.blocks]
+        self.fused: dict = {}  # attnsim.model.fused's prepared weights and choices
+        self._embedding: tuple | None = None
+
+    def current(self) -> None:
+        """Drops what was kept for other weights: parameters or modules replaced, weights
+        changed in place or moved (one walk over the modules, each call)."""
+        self._modules, self._params = _walk(self.net)
+        key = tuple((id(p), p.data_ptr(), p._version) for p in self._params)
+        if key != self._key:
+            self._reset(key)
+
+    @property
+    def params(self) -> list:
+        return self._params
+
+    def hooked(self) -> bool:
+        """Whether a module of the model has forward hooks (they see the definition's
+        sublayer outputs, so the definition runs)."""
+        return any(m._forward_hooks or m._forward_pre_hooks for m in self._modules)
+
+    def plans(self, n: int) -> list | None:
+        """Per layer, the execution plans for inputs of ``n`` positions (BOS included), or
+        None when no head's pattern is static and no MLP has step plans. Built once per
+        length and kept (the last :data:`PLANS_KEPT` lengths) until the weights change.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+        >>> [type(p).__name__ for p in Runtime(m.model).plans(5)[0]]
+        ['HeadPlan', 'TablePlan']
+        """
+        return self._built(n)[0]
+
+    def step_plans(self, n: int) -> list:
+        """Per layer, the MLP's step plans for inputs of ``n`` positions (see
+        :mod:`attnsim.model.plan_steps`), built with :meth:`plans`.
+
+        >>> from attnsim import compile_program, library
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=20)
+        >>> [(type(p).__name__, len(p.units)) for p in Runtime(m.model).step_plans(21)[0]]
+        [('StepPlan', 40)]
+        """
+        return self._built(n)[1]
+
+    def _built(self, n: int) -> tuple:
+        self.current()
+        if n not in self._plans:
+            if self._analysis is None:
+                self._analysis = plans.StaticAnalysis.of(self.net)
+            steps: list = []
+            heads = plans.build_plans(self.net, n, self._analysis, steps=steps)
+            if len(self._plans) >= PLANS_KEPT:  # the least recently built length goes
+                del self._plans[next(iter(self._plans))]
+            self._plans[n] = (heads if any(heads) or any(steps) else None, steps)
+        return self._plans[n]
+
+    def forget(self) -> None:
+        """Drops every plan and count kept (the next call builds them again)."""
+        self._reset(None)
+
+    def __call__(
+        self,
+        token_ids: torch.Tensor,
+        token_values: torch.Tensor | None = None,
+        cache: dict | None = None,
+        streams: dict | None = None,
+        keep: Columns | None = None,
+    ) -> torch.Tensor:
+        net, executor = self.net, self.executor
+        device = net.W_E.device
+        if device.type != "cpu" and executor in ("plan", "fused"):
+            raise ValueError(
+                f"executor={executor!r} runs on CPU only; on {device} the model runs as "
+                "defined: use executor='auto' or 'dense' there"
+            )
+        self.current()
+        if executor == "dense" or cache is not None or device.type != "cpu" or self.hooked():
+            return net(token_ids, token_values, cache, streams, keep)
+        token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
+        if fused.chosen(self, n):
+            return fused.forward(self, token_ids, token_values, streams, keep)
+        b = token_ids.shape[0]
+        step = plan_core.part_size(net, b, n, streams is None)
+        if step < b:
+            out = new_stream((b, n, net.cfg.d_model), net.dtype, device)
+            for i in range(0, b, step):  # each part's stream is a slice of the output
+                p, vals = slice(i, i + step), token_values
+                self._run(token_ids[p], vals if vals is None else vals[p], None, n, out[p])
+            return out if keep is None else out[..., keep.cols]
+        x = self._run(token_ids, token_values, streams, n)
+        return x if keep is None else x[..., keep.cols]
+
+    def _run(self, token_ids, token_values, streams, n: int, out=None) -> torch.Tensor:
+        """The planned pass on checked inputs (into ``out`` when given)."""
+        net = self.net
+        x = self._embed(token_ids, token_values, n, out)
+        _capture(streams, 0, x)
+        plan = self.plans(n)
+        if plan is None:  # nothing to plan: the definition's blocks
+            for i, block in enumerate(net.blocks):
+                x = block(x, None, f"blocks.{i}", streams, 2 * i + 1)
+            if out is not None and x is not out:
+                out.copy_(x)
+            return x
+        steps = self.step_plans(n)
+        clock = _Clock(self.profile)
+        for i, block in enumerate(net.blocks):  # the planned path adds in place
+            state = self.layers[i]
+            attn = plans.planned_attention(
+                block.attn, x, plan[i], compact=True, ids=token_ids, state=state
+            )
+            _add(x, attn)
+            clock.lap(f"blocks.{i}.attn")
+            _capture(streams, 2 * i + 1, x)
+            _add(x, _mlp(block.mlp, x, steps[i], state))
+            clock.lap(f"blocks.{i}.mlp")
+            _capture(streams, 2 * i + 2, x)
+        return x
+
+    def _embed(self, token_ids, token_values, n: int, out=None) -> torch.Tensor:
+        """The definition's embedding (``Transformer.embed``), each sum over the columns
+        its weights write only: the position rows copied, then the token rows' non-zero
+        columns, the numerical direction's and the vector channels' added there (the same
+        sums in the same order; a non-finite token value, which reaches every column as
+        ``0 * inf``, takes the definition's path)."""
+        net = self.net
+        if token_values is not None and not bool(torch.isfinite(token_values).all()):
+            return net.embed(token_ids, token_values, n, out)
+        if self._embedding is None:
+            self._embedding = _embedding_parts(net)
+        (e_cols, W_e), (n_cols, W_n), (v_cols, proj) = self._embedding
+        b, d = token_ids.shape[0], net.cfg.d_model
+        x = new_stream((b, n, d), net.dtype, net.W_E.device) if out is None else out
+        x.copy_(net.W_pos[:n].expand(b, n, d))
+        if len(e_cols):
+            rows = torch.index_select(W_e, 0, token_ids.reshape(-1)).view(b, n, -1)
+            add_columns(x, e_cols, rows)
+        if token_values is not None and net.cfg.numerical_tokens and len(n_cols):
+            add_columns(x, n_cols, token_values.to(x.dtype)[..., None] * W_n)
+        if net.cfg.token_width and len(v_cols):
+            add_columns(x, v_cols, proj(token_values.to(x.dtype)))
+        return x
+
+
+def _embedding_parts(net) -> tuple:
+    """The embedding's non-zero columns: of the token rows (with those columns of ``W_E``),
+    of the numerical direction (with its weights) and of the vector channels (with their
+    product, rounded as the full product rounds, :class:`Projection`)."""
+    W_E = net.W_E.detach()
+    e_cols = torch.nonzero((W_E != 0).any(dim=0)).flatten()
+    W_n = net.W_E_num.detach()
+    n_cols = torch.nonzero(W_n != 0).flatten()
+    v_cols = torch.zeros(0, dtype=torch.long, device=W_E.device)
+    proj = None
+    if net.cfg.token_width:
+        W_v = net.W_E_vec.detach()
+        v_cols = torch.nonzero((W_v != 0).any(dim=0)).flatten()
+        proj = Projection(W_v[:, v_cols])
+    return (e_cols, W_E[:, e_cols].contiguous()), (n_cols, W_n[n_cols]), (v_cols, proj)
+
+
+class _Clock:
+    """Adds the seconds since the last lap to ``profile[name]`` (nothing without one)."""
+
+    def __init__(self, profile: dict | None) -> None:
+        self.profile = profile
+        self.last = time.perf_counter() if profile is not None else 0.0
+
+    def lap(self, name: str) -> None:
+        if self.profile is not None:
+            now = time.perf_counter()
+            self.profile[name] = self.profile.get(name, 0.0) + now - self.last
+            self.last = now
+
+
+def _walk(net) -> tuple[list, list]:
+    """The modules of ``net`` and their parameters, in ``modules()`` order (the module
+    dictionaries read directly: a forward pass does this once)."""
+    modules, params, todo = [], [], [net]
+    while todo:
+        m = todo.pop()
+        modules.append(m)
+        params.extend(p for p in m._parameters.values() if p is not None)
+        todo.extend(c for c in reversed(m._modules.values()) if c is not None)
+    return modules, params
+
+
+def _mlp(mlp, x: torch.Tensor, steps: tuple, state: LayerState):
+    """The MLP's update on the planned path: ``(cols, values)`` over the columns its units
+    write where they write few (or it has step plans), else the definition's."""
+    plan = mlp._plan()
+    if steps or plan is not None or not mlp._relu_used():
+        return plan_steps.compact(mlp, x, plan, steps, state)
+    return mlp(x, None, "")

@@ -1,0 +1,139 @@
+"""The runtime (attnsim.model.runtime) against the definition (Transformer.forward): it keeps
+its state to itself, its embedding is the definition's bit for bit, hooked models and caches
+run the definition, and a compiled model's runtime follows its model."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from attnsim import library, rasp, simulator
+from attnsim.compiler import compile_program
+from attnsim.model.runtime import EXECUTORS, Runtime
+from attnsim.model.stream import Columns
+from attnsim.simulator import spec
+
+
+def _module_state(net) -> dict[str, set[str]]:
+    return {name: set(vars(m)) for name, m in net.named_modules()}
+
+
+@pytest.mark.parametrize("name", ["make_hist", "make_sort", "make_reverse", "make_length"])
+def test_the_runtime_leaves_no_state_on_the_modules(name):
+    entry = library.PROGRAMS[name]
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    net = model.model
+    rng = random.Random(0)
+    xs = [[rng.choice(entry.vocab) for _ in range(entry.max_seq_len)] for _ in range(6)]
+    ids, vals = model.encode(xs)
+    with torch.no_grad():
+        want = net(ids, vals)  # the definition (its own weight-derived caches included)
+    before = _module_state(net)
+    for executor in EXECUTORS:
+        rt = Runtime(net, executor)
+        with torch.no_grad():
+            got = rt(ids, vals)
+        scale = 1.0 + float(want.abs().max())
+        assert float((got - want).abs().max()) <= 1e-12 * scale, executor
+    assert _module_state(net) == before  # every executor's state is the runtime's
+
+
+def test_the_embedding_is_the_definitions_bit_for_bit():
+    U = simulator.build(3, 3, 1, layout="vector", storage="dense")  # vector tokens
+    X = torch.tensor(np.random.default_rng(1).standard_normal((3, 3)))
+    target = spec.random_attention(1, 3, seed=1)
+    ids, vals = U.model_inputs(U.encode(target, X)[None])
+    net, rt = U.model.model, U.model.runtime
+    n = ids.shape[1]
+    assert torch.equal(rt._embed(ids, vals, n), net.embed(ids, vals, n))
+    S = simulator.build(2, 2, 1, layout="scalar", storage="dense")  # numerical tokens
+    T = spec.random_attention(1, 2, seed=2)
+    ids, vals = S.model_inputs(S.encode(T, torch.eye(2, dtype=torch.float64))[None])
+    net, rt = S.model.model, S.model.runtime
+    n = ids.shape[1]
+    assert torch.equal(rt._embed(ids, vals, n), net.embed(ids, vals, n))
+    # a non-finite value reaches every column as 0 * inf: the definition's path, the same
+    bad = vals.clone()
+    bad[0, 1] = float("inf")
+    got, want = rt._embed(ids, bad, n), net.embed(ids, bad, n)
+    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
+    assert torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0))
+
+
+def test_hooks_and_caches_see_the_definition():
+    program = library.make_sort_unique(rasp.tokens, rasp.tokens)
+    m = compile_program(program, vocab="abc", max_seq_len=5)
+    ids, vals = m.encode(["cab", "bca"])
+    rt = Runtime(m.model, "plan")
+    assert not rt.hooked()
+    seen = []
+    handle = m.model.blocks[1].attn.register_forward_hook(lambda mod, a, out: seen.append(out))
+    try:
+        assert rt.hooked()
+        with torch.no_grad():
+            out = rt(ids, vals)
+    finally:
+        handle.remove()
+    assert len(seen) == 1 and seen[0].shape == out.shape  # the full sublayer output
+    cache: dict = {}
+    with torch.no_grad():
+        rt(ids, vals, cache=cache)
+    assert "blocks.0.attn.hook_pattern" in cache  # every hook, from the definition
+
+
+def test_the_planned_pass_times_its_sublayers():
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=40)
+    rt = Runtime(m.model, "plan")
+    ids, vals = m.encode(["ab" * 20])
+    rt.profile = {}
+    with torch.no_grad():
+        rt(ids, vals)
+    n_layers = m.config.n_layers
+    assert sorted(rt.profile) == sorted(
+        f"blocks.{i}.{part}" for i in range(n_layers) for part in ("attn", "mlp")
+    )
+    assert all(v >= 0 for v in rt.profile.values())
+
+
+def test_plans_are_kept_and_dropped_with_the_weights():
+    m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=4)
+    rt = Runtime(m.model)
+    first = rt.plans(5)
+    assert rt.plans(5) is first
+    rt.layers[0].misses[0] = 2
+    rt.forget()
+    assert rt.plans(5) is not first and rt.layers[0].misses == {}
+    again = rt.plans(5)
+    with torch.no_grad():
+        m.model.W_pos.mul_(1.0)  # changed in place: a new version
+    assert rt.plans(5) is not again
+
+
+def test_a_compiled_models_runtime_follows_its_model():
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    rt = m.runtime
+    assert m.runtime is rt and rt.net is m.model
+    m.executor = "plan"
+    m.model = copy.deepcopy(m.model)  # a new model object: a new runtime, the same executor
+    assert m.runtime is not rt and m.runtime.net is m.model and m.executor == "plan"
+    ids, _ = m.encode(["abba"])
+    with torch.no_grad():
+        assert torch.equal(m(ids), m.model(ids))
+        kept = m.runtime(ids, keep=Columns(torch.tensor([1, 0])))
+    assert torch.equal(kept, m.model(ids)[..., [1, 0]])
+
+
+def test_bad_executors_are_refused():
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    for bad in ("fast", None, 1, "Dense"):
+        with pytest.raises(ValueError, match="executor must be one of"):
+            Runtime(m.model, bad)
+        with pytest.raises(ValueError, match="executor must be one of"):
+            m.executor = bad
+    assert m.executor == "auto"
+    with pytest.raises(AttributeError, match="no executor"):
+        m.model.executor = "plan"
