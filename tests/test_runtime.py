@@ -10,6 +10,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnsim import library, rasp, simulator
 from attnsim.compiler import compile_program
@@ -137,3 +139,28 @@ def test_bad_executors_are_refused():
     assert m.executor == "auto"
     with pytest.raises(AttributeError, match="no executor"):
         m.model.executor = "plan"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 6), min_size=1, max_size=12),
+    batch=st.integers(1, 3),
+    width=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_segment_sums_are_index_adds_to_the_bit(counts, batch, width, seed):
+    """The planned heads' sums over each query's keys: the same bits as adding the terms
+    one by one in order (index_add_), on values whose sums round (empty runs give 0)."""
+    from attnsim.model.plan_core import segment_sum
+
+    counts_t = torch.tensor(counts)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts_t.cumsum(0)])
+    nnz = int(offsets[-1])
+    g = torch.Generator().manual_seed(seed)
+    terms = torch.randn(batch, nnz, width, dtype=torch.float64, generator=g) * 10.0 ** (
+        torch.randint(-8, 9, (batch, nnz, 1), generator=g).double()
+    )
+    rows = torch.repeat_interleave(torch.arange(len(counts)), counts_t)
+    want = torch.zeros(batch, len(counts), width, dtype=torch.float64)
+    want.index_add_(1, rows, terms)
+    assert torch.equal(segment_sum(terms, offsets), want)

@@ -505,13 +505,17 @@ def _one_orderable_kind(values: list) -> bool:
 def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str]:
     """A map whose result is NaN or infinite for some value its inputs can take."""
     inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
+    op = e._op
+    if op is not None and op.kind == "position_table" and vi.is_static(e):
+        got = vi.static_array(e)  # its value at every position (the interpreter's, kept)
+        if isinstance(got, np.ndarray) and bool(np.all(np.isfinite(got))):
+            return []
     parts = [vi.values(s) for s in inputs]
     if any(p is None for p in parts):
         return []
     parts = [[v for v in p if v is not None] for p in parts]
     if int(np.prod([len(p) for p in parts])) > MAX_TABLE:
         return []
-    op = e._op
     if op is not None and op.kind == "position_table":  # a table of numbers: check it whole
         with np.errstate(all="ignore"):
             got = op.numpy_fn(np.asarray(parts[0], dtype=np.int64))
@@ -521,6 +525,8 @@ def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str
     vectorised = (
         op is not None and op.numpy_fn is not None and all(E.is_numerical(s) for s in inputs)
     )
+    if vectorised and _all_finite_at_once(op.numpy_fn, parts):
+        return []  # (else the loop below finds the first input that is not, and says so)
     for args in itertools.product(*parts):
         try:
             if vectorised:
@@ -548,6 +554,19 @@ def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str
                 "string), or leave that value out of the vocabulary"
             ]
     return []
+
+
+def _all_finite_at_once(fn, parts: list[list]) -> bool:
+    """Whether the elementwise numpy function ``fn`` is finite on every combination of the
+    values in ``parts`` (one call over the whole grid, as the interpreter runs it); False
+    also where that call raises (then each combination is tried on its own)."""
+    try:
+        grids = np.meshgrid(*(np.array([float(v) for v in p]) for p in parts), indexing="ij")
+        with np.errstate(all="ignore"):
+            got = np.asarray(fn(*(g.reshape(-1) for g in grids)), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - the loop over single values decides then
+        return False
+    return bool(np.all(np.isfinite(got)))
 
 
 def selector_key(sel: E.Selector) -> tuple:

@@ -354,16 +354,55 @@ def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
     q, k = q_s + q_d, k_s + k_d
     counts = offsets[1:] - offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
-    parts = _term_parts(len(keys), q.shape[0] * max(q.shape[2], v.shape[2]))
-    scores = torch.cat([(q[:, rows[at]] * k[:, keys[at]]).sum(-1) for at in parts], 1)
+    parts = _query_parts(offsets, q.shape[0] * max(q.shape[2], v.shape[2]))
+    pairs = [slice(int(offsets[a]), int(offsets[b])) for a, b in parts]
+    scores = torch.cat([(q[:, rows[at]] * k[:, keys[at]]).sum(-1) for at in pairs], 1)
     best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype)
     best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
     chosen = hard_selection(scores, cfg.hard_tolerance, best=best[:, rows]).to(q.dtype)
-    z = torch.zeros(q.shape[0], n, v.shape[-1], dtype=q.dtype)
-    for at in parts:  # the terms in parts, added in the same order
-        z.index_add_(1, rows[at], v[:, keys[at]] * chosen[:, at, None])
-    count = torch.zeros(q.shape[0], n, dtype=q.dtype).index_add_(1, rows, chosen)
+    z = torch.empty(q.shape[0], n, v.shape[-1], dtype=q.dtype)
+    for (a, b), at in zip(parts, pairs):  # whole queries per part: each sum in one piece
+        z[:, a:b] = segment_sum(v[:, keys[at]] * chosen[:, at, None], offsets[a : b + 1] - at.start)
+    count = segment_sum(chosen[..., None], offsets)[..., 0]
     return z / count[..., None]
+
+
+def segment_sum(terms: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, w]``: for each query ``q`` the sum of ``terms[:, offsets[q] :
+    offsets[q + 1]]`` (``terms [batch, pairs, w]``, a query's pairs consecutive), added left
+    to right from 0, as ``index_add_`` over the pairs' queries adds them (the same sums, to
+    the bit; an empty run is 0). One ``segment_reduce`` over the batch's runs.
+
+    >>> t = torch.tensor([[[1.0], [2.0], [4.0]]], dtype=torch.float64)
+    >>> segment_sum(t, torch.tensor([0, 2, 2, 3]))[0, :, 0].tolist()
+    [3.0, 0.0, 4.0]
+    """
+    b, nnz, w = terms.shape
+    n = offsets.numel() - 1
+    offsets = offsets.to(terms.device)
+    starts = (offsets[None, :-1] + nnz * torch.arange(b, device=terms.device)[:, None]).flatten()
+    offs = torch.cat([starts, starts.new_full((1,), b * nnz)])
+    flat = terms.reshape(b * nnz, w)
+    return torch.segment_reduce(flat, "sum", offsets=offs, axis=0, initial=0).view(b, n, w)
+
+
+def _query_parts(offsets: torch.Tensor, width: int) -> list[tuple[int, int]]:
+    """Runs of whole queries ``(first, last + 1)``, each with at most ``ROWS_PER_CHUNK``
+    numbers of ``width`` per pair (a query with more pairs alone).
+
+    >>> _query_parts(torch.tensor([0, 3, 4, 9, 10]), ROWS_PER_CHUNK // 4)
+    [(0, 2), (2, 3), (3, 4)]
+    """
+    step = max(1, ROWS_PER_CHUNK // max(1, width))
+    n, parts, a = offsets.numel() - 1, [], 0
+    ends = offsets.tolist()
+    while a < n:
+        b = a + 1
+        while b < n and ends[b + 1] - ends[a] <= step:
+            b += 1
+        parts.append((a, b))
+        a = b
+    return parts
 
 
 def _term_parts(terms: int, width: int) -> list[slice]:
@@ -462,14 +501,13 @@ def run_head(p, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
     if p.gather:  # one key per query: the dense mean of one value is that value exactly
         return v[:, p.keys]
     counts = p.offsets[1:] - p.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)  # [nnz] query of each pair
-    z = torch.zeros_like(v)
+    z = torch.empty_like(v)
     step = max(1, plan_static.PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
     for start in range(0, b, step):
         terms = v[start : start + step, p.keys]  # [rows, nnz, w]
         if p.weights is not None:
             terms = terms * p.weights.to(v.dtype)[None, :, None]
-        z[start : start + step].index_add_(1, rows, terms)
+        z[start : start + step] = segment_sum(terms, p.offsets)
     if mode is AttentionMode.HARD:  # the sum, then one division by the count
         z = z / counts.to(v.dtype)[None, :, None]
     return z

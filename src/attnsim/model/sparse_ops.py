@@ -215,7 +215,10 @@ def _factor_maps(terms: list[tuple[int, int, float]]):
 
 def _group(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[list[tuple[int, int, float]]]:
     out: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
-    for (h, a, b), wt in zip(idx.tolist(), w.tolist()):
+    if not len(idx):
+        return out
+    hs, as_, bs = idx.T.tolist()  # (three lists: much faster than a list per term)
+    for h, a, b, wt in zip(hs, as_, bs, w.tolist()):
         out[h].append((a, b, wt))
     return out
 
@@ -243,7 +246,8 @@ class UnitMaps:
         self.O = Linear(u.outputs[:, 0], where[u.outputs[:, 1]], u.outputs_w, len(written))
         self.reads = set(u.inputs[:, 1].tolist()) | set(u.second[:, 1].tolist())
         self.unit_reads: list[set[int]] = [set() for _ in range(u.n_units)]
-        for k, d in torch.cat([u.inputs, u.second]).tolist():
+        ks, ds = torch.cat([u.inputs, u.second]).T.tolist() if self.n else ([], [])
+        for k, d in zip(ks, ds):
             self.unit_reads[k].add(d)
 
     def activation(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:

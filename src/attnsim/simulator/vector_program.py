@@ -58,6 +58,7 @@ class _Builder:
         self.ch = [E.token_channel(c) for c in range(lay.width)]
         self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
         self._tables: dict[bytes, E.SOp] = {}
+        self._roles: dict[str, tuple] = {}  # role -> its positions and their coordinates
 
     def n(self, name: str) -> str:
         """``name`` in the current layer."""
@@ -74,11 +75,16 @@ class _Builder:
         return got
 
     def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
-        """fn(*coords) at the positions playing ``role``, ``default`` elsewhere."""
+        """fn(*coords) at the positions playing ``role``, ``default`` elsewhere (the
+        coordinates as Python ints, read once per role)."""
+        got = self._roles.get(role)
+        if got is None:
+            c = self.coords[role]
+            where = np.flatnonzero(c[:, 0] >= 0)
+            got = self._roles[role] = (where, [tuple(r) for r in c[where].tolist()])
+        where, rows = got
         out = np.full(self.L, default, dtype=np.float64)
-        c = self.coords[role]
-        for p in np.flatnonzero(c[:, 0] >= 0):
-            out[p] = fn(*c[p])
+        out[where] = [fn(*r) for r in rows]
         return out
 
     def gather(self, name: str, src: np.ndarray, sops: Sequence[E.SOp]) -> list[E.SOp]:
