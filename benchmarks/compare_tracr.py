@@ -38,8 +38,8 @@ and end.
 
 Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each, and
 only one of them times forward passes at any moment (the others compile meanwhile; a lock
-file, :func:`timing_slot`): throughput measured while another worker also computes was up
-to 14x lower for either side than alone on this 2-core machine. One
+file, :func:`timing_slot`): in a run where both timed at once on a loaded 2-core machine,
+throughput came out up to 14x lower for either side than measured alone. One
 process compiles every program with attnsim (cold = the program's first compile there), and
 each program gets a fresh process for tracr (cold = the first compile in that process, JAX's
 start-up included; the tracr workers do not import torch). A tracr worker may use
