@@ -139,6 +139,10 @@ def test_bad_executors_are_refused():
     assert m.executor == "auto"
     with pytest.raises(AttributeError, match="no executor"):
         m.model.executor = "plan"
+    sparse = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
+    with pytest.raises(TypeError, match="sparse model runs itself"):
+        Runtime(sparse.model)
+    assert sparse.runtime is sparse.model
 
 
 @settings(max_examples=60, deadline=None)

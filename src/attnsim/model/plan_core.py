@@ -497,7 +497,17 @@ def sum_planned(
 
 
 def run_head(p, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
-    """One planned head's mixed values ``[batch, pos, w]`` from its values ``v``."""
+    """One planned head's mixed values ``[batch, pos, w]`` from its values ``v``: a gather
+    (one key per query), else the sum over each query's keys (softmax: weighted), divided
+    by their count under hard attention.
+
+    >>> from types import SimpleNamespace
+    >>> p = SimpleNamespace(gather=False, offsets=torch.tensor([0, 1, 3]),
+    ...                     keys=torch.tensor([0, 0, 1]), weights=None, nnz=3)
+    >>> v = torch.tensor([[[2.0], [4.0]]], dtype=torch.float64)
+    >>> run_head(p, v, AttentionMode.HARD, 2, 1, 1)[0, :, 0].tolist()  # query 1: mean
+    [2.0, 3.0]
+    """
     if p.gather:  # one key per query: the dense mean of one value is that value exactly
         return v[:, p.keys]
     counts = p.offsets[1:] - p.offsets[:-1]

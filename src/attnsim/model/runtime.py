@@ -68,6 +68,11 @@ class Runtime:
     """
 
     def __init__(self, net, executor: str = "auto") -> None:
+        if not all(hasattr(net, a) for a in ("prepare_inputs", "embed", "blocks", "cfg")):
+            raise TypeError(
+                "Runtime runs a dense attnsim Transformer (attnsim.model.transformer), got "
+                f"{type(net).__name__}; a sparse model runs itself (CompiledModel.runtime)"
+            )
         self.net = net
         self.executor = executor
         self._key: tuple | None = None

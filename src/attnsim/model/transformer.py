@@ -425,7 +425,18 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """``(token_ids, token_values, n)``: the inputs on the model's device, checked (ids
         rows of the embedding, at most ``n_ctx`` positions, vector tokens of the model's
-        width), and their number of positions ``n``."""
+        width), and their number of positions ``n``.
+
+        >>> cfg = ModelConfig(n_layers=1, d_model=2, n_heads=1, d_head=1, d_mlp=1,
+        ...                   d_bilinear=0, n_ctx=3, d_vocab=2)
+        >>> Transformer(cfg).prepare_inputs(torch.tensor([[0, 1]]), None)[2]
+        2
+        >>> try:
+        ...     Transformer(cfg).prepare_inputs(torch.tensor([[0, 2]]), None)
+        ... except ValueError as exc:
+        ...     print(str(exc)[:49])
+        token id 2 is not a row of this model's embedding
+        """
         device = self.W_E.device
         token_ids = token_ids.to(device)
         token_values = None if token_values is None else token_values.to(device)
@@ -448,7 +459,16 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """The embedding ``[batch, pos, d_model]`` of checked inputs (written into ``out``
         when given): token row, plus position row, plus value times the numerical
-        direction, plus vector tokens' channels through ``W_E_vec``."""
+        direction, plus vector tokens' channels through ``W_E_vec``.
+
+        >>> cfg = ModelConfig(n_layers=1, d_model=2, n_heads=1, d_head=1, d_mlp=1,
+        ...                   d_bilinear=0, n_ctx=3, d_vocab=2)
+        >>> t = Transformer(cfg)
+        >>> with torch.no_grad():
+        ...     t.W_E[1, 0] = 5.0; t.W_pos[1, 1] = 2.0
+        >>> t.embed(torch.tensor([[0, 1]]), None, 2).tolist()
+        [[[0.0, 0.0], [5.0, 2.0]]]
+        """
         flat = token_ids.reshape(-1)
         if out is None:  # a new tensor (the sums below go in place); a row gather
             x = torch.index_select(self.W_E, 0, flat).view(*token_ids.shape, -1)
@@ -484,6 +504,10 @@ def relu_slices(
 
 def relu_units(xs: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
     """``relu(xs @ w_in) @ w_out`` for rows ``xs [rows, width]``, a slice of rows at a time
-    (at most :data:`RELU_SLICE_VALUES` hidden activations)."""
+    (at most :data:`RELU_SLICE_VALUES` hidden activations).
+
+    >>> relu_units(torch.tensor([[1.0, -3.0]]), torch.eye(2), torch.ones(2, 1)).tolist()
+    [[1.0]]
+    """
     step = max(1, RELU_SLICE_VALUES // max(1, w_in.shape[1]))
     return torch.cat([torch.relu(c @ w_in) @ w_out for c in torch.split(xs, step)])
