@@ -118,3 +118,37 @@ def stream_floor(net, positions: int, attention_flops: float, rates: dict) -> di
         "flops_seconds": t_flops,
         "floor_seconds": max(t_bytes, t_flops),
     }
+
+
+def timed(fn):
+    """``(fn(), seconds)``: one call, timed by the wall clock."""
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def saved_and_loaded(U, target, X) -> dict:
+    """U saved into a fresh folder and loaded back (``UniversalSimulator.save`` / ``load``,
+    digests checked), timed; whether the loaded U simulates ``target`` on ``X`` to the same
+    bits as U itself, and the folder's size."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    from attnsim.simulator.universal import UniversalSimulator
+
+    folder = Path(tempfile.mkdtemp(prefix="attnsim-u-"))
+    try:
+        _, save_s = timed(lambda: U.save(folder))
+        V, load_s = timed(lambda: UniversalSimulator.load(folder))
+        size = sum(f.stat().st_size for f in folder.iterdir())
+        same = bool(torch.equal(V.simulate(target, X), U.simulate(target, X)))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {
+        "save_seconds": save_s,
+        "load_seconds": load_s,
+        "saved_mb": size / 2**20,
+        "loaded_identical": same,
+    }

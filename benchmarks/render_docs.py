@@ -121,6 +121,7 @@ def simulator_cost(data: dict) -> str:
                 "sequence length",
                 "parameters",
                 "build s",
+                "load s",
                 "plan s",
                 "simulate s (plan)",
                 "simulate s (dense)",
@@ -141,6 +142,7 @@ def simulator_cost(data: dict) -> str:
                     r["sequence_length"],
                     r["parameters"],
                     r["build_seconds"],
+                    r.get("load_seconds"),
                     r["plan_seconds"],
                     ex(r, "plan", "seconds"),
                     ex(r, "dense", "seconds"),
@@ -402,6 +404,14 @@ def simulator_layouts(data: dict) -> str:
                 f"({fmt(m.get('stream_mb', float('nan')))} MB of stream), "
                 f"{m['nonzero_parameters']:,} non-zero weights (the dense form: "
                 f"{m['parameters']:,})."
+                + (
+                    f" Built once: saved ({fmt(m['saved_mb'])} MB) in "
+                    f"{fmt(m['save_seconds'])} s and loaded back, every weight checked "
+                    f"against its digest, in {fmt(m['load_seconds'])} s; the loaded U gives "
+                    + ("the same bits." if m["loaded_identical"] else "other bits (a defect).")
+                    if "load_seconds" in m
+                    else ""
+                )
             )
         else:
             out.append(

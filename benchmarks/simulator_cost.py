@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import Run, machine_rates, stream_floor, write_json
+from _common import Run, machine_rates, saved_and_loaded, stream_floor, write_json
 
 from attnsim.model import plan_costs
 from attnsim.report import simulator_table as st
@@ -289,6 +289,8 @@ def measure(
         "forward_profile_seconds": runs["plan"]["profile_seconds"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "floor": floor,
+        # U built once: saved, loaded back (digests checked), and the loaded U's output
+        **saved_and_loaded(U, target, X),
     }
     return row
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import Run, write_json
+from _common import Run, saved_and_loaded, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
 from attnsim.model import sparse_ops, zero_rows
@@ -127,6 +127,8 @@ def measure(
         "stream_nonzero_peak": None if fill is None else fill.nonzero,
         "stream_resident_peak_mb": None if fill is None else fill.resident_mb,
         "max_abs_score": max_abs_score(target, X),
+        # U built once: saved, loaded back (digests checked), and the loaded U's output
+        **saved_and_loaded(U, target, X),
     }
 
 

@@ -3,9 +3,9 @@
 >>> import argparse
 >>> p = argparse.ArgumentParser()
 >>> add_build_args(p, "verify")
->>> args = p.parse_args(["--layout", "scalar", "--n-layers", "2"])
->>> args.layout, args.n_layers, args.maps
-('scalar', 2, 'native')
+>>> args = fill_defaults(p.parse_args(["--layout", "scalar", "--n-layers", "2"]))
+>>> args.layout, args.n_layers, args.maps, args.attention
+('scalar', 2, 'native', 'hard')
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ DEFAULT_LOGIT_BOUND = 50.0  # maps=relu: the largest |score| U accepts
 DEFAULT_MAP_TOLERANCE = 1e-6  # maps=relu: the relative error of each ReLU map
 DEFAULT_VALUE_BOUND = 20.0  # maps=relu, encoder: the scale of the values the ReLU maps read
 
+
+# the build flags' defaults (None in the parser: a U loaded with --u tells a flag given from
+# one left out), filled by fill_defaults where U is built
+FLAG_DEFAULTS = {"attention": "hard", "maps": "native", "layout": "vector", "n_layers": 1}
 
 # `attnsim verify --layer KIND`: one kind of decoder layer (sampling_decoder.DECODER_KINDS)
 DECODER_TARGET_KINDS = ("llama", "rmsnorm", "no_norm", "glu", "rotary", "linear", "linformer")
@@ -59,15 +63,16 @@ def add_build_args(p: argparse.ArgumentParser, command: str = "simulate") -> Non
     p.add_argument(
         "--attention",
         choices=["hard", "softmax"],
-        default="hard",
-        help="U's own attention: average-hard or softmax",
+        default=None,
+        help="U's own attention: average-hard or softmax (default: hard)",
     )
     p.add_argument("--float32", action="store_true", help="build U in float32")
     p.add_argument(
         "--maps",
         choices=["native", "relu"],
-        default="native",
-        help="exp and 1/x as native units (exact) or ReLU units (certified bounds)",
+        default=None,
+        help="exp and 1/x as native units (exact) or ReLU units (certified bounds) "
+        "(default: native)",
     )
     p.add_argument(
         "--logit-bound",
@@ -122,17 +127,40 @@ def add_build_args(p: argparse.ArgumentParser, command: str = "simulate") -> Non
     p.add_argument(
         "--layout",
         choices=["vector", "scalar"],
-        default="vector",
+        default=None,
         help="U's input sequence: one vector per position holding the target's raw "
         "parameters (vector), or the paper's one number per position with the attention "
-        "merged (scalar)",
+        "merged (scalar) (default: vector)",
     )
     p.add_argument(
         "--n-layers",
         type=int,
-        default=1,
+        default=None,
         help="--layer encoder --layout vector: U for a stack of this many encoder layers "
         "(torch.nn.TransformerEncoder), one pass for the whole stack (default 1)",
     )
+    p.add_argument(
+        "--u",
+        metavar="DIR",
+        default=None,
+        help="use the U saved in DIR (by --save-u or UniversalSimulator.save) instead of "
+        "building one: loaded in seconds, every weight checked against its digest; the "
+        "build flags, where given, must agree with it",
+    )
+    p.add_argument(
+        "--save-u",
+        metavar="DIR",
+        default=None,
+        help="save the U this command builds into DIR (a new or empty folder), for --u",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fills the build flags left out with their defaults (:data:`FLAG_DEFAULTS`); returns
+    ``args``."""
+    for name, value in FLAG_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return args

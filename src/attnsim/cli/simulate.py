@@ -15,8 +15,21 @@ import json
 import math
 import textwrap
 
-from attnsim.cli import LibraryError, UserError, _module_file, _output, at_least, fits_in_memory
-from attnsim.cli.build_flags import DECODER_TARGET_KINDS, DEFAULT_MAX_D, DEFAULT_MAX_N
+from attnsim.cli import (
+    LibraryError,
+    UserError,
+    _module_file,
+    _output,
+    at_least,
+    fits_in_memory,
+    saved_u,
+)
+from attnsim.cli.build_flags import (
+    DECODER_TARGET_KINDS,
+    DEFAULT_MAX_D,
+    DEFAULT_MAX_N,
+    fill_defaults,
+)
 from attnsim.cli.build_flags import add_build_args as _build_args
 
 MAX_SEED = 2**63 - 1
@@ -114,8 +127,7 @@ def _check_build_args(args: argparse.Namespace) -> None:
     """Checks the build options that do not depend on a --module."""
     for name in ("max_n", "max_d", "max_heads", "max_ff"):
         at_least(getattr(args, name), _flag(name), 1)
-    if not 0 <= args.seed <= MAX_SEED:
-        raise UserError(f"--seed must be in [0, 2^63 - 1], got {args.seed}")
+    _check_seed(args)
     if args.score_bound is not None and not (
         math.isfinite(args.score_bound) and args.score_bound > 0
     ):
@@ -145,6 +157,11 @@ def _check_build_args(args: argparse.Namespace) -> None:
             raise UserError(f"--map-tolerance must be in (0, 1), e.g. 1e-6, got {tol}")
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UserError(f"--value-bound must be positive, got {value:g}")
+
+
+def _check_seed(args: argparse.Namespace) -> None:
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed must be in [0, 2^63 - 1], got {args.seed}")
 
 
 def _resolve_sizes(args: argparse.Namespace) -> None:
@@ -262,13 +279,10 @@ def _build(config, bar: _output.Progress):
 
 def _check_target(config, target, X) -> None:
     """Refuses a target that U would refuse (its kind, activation, sizes), before U is built."""
-    from attnsim.simulator import checks, vector_codec
+    from attnsim.simulator import layouts
 
     try:
-        if config.is_vector:
-            vector_codec.prepare(config, config.layout, target, X, None)
-        else:
-            checks.prepare(config, target, X, None)
+        layouts.of(config).prepare(config, target, X, None)
     except (ValueError, NotImplementedError) as exc:
         raise LibraryError(str(exc)) from None
 
@@ -350,15 +364,26 @@ def _simulate(args: argparse.Namespace) -> int:
     from attnsim.simulator.verify import reference_notes, relative_error
     from attnsim.simulator.verify import reference_of as reference
 
-    _check_build_args(args)
+    saved_u.check_flags(args)
+    _check_seed(args)
     args.assumptions = None
     at_least(args.n, "--n", 1)
     at_least(args.heads, "--heads", 1)
+    loaded = saved_u.loaded(args, "attnsim simulate")
+    if loaded is None:
+        fill_defaults(args)
+        _check_build_args(args)
+        saved_u.check_save_dir(args)
     if args.module:
         target = _module_file.module_target(args)
+        if loaded is not None:
+            saved_u.fits(args, loaded[0].config, args.u)
+            saved_u.fill(args, loaded[0].config)
         config = _config(args)
     else:
         target, config = _random_target(args)
+    if loaded is not None:  # the saved U's own configuration runs
+        config = loaded[0].config
     n = args.max_n if args.n is None else args.n
     if n > args.max_n:
         raise UserError(f"--n {n} exceeds --max-n {args.max_n}; pass --max-n {n} or a smaller --n")
@@ -366,12 +391,16 @@ def _simulate(args: argparse.Namespace) -> int:
     X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
     _check_target(config, target, X)  # what U.simulate would refuse, before U is built
     with _output.Progress("attnsim simulate") as bar:
-        U = _build(config, bar)
+        U = _build(config, bar) if loaded is None else loaded[0]
+        if args.save_u is not None:
+            bar.step(f"saving U into {args.save_u}")
+        saved = saved_u.save(U, args)
         bar.step(f"simulating the target on X of shape ({n}, {d})")
         try:
             got = U.simulate(target, X)
         except ValueError as exc:
             raise LibraryError(str(exc)) from None
+    origin = saved_u.origin(args, U, loaded, saved)
     want = reference(target, X)
     err = relative_error(got, want)
     report = U.report()
@@ -387,6 +416,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     "map_bounds": U.map_bounds,
                     "notes": reference_notes(target),
                     "report": report.__dict__,
+                    "u": origin,
                     **(
                         {}
                         if args.assumptions is None
@@ -420,6 +450,7 @@ def _simulate(args: argparse.Namespace) -> int:
     for label, b in U.map_bounds.items():
         print(f"  ReLU map {label}: certified relative error <= {b:.3g}")
     print(_output.wrap(str(report)))
+    print(_output.wrap(saved_u.describe(origin)))
     return 0
 
 
@@ -429,21 +460,33 @@ def _verify(args: argparse.Namespace) -> int:
     kind = args.layer if args.layer in DECODER_TARGET_KINDS else None
     if kind is not None:  # one kind of decoder layer: a decoder U
         args.layer = "decoder"
-    _check_build_args(args)
+    saved_u.check_flags(args)
+    _check_seed(args)
     at_least(args.targets, "--targets", 1)
-    _resolve_sizes(args)
-    config = _config(args)
+    args.module = None
+    loaded = saved_u.loaded(args, "attnsim verify")
+    if loaded is None:
+        fill_defaults(args)
+        _check_build_args(args)
+        saved_u.check_save_dir(args)
+        _resolve_sizes(args)
+        config = _config(args)
     with _output.Progress("attnsim verify") as bar:
-        U = _build(config, bar)
+        U = _build(config, bar) if loaded is None else loaded[0]
+        if args.save_u is not None:
+            bar.step(f"saving U into {args.save_u}")
+        saved = saved_u.save(U, args)
         if not bar.terminal:  # through a pipe: one line for the whole run
             bar.step(f"simulating {args.targets} random targets")
             result = verify(U, targets=args.targets, seed=args.seed, progress=False, kind=kind)
     if bar.terminal:  # verify's own bar counts the targets (one live display at a time)
         result = verify(U, targets=args.targets, seed=args.seed, progress=True, kind=kind)
+    origin = saved_u.origin(args, U, loaded, saved)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps({**result.to_dict(), "u": origin}))
         return 0 if not result.failures else 1
     print(_output.wrap(str(U.report())))
+    print(_output.wrap(saved_u.describe(origin)))
     # lines fit the terminal (80 columns through a pipe): the verdict comes first
     print(
         _output.wrap(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attnsim.model import checkpoint, digests
+from attnsim.simulator import layouts
 from attnsim.simulator.config import SimulatorConfig
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.vector_layout import VectorLayout
@@ -197,14 +198,7 @@ def check_model(path: Path, config: SimulatorConfig, model: Any) -> None:
         problems.append(
             f"the model reads {model.max_seq_len} positions, the layout {layout.length}"
         )
-    if config.is_vector:
-        if model.config.token_width != layout.width:
-            problems.append(
-                f"the model reads tokens of width {model.config.token_width}, the layout "
-                f"{layout.width}"
-            )
-    elif model.vocab is not None or not model.numerical_tokens:
-        problems.append("the model does not read numerical tokens")
+    problems += layouts.of(config).model_problems(config, model)
     if model.config.dtype != config.dtype_name:
         problems.append(f"the model is {model.config.dtype}, the config {config.dtype_name}")
     if problems:

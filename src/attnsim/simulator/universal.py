@@ -50,7 +50,7 @@ from attnsim.model.compiled import CompiledModel, Resources
 from attnsim.model.transformer import Columns
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret
-from attnsim.simulator import checks, codec, programs, saving, vector_codec, vector_program
+from attnsim.simulator import checks, layouts, programs, saving
 from attnsim.simulator import reference as R
 from attnsim.simulator.checks import LN_SLOT_NAMES  # noqa: F401 - read here by older code
 from attnsim.simulator.config import (  # noqa: F401 - the limits, read here by older code
@@ -286,22 +286,13 @@ class UniversalSimulator:
         return self._pack([self._prepare(target, X, causal)])[0]
 
     def _prepare(self, target: checks.Target, X: Any, causal: bool | None) -> Any:
-        if self.config.is_vector:
-            return vector_codec.prepare(self.config, self.layout, target, X, causal)
-        return checks.prepare(self.config, target, X, causal)
+        return layouts.of(self.config).prepare(self.config, target, X, causal)
 
     def _pack(self, cases: list) -> torch.Tensor:
-        if self.config.is_vector:
-            return vector_codec.pack_batch(self.layout, cases)  # [batch, length, width]
-        return codec.pack_batch(self.layout, cases)  # [batch, length]
+        return layouts.of(self.config).pack(self.config, cases)
 
     def _unpack(self, out: torch.Tensor, cases: list) -> list[torch.Tensor]:
-        if self.config.is_vector:
-            return [
-                vector_codec.unpack_output(self.layout, row, *c.X.shape)
-                for row, c in zip(out, cases)
-            ]
-        return codec.unpack_output(self.layout, out, [c.shape for c in cases])
+        return layouts.of(self.config).unpack(self.config, out, cases)
 
     def simulate(
         self, target: checks.Target, X: Any, *, causal: bool | None = None
@@ -564,9 +555,7 @@ def build(
 
 def _program(config: SimulatorConfig) -> E.SOp:
     """U's RASP program for a build."""
-    if config.is_vector:
-        return vector_program.vector_program(config.layout, config.score_bound)
-    return programs.program(config.layout, config.score_bound)
+    return layouts.of(config).program(config)
 
 
 def _config(
