@@ -349,14 +349,20 @@ def forward(
         x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
     if streams:
         _capture(streams, 0, x.permute(2, 1, 0))
-    gathers = _gathers(rt, n)
-    for i, (att, units) in enumerate(_layers(rt)):
-        if att is not None:
-            _attention(cfg, att, x, gathers[i])
-        if streams:
-            _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
-        _mlp(units, x)
-        if streams:
-            _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
+    gathers, layers = _gathers(rt, n), _layers(rt)  # kept: made outside inference mode
+    # the sublayers' temporaries need no version counters or view tracking: inference
+    # mode, where nothing records gradients; the stream x stays an ordinary tensor (it is
+    # only written in place there), as do the copies _capture takes
+    with torch.inference_mode(not torch.is_grad_enabled()):
+        for i, (att, units) in enumerate(layers):
+            if att is not None:
+                _attention(cfg, att, x, gathers[i])
+            if streams:
+                with torch.inference_mode(False):
+                    _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
+            _mlp(units, x)
+            if streams:
+                with torch.inference_mode(False):
+                    _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
     return out if keep is None else out[..., keep.cols]

@@ -425,6 +425,10 @@ class Summed:
     values: Projection
     W_O: torch.Tensor  # [sum of widths, len(cols)]
     cols: torch.Tensor  # the residual columns the heads write
+    # where W_O moves each value column, unscaled, to a column of its own (every column
+    # one weight 1, every row one): the residual column each value column is added to
+    # (no product: x * 1 plus zeros is x), else None
+    moved_to: torch.Tensor | None
     gather_cols: torch.Tensor  # the value columns of the one-key heads
     gather_keys: torch.Tensor  # [pos, len(gather_cols)]: each column's key per query
     rest: tuple  # (plan, first value column, width) of every other planned head
@@ -451,9 +455,17 @@ def summed(attn, plans: tuple) -> Summed:
     g_cols = [torch.arange(c, c + w, device=dev) for _, c, w in gathered]
     g_keys = [p.keys.to(dev)[:, None].expand(-1, w) for p, _, w in gathered]
     none = torch.zeros(0, dtype=torch.long, device=dev)
+    W_O = W_O[:, cols]
+    moved_to = None
+    if W_O.shape[0] == W_O.shape[1] and bool(((W_O == 0) | (W_O == 1)).all()):
+        rows_of, cols_of = torch.nonzero(W_O, as_tuple=True)  # by row
+        if len(rows_of) == W_O.shape[0] and torch.equal(rows_of, torch.arange(len(rows_of))):
+            if len(torch.unique(cols_of)) == len(cols_of):  # a permutation
+                moved_to = cols[cols_of]
     return Summed(
         values=Projection(W_V),
-        W_O=W_O[:, cols],
+        W_O=W_O,
+        moved_to=moved_to,
         cols=cols,
         gather_cols=torch.cat([none, *g_cols]),
         gather_keys=torch.cat(g_keys, dim=1) if g_keys else none.view(len(plans[0].keys), 0),
@@ -493,7 +505,10 @@ def sum_planned(
     for p, col, w in s.rest:
         v = v_all[..., col : col + w]  # [batch, pos, w]
         z_all[..., col : col + w] = run_head(p, v, attn.cfg.attention, n, b, w)
-    add_columns(out, where[s.cols], z_all @ s.W_O)
+    if s.moved_to is not None:  # each value column to its own output column, as it is
+        add_columns(out, where[s.moved_to], z_all)
+    else:
+        add_columns(out, where[s.cols], z_all @ s.W_O)
 
 
 def run_head(p, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:

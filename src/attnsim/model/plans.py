@@ -481,7 +481,7 @@ def planned_attention(
     if compact:
         return written, out
     full = torch.zeros_like(x)
-    full[..., written] = out
+    full.index_copy_(-1, written, out)
     return full
 
 

@@ -127,6 +127,7 @@ class Runtime:
         >>> [type(p).__name__ for p in Runtime(m.model).plans(5)[0]]
         ['HeadPlan', 'TablePlan']
         """
+        self.current()
         return self._built(n)[0]
 
     def step_plans(self, n: int) -> list:
@@ -138,10 +139,11 @@ class Runtime:
         >>> [(type(p).__name__, len(p.units)) for p in Runtime(m.model).step_plans(21)[0]]
         [('StepPlan', 40)]
         """
+        self.current()
         return self._built(n)[1]
 
     def _built(self, n: int) -> tuple:
-        self.current()
+        """The plans for ``n`` positions, for the weights :meth:`current` last saw."""
         if n not in self._plans:
             if self._analysis is None:
                 self._analysis = plans.StaticAnalysis.of(self.net)
@@ -193,14 +195,13 @@ class Runtime:
         net = self.net
         x = self._embed(token_ids, token_values, n, out)
         _capture(streams, 0, x)
-        plan = self.plans(n)
+        plan, steps = self._built(n)  # (__call__ has checked the weights)
         if plan is None:  # nothing to plan: the definition's blocks
             for i, block in enumerate(net.blocks):
                 x = block(x, None, f"blocks.{i}", streams, 2 * i + 1)
             if out is not None and x is not out:
                 out.copy_(x)
             return x
-        steps = self.step_plans(n)
         clock = _Clock(self.profile)
         for i, block in enumerate(net.blocks):  # the planned path adds in place
             state = self.layers[i]
@@ -221,18 +222,27 @@ class Runtime:
         columns, the numerical direction's and the vector channels' added there (the same
         sums in the same order; a non-finite token value, which reaches every column as
         ``0 * inf``, takes the definition's path)."""
-        net = self.net
-        if token_values is not None and not bool(torch.isfinite(token_values).all()):
+        net, cfg = self.net, self.net.cfg
+        reads_values = cfg.numerical_tokens or cfg.token_width
+        if (
+            reads_values
+            and token_values is not None
+            and not bool(torch.isfinite(token_values).all())
+        ):
             return net.embed(token_ids, token_values, n, out)
         if self._embedding is None:
             self._embedding = _embedding_parts(net)
-        (e_cols, W_e), (n_cols, W_n), (v_cols, proj) = self._embedding
-        b, d = token_ids.shape[0], net.cfg.d_model
+        (e_cols, W_e), (n_cols, W_n), (v_cols, proj), table = self._embedding
+        b, d = token_ids.shape[0], cfg.d_model
         x = new_stream((b, n, d), net.dtype, net.W_E.device) if out is None else out
-        x.copy_(net.W_pos[:n].expand(b, n, d))
-        if len(e_cols):
-            rows = torch.index_select(W_e, 0, token_ids.reshape(-1)).view(b, n, -1)
-            add_columns(x, e_cols, rows)
+        if table is not None:  # each (token, position) row summed once: one gather
+            at = torch.add(table[1][:n], token_ids, alpha=cfg.n_ctx)  # t * n_ctx + p
+            torch.index_select(table[0], 0, at.reshape(-1), out=x.view(b * n, d))
+        else:
+            x.copy_(net.W_pos[:n].expand(b, n, d))
+            if len(e_cols):
+                rows = torch.index_select(W_e, 0, token_ids.reshape(-1)).view(b, n, -1)
+                add_columns(x, e_cols, rows)
         if token_values is not None and net.cfg.numerical_tokens and len(n_cols):
             add_columns(x, n_cols, token_values.to(x.dtype)[..., None] * W_n)
         if net.cfg.token_width and len(v_cols):
@@ -240,11 +250,23 @@ class Runtime:
         return x
 
 
+TABLE_BYTES = 8 << 20  # the token-position table is kept up to this size
+
+
 def _embedding_parts(net) -> tuple:
     """The embedding's non-zero columns: of the token rows (with those columns of ``W_E``),
     of the numerical direction (with its weights) and of the vector channels (with their
-    product, rounded as the full product rounds, :class:`Projection`)."""
+    product, rounded as the full product rounds, :class:`Projection`); and, where it takes
+    at most :data:`TABLE_BYTES`, the table of every token row plus every position row,
+    ``W_E[t] + W_pos[p]`` at row ``t * n_ctx + p`` (the definition's first sum, made once)
+    with the offsets ``p`` of the positions, else None."""
     W_E = net.W_E.detach()
+    vocab, n_ctx = W_E.shape[0], net.cfg.n_ctx
+    table = None
+    if vocab * n_ctx * W_E.shape[1] * W_E.element_size() <= TABLE_BYTES:
+        W_pos = net.W_pos.detach()
+        rows = (W_E[:, None, :] + W_pos[None, :n_ctx, :]).reshape(vocab * n_ctx, -1)
+        table = (rows, torch.arange(n_ctx, device=W_E.device))
     e_cols = torch.nonzero((W_E != 0).any(dim=0)).flatten()
     W_n = net.W_E_num.detach()
     n_cols = torch.nonzero(W_n != 0).flatten()
@@ -254,7 +276,7 @@ def _embedding_parts(net) -> tuple:
         W_v = net.W_E_vec.detach()
         v_cols = torch.nonzero((W_v != 0).any(dim=0)).flatten()
         proj = Projection(W_v[:, v_cols])
-    return (e_cols, W_E[:, e_cols].contiguous()), (n_cols, W_n[n_cols]), (v_cols, proj)
+    return (e_cols, W_E[:, e_cols].contiguous()), (n_cols, W_n[n_cols]), (v_cols, proj), table
 
 
 class _Clock:

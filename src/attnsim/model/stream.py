@@ -80,7 +80,9 @@ def expand_update(
         return update
     cols, vals = update
     full = torch.zeros_like(like)
-    full[..., cols] = vals
+    full.index_copy_(
+        -1, cols.to(like.device), vals.to(like.dtype).expand(*like.shape[:-1], len(cols))
+    )
     return full
 
 

@@ -1,0 +1,127 @@
+"""The runtime's exact shortcuts, each against the definition to the bit: the embedding's
+token-position table, projections split by how many weights each column has, the stacked
+planned heads whose output weights only move columns, and the feature-major forward's
+inference mode (its output stays an ordinary tensor).
+
+The oracles: ``Transformer.forward`` (the definition) and the dense matrix product.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnsim import compile_program, library
+from attnsim.model import runtime
+from attnsim.model.projection import Projection
+from attnsim.model.runtime import Runtime
+from attnsim.simulator import spec, universal
+
+
+def _inputs(entry, k: int = 8, seed: int = 0) -> list:
+    rng = random.Random(seed)
+    return [[rng.choice(entry.vocab) for _ in range(entry.max_seq_len)] for _ in range(k)]
+
+
+def _planned(name: str):
+    """``(model, runtime, ids, vals, n)`` for a library program's random inputs."""
+    entry = library.PROGRAMS[name]
+    m = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    ids, vals = m.encode(_inputs(entry))
+    rt = Runtime(m.model, "plan")
+    rt.current()
+    return m, rt, ids, vals, ids.shape[1]
+
+
+def test_the_token_position_table_gives_the_definitions_embedding():
+    m, rt, ids, vals, n = _planned("make_hist")
+    got = rt._embed(ids, vals, n)
+    assert rt._embedding[3] is not None  # the table was used
+    assert torch.equal(got, m.model.embed(ids, vals, n))
+    # a categorical model reads no token values: non-finite ones change nothing
+    nan = torch.full_like(vals, float("nan"))
+    assert torch.equal(rt._embed(ids, nan, n), got)
+
+
+def test_a_table_too_large_is_not_kept(monkeypatch):
+    monkeypatch.setattr(runtime, "TABLE_BYTES", 0)
+    m, rt, ids, vals, n = _planned("make_hist")
+    assert torch.equal(rt._embed(ids, vals, n), m.model.embed(ids, vals, n))
+    assert rt._embedding[3] is None
+
+
+def test_numerical_tokens_keep_their_direction_after_the_table():
+    m, rt, ids, vals, n = _planned("make_frac_prevs")
+    vals = vals + torch.linspace(-2.0, 3.0, vals.numel(), dtype=vals.dtype).view_as(vals)
+    want = m.model.embed(ids, vals, n)
+    assert torch.equal(rt._embed(ids, vals, n), want)
+    if m.model.cfg.numerical_tokens:  # a non-finite value: the definition's path, its NaNs
+        bad = vals.clone()
+        bad[0, 1] = float("inf")
+        assert torch.equal(rt._embed(ids, bad, n).isnan(), m.model.embed(ids, bad, n).isnan())
+
+
+@st.composite
+def _sparse_weights(draw):
+    d = draw(st.integers(1, 12))
+    width = draw(st.integers(0, 10))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = np.random.default_rng(seed)
+    W = np.zeros((d, width))
+    for c in range(width):
+        terms = int(g.choice([0, 1, 1, 2, 2, 3, d]))
+        rows = g.choice(d, size=min(terms, d), replace=False)
+        W[rows, c] = g.choice([1.0, -1.0, 0.5, 3.0, g.standard_normal()], size=len(rows))
+    return torch.tensor(W)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_sparse_weights(), st.integers(0, 2**31 - 1))
+def test_a_projection_rounds_as_the_matrix_product(W, seed):
+    # one-weight columns are the product to the bit (x * w plus zeros); the others are
+    # products over the rows they read, or over all of them, as before the split (a column
+    # computed alone may round otherwise than beside others: torch's matrix-vector kernel)
+    x = torch.tensor(np.random.default_rng(seed).standard_normal((2, 3, W.shape[0])))
+    got, want = Projection(W)(x), x @ W
+    one = (W != 0).sum(dim=0) == 1
+    assert torch.equal(got[..., one], want[..., one])
+    assert torch.allclose(got, want, rtol=1e-14, atol=1e-14)
+
+
+def test_stacked_heads_that_move_columns_add_without_a_product():
+    U = universal.build(8, 8, 1, storage="dense")
+    X = torch.tensor(np.random.default_rng(0).standard_normal((8, 8)))
+    target = spec.with_logit_scale(spec.random_attention(1, 8, seed=0, bias=True), X, 10.0)
+    got = U.simulate(target, X)
+    rt = U.model.runtime
+    moved = [
+        s[1].moved_to is not None
+        for s in (layer.cache.get("summed") for layer in rt.layers)
+        if s is not None
+    ]
+    assert any(moved)  # U's position gathers move their values column by column
+    U.model.executor = "dense"
+    try:
+        assert torch.equal(U.simulate(target, X), got)  # the definition, to the bit
+    finally:
+        U.model.executor = "auto"
+
+
+def test_the_feature_major_output_is_an_ordinary_tensor():
+    entry = library.PROGRAMS["make_hist"]
+    m = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    ids, vals = m.encode(_inputs(entry))
+    rt = Runtime(m.model, "fused")
+    with torch.no_grad():
+        out = rt(ids, vals)
+        want = m.model(ids, vals)
+    assert not out.is_inference() and torch.equal(out, want)
+    out[0, 0, 0] = 1.0  # writable outside inference mode
+    streams = {1: None, 2: None}
+    with torch.no_grad():
+        rt(ids, vals, streams=streams)
+    assert all(not s.is_inference() for s in streams.values())
