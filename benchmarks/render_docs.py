@@ -1181,6 +1181,68 @@ def startup(data: dict) -> str:
     return "\n".join(out)
 
 
+def device_check(data: dict) -> str:
+    """``benchmarks/device_check.py``: figures on a GPU only from a run on one."""
+    programs, us = data["programs"], [data["u"]]
+    where = programs[0]["device"] if programs else "?"
+    out = ["## On a GPU: the definition on the device against the CPU executors", ""]
+    if not where.startswith("cuda"):
+        out.append(
+            f"The last run was on {where} (no GPU in it), a smoke run of the script: no "
+            "device figures are reported from it."
+        )
+        return "\n".join(out)
+    m = data.get("machine", {})
+    out += [
+        f"On {where} (torch {m.get('torch', '?')}), a model moved with `.to(device)` runs "
+        "its definition (`Transformer.forward`: every head over [query, key], every unit); "
+        "the CPU column is the same model on the CPU by the plan executor, in the same run "
+        f"(one CPU thread). Library programs at max_seq_len {programs[0]['length']}, batch "
+        f"{programs[0]['batch']} (median of 5 timed calls after a warm-up; the device "
+        "synchronised around each):",
+        "",
+        table(
+            [
+                "program",
+                "outputs = interpreter",
+                "max abs. difference vs CPU plan",
+                "device ms",
+                "CPU plan ms",
+            ],
+            [
+                [
+                    r["program"],
+                    "yes" if r["outputs_equal_interpreter"] else "NO",
+                    r["max_stream_difference_vs_cpu_plan"],
+                    r["device_seconds"] * 1e3,
+                    r["cpu_plan_seconds"] * 1e3,
+                ]
+                for r in programs
+            ],
+        ),
+        "",
+        "U(n, n, 1) (dense storage) simulating one random attention target, against the "
+        "attention's definition in float64 on the CPU (median of 3):",
+        "",
+        table(
+            ["U", "max relative error", "max abs. difference vs CPU", "device ms", "CPU plan ms"],
+            [
+                [
+                    f"({u['n']}, {u['d']}, 1)",
+                    u["max_error_vs_reference"],
+                    u["max_difference_vs_cpu"],
+                    u["device_seconds"] * 1e3,
+                    u["cpu_plan_seconds"] * 1e3,
+                ]
+                for u in us
+            ],
+        ),
+        "",
+        machine_line(m),
+    ]
+    return "\n".join(out)
+
+
 def rasp_text(data: dict) -> str:
     prog = data.get("program", {})
     out = ["## Textual RASP front end", ""]
@@ -1285,6 +1347,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "interpreter": interpreter,
     "rasp_text": rasp_text,
     "startup": startup,
+    "device_check": device_check,
 }
 ORDER = (
     "simulator_cost",

@@ -79,8 +79,6 @@ def test_device_check_runs_on_cpu_and_agrees(tmp_path, capsys):
     assert got["u"]["max_error_vs_reference"] < 1e-12
     assert "no GPU here" in capsys.readouterr().out
     assert device_check.main(["--device", "nosuchdevice", "--out", str(out)]) == 2
-    for bad in ("4,x", "0", ""):
-        assert device_check.main(["--device", "cpu", "--u-sizes", bad, "--out", str(out)]) == 2
 
 
 def test_a_model_moved_back_and_forth_still_runs():
