@@ -125,7 +125,28 @@ def test_a_module_beyond_the_saved_u_is_refused(saved, tmp_path, capsys):
     enc = torch.nn.TransformerEncoderLayer(4, 2, 6, dtype=torch.float64)
     torch.save(enc, tmp_path / "enc.pt")
     err = _refused(["simulate", "--u", str(saved), "--module", str(tmp_path / "enc.pt")], capsys)
-    assert "simulates attention layers" in err
+    assert "holds an encoder layer" in err and "simulates attention layers" in err
+
+
+def test_advice_for_a_target_larger_than_the_saved_u(saved, capsys):
+    err = _refused(["simulate", "--u", str(saved), "--n", "5"], capsys)
+    assert "is smaller: build one with --max-n 5 (leave --u out)" in err
+    err = _refused(["simulate", "--u", str(saved), "--heads", "3"], capsys)
+    assert "build one with --max-heads 3 (leave --u out)" in err
+    err = _refused(["verify", "--u", str(saved), "--layer", "glu", "--targets", "1"], capsys)
+    assert "--layer glu disagrees with the U in" in err
+
+
+def test_saving_over_a_saved_u_says_so(tmp_path, capsys):
+    path = tmp_path / "U"
+    first = _json(["simulate", *SIZES, "--save-u", str(path)], capsys)
+    assert first["u"]["replaced_saved_u"] is False
+    again = _json(["simulate", "--max-n", "2", "--max-d", "2", "--save-u", str(path)], capsys)
+    assert again["u"]["replaced_saved_u"] is True
+    assert main(["simulate", "--max-n", "2", "--max-d", "2", "--save-u", str(path)]) == 0
+    assert "replacing the U saved there" in capsys.readouterr().out
+    got = _json(["simulate", "--u", str(path)], capsys)  # the last save is the one read
+    assert torch.tensor(got["simulated"]).shape == (2, 2)
 
 
 def test_a_module_the_saved_u_reads(saved, tmp_path, capsys):

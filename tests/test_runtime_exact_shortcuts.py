@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 
 from attnsim import compile_program, library
 from attnsim.model import runtime
+from attnsim.model.config import ModelConfig
 from attnsim.model.projection import Projection
 from attnsim.model.runtime import Runtime
+from attnsim.model.transformer import Transformer
 from attnsim.simulator import spec, universal
 
 
@@ -55,14 +57,38 @@ def test_a_table_too_large_is_not_kept(monkeypatch):
 
 
 def test_numerical_tokens_keep_their_direction_after_the_table():
-    m, rt, ids, vals, n = _planned("make_frac_prevs")
-    vals = vals + torch.linspace(-2.0, 3.0, vals.numel(), dtype=vals.dtype).view_as(vals)
-    want = m.model.embed(ids, vals, n)
-    assert torch.equal(rt._embed(ids, vals, n), want)
-    if m.model.cfg.numerical_tokens:  # a non-finite value: the definition's path, its NaNs
-        bad = vals.clone()
-        bad[0, 1] = float("inf")
-        assert torch.equal(rt._embed(ids, bad, n).isnan(), m.model.embed(ids, bad, n).isnan())
+    # a hand-made model reading numerical token values: the table's sum, then the value
+    # times its direction, as the definition adds them; a non-finite value takes the
+    # definition's path
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=5,
+        n_heads=1,
+        d_head=1,
+        d_mlp=1,
+        d_bilinear=0,
+        n_ctx=6,
+        d_vocab=3,
+        numerical_tokens=True,
+    )
+    net = Transformer(cfg)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for w in (net.W_E, net.W_pos, net.W_E_num):
+            w.copy_(torch.randn(w.shape, generator=g, dtype=w.dtype))
+    ids = torch.randint(0, 3, (4, 6), generator=g)
+    vals = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    rt = Runtime(net, "plan")
+    rt.current()
+    assert rt._embedding is None
+    got = rt._embed(ids, vals, 6)
+    assert rt._embedding[3] is not None  # the table was used
+    assert torch.equal(got, net.embed(ids, vals, 6))
+    bad = vals.clone()
+    bad[0, 1] = float("inf")
+    got_bad, want_bad = rt._embed(ids, bad, 6), net.embed(ids, bad, 6)
+    torch.testing.assert_close(got_bad, want_bad, rtol=0, atol=0, equal_nan=True)
+    assert bool(got_bad.isinf().any())
 
 
 @st.composite
@@ -81,15 +107,30 @@ def _sparse_weights(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(_sparse_weights(), st.integers(0, 2**31 - 1))
-def test_a_projection_rounds_as_the_matrix_product(W, seed):
-    # one-weight columns are the product to the bit (x * w plus zeros); the others are
-    # products over the rows they read, or over all of them, as before the split (a column
-    # computed alone may round otherwise than beside others: torch's matrix-vector kernel)
+def test_a_projection_rounds_as_before_the_split(W, seed):
+    # the oracle: the few-weight columns (at most two) in one product over the rows they
+    # read, the others in the full product, as the projection computed them before one-weight
+    # columns became gathers; one-weight columns are the full product's to the bit
     x = torch.tensor(np.random.default_rng(seed).standard_normal((2, 3, W.shape[0])))
-    got, want = Projection(W)(x), x @ W
-    one = (W != 0).sum(dim=0) == 1
-    assert torch.equal(got[..., one], want[..., one])
-    assert torch.allclose(got, want, rtol=1e-14, atol=1e-14)
+    nonzero = W != 0
+    terms = nonzero.sum(dim=0)
+    few = terms <= 2
+    rows = nonzero[:, few].any(dim=1)
+    want = torch.empty(*x.shape[:-1], W.shape[1], dtype=x.dtype)
+    want[..., few] = x[..., rows] @ W[rows][:, few]
+    want[..., ~few] = x @ W[:, ~few]
+    got = Projection(W)(x)
+    assert torch.equal(got, want)
+    one = terms == 1
+    assert torch.equal(got[..., one], (x @ W)[..., one])
+
+
+def test_a_lone_two_weight_column_keeps_its_wider_product():
+    # one two-weight column beside one-weight ones: a product of one column would round
+    # otherwise (torch's matrix-vector kernel), so it is not split off
+    W = torch.tensor([[0.1, 0.0], [0.7, 0.0], [0.0, 1.3]], dtype=torch.float64)
+    x = torch.tensor(np.random.default_rng(0).standard_normal((1, 64, 3)))
+    assert torch.equal(Projection(W)(x), x @ W)
 
 
 def test_stacked_heads_that_move_columns_add_without_a_product():

@@ -151,7 +151,8 @@ def add_build_args(p: argparse.ArgumentParser, command: str = "simulate") -> Non
         "--save-u",
         metavar="DIR",
         default=None,
-        help="save the U this command builds into DIR (a new or empty folder), for --u",
+        help="save the U this command builds into DIR, for --u: a new or empty folder, or "
+        "one holding a saved U, which is replaced",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random target and X")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -16,6 +16,7 @@ from pathlib import Path
 from attnsim.cli import LibraryError, UserError, _output
 
 __all__ = [
+    "larger",
     "check_flags",
     "load",
     "loaded",
@@ -93,9 +94,11 @@ def _agree(args: argparse.Namespace, config, path: Path) -> None:
         given, have = getattr(args, dest, None), of(config)
         if given is not None and given != have:
             shown = f"{flag} {have}" if have is not None else f"no {flag}"
+            typed = getattr(args, "layer_flag", None) if dest == "layer" else None
             raise UserError(
-                f"{flag} {given} disagrees with the U in {path}, built with {shown}; leave "
-                f"{flag} out (the saved U decides) or build another U (leave --u out)"
+                f"{typed or f'{flag} {given}'} disagrees with the U in {path}, built with "
+                f"{shown}; leave {flag} out (the saved U decides) or build another U (leave "
+                "--u out)"
             )
     if args.float32 and config.dtype_name != "float32":
         raise UserError(
@@ -111,8 +114,8 @@ def fits(args: argparse.Namespace, config, path: Path) -> None:
         args.layer == "encoder" and config.layer.value == "decoder"
     ):
         raise UserError(
-            f"--module {args.module} holds a {args.layer} layer; the U in {path} simulates "
-            f"{config.layer.value} layers: build a U for it (leave --u out)"
+            f"--module {args.module} holds {_an(args.layer)} {args.layer} layer; the U in "
+            f"{path} simulates {config.layer.value} layers: build a U for it (leave --u out)"
         )
     for dest, flag, of in _FLAGS[1:4]:
         need, have = getattr(args, dest), of(config)
@@ -122,6 +125,18 @@ def fits(args: argparse.Namespace, config, path: Path) -> None:
                 f"{flag} {have}: build a U for it (leave --u out, or save one with "
                 f"--save-u DIR {flag} {need})"
             )
+
+
+def _an(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def larger(args: argparse.Namespace, flag: str, rest: str = "") -> str:
+    """The advice for a target larger than U: pass ``flag`` (a U built here), or, with
+    ``--u``, build a larger U than the saved one."""
+    if args.u is None:
+        return f"pass {flag}{rest}"
+    return f"the U in {args.u} is smaller: build one with {flag} (leave --u out){rest}"
 
 
 def fill(args: argparse.Namespace, config) -> None:
@@ -143,6 +158,7 @@ def check_save_dir(args: argparse.Namespace) -> None:
             f"--save-u {path}: the folder holds other files; give a new or empty folder (or "
             "one a U was saved into, to replace it)"
         )
+    args.replaces_u = (path / "simulator.json").exists()
     parent = path.parent if str(path.parent) else Path(".")
     if not path.exists() and not parent.is_dir():
         raise UserError(
@@ -183,6 +199,7 @@ def origin(args: argparse.Namespace, U, got: tuple | None, saved: float | None) 
         "build_seconds": U.report().build_seconds,
         "saved_to": None if saved is None else str(args.save_u),
         "save_seconds": saved,
+        "replaced_saved_u": bool(saved is not None and getattr(args, "replaces_u", False)),
     }
 
 
@@ -196,5 +213,7 @@ def describe(origin: dict) -> str:
     text = f"U built in {built}" if built else "U built"
     if origin["saved_to"] is not None:
         saved = f"{origin['saved_to']} in {origin['save_seconds']:.1f} s"
+        if origin.get("replaced_saved_u"):
+            saved += ", replacing the U saved there"
         text += f", saved into {saved} (--u reads it)"
     return text

@@ -318,7 +318,8 @@ def _random_target(args: argparse.Namespace):
     at_least(args.heads, "--heads", 1)
     if heads > args.max_heads:
         raise UserError(
-            f"--heads {heads} exceeds --max-heads {args.max_heads}; pass --max-heads {heads}"
+            f"--heads {heads} exceeds --max-heads {args.max_heads}; "
+            + saved_u.larger(args, f"--max-heads {heads}")
         )
     if args.max_d % heads:
         raise UserError(
@@ -386,7 +387,10 @@ def _simulate(args: argparse.Namespace) -> int:
         config = loaded[0].config
     n = args.max_n if args.n is None else args.n
     if n > args.max_n:
-        raise UserError(f"--n {n} exceeds --max-n {args.max_n}; pass --max-n {n} or a smaller --n")
+        raise UserError(
+            f"--n {n} exceeds --max-n {args.max_n}; "
+            + saved_u.larger(args, f"--max-n {n}", " or a smaller --n")
+        )
     d = target.d_model
     X = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(args.seed))
     _check_target(config, target, X)  # what U.simulate would refuse, before U is built
@@ -460,6 +464,7 @@ def _verify(args: argparse.Namespace) -> int:
     kind = args.layer if args.layer in DECODER_TARGET_KINDS else None
     if kind is not None:  # one kind of decoder layer: a decoder U
         args.layer = "decoder"
+        args.layer_flag = f"--layer {kind}"  # (what a saved U's check names)
     saved_u.check_flags(args)
     _check_seed(args)
     at_least(args.targets, "--targets", 1)

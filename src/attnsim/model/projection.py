@@ -30,6 +30,10 @@ class Projection:
         nonzero = W != 0
         terms = nonzero.sum(dim=0)
         one, few = terms == 1, (terms <= 2) & (terms != 1)  # (no weight: a zero column)
+        if int(few.sum()) == 1:  # a product of one column would go through torch's
+            # matrix-vector kernel, which rounds otherwise than a column of a wider one:
+            # the one-weight columns stay in that product (as a wider W's columns would)
+            one, few = torch.zeros_like(one), terms <= 2
         self.width = W.shape[1]
         self.one = torch.nonzero(one).flatten()
         self.f = torch.nonzero(few).flatten()
@@ -37,7 +41,7 @@ class Projection:
         self.rows = torch.nonzero(nonzero[:, self.f].any(dim=1)).flatten()
         self.W_f = W[self.rows][:, self.f]
         self.W_m = W[:, self.m]
-        rows = nonzero[:, self.one].to(torch.int8).argmax(dim=0)
+        rows = nonzero[:, self.one].to(torch.int8).argmax(dim=0) if W.shape[0] else self.one
         scale = W[rows, self.one]
         # the one-weight columns: (the row each reads, its weight or None where all are 1)
         self.pick = (rows, None if bool((scale == 1).all()) else scale)
