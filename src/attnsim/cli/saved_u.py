@@ -51,7 +51,14 @@ def _relu(config, layer: str | None = None) -> bool:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Refuses ``--u`` with ``--save-u`` (nothing is built to save)."""
+    """Refuses ``--u`` with ``--save-u`` (nothing is built to save).
+
+    >>> try:
+    ...     check_flags(argparse.Namespace(u="a", save_u="b"))
+    ... except UserError as exc:
+    ...     print(str(exc)[:39])
+    --save-u saves a U this command builds;
+    """
     if args.u is not None and args.save_u is not None:
         raise UserError(
             "--save-u saves a U this command builds; with --u nothing is built: leave one out"
@@ -133,21 +140,46 @@ def _an(word: str) -> str:
 
 def larger(args: argparse.Namespace, flag: str, rest: str = "") -> str:
     """The advice for a target larger than U: pass ``flag`` (a U built here), or, with
-    ``--u``, build a larger U than the saved one."""
+    ``--u``, build a larger U than the saved one.
+
+    >>> larger(argparse.Namespace(u=None), "--max-n 5")
+    'pass --max-n 5'
+    >>> larger(argparse.Namespace(u="u_dir"), "--max-n 5")
+    'the U in u_dir is smaller: build one with --max-n 5 (leave --u out)'
+    """
     if args.u is None:
         return f"pass {flag}{rest}"
     return f"the U in {args.u} is smaller: build one with {flag} (leave --u out){rest}"
 
 
 def fill(args: argparse.Namespace, config) -> None:
-    """Sets every build flag to the value the saved U was built with."""
+    """Sets every build flag to the value the saved U was built with.
+
+    >>> from attnsim.simulator.config import SimulatorConfig
+    >>> args = argparse.Namespace()
+    >>> fill(args, SimulatorConfig(3, 4, 2, layer="encoder"))
+    >>> args.max_n, args.max_ff, args.layer, args.layout, args.float32
+    (3, 8, 'encoder', 'vector', False)
+    """
     for dest, _, of in _FLAGS:
         setattr(args, dest, of(config))
     args.float32 = config.dtype_name == "float32"
 
 
 def check_save_dir(args: argparse.Namespace) -> None:
-    """Checks before U is built that ``--save-u`` names a folder that can be written."""
+    """Checks before U is built that ``--save-u`` names a folder that can be written
+    (new, empty, or holding a saved U, which is replaced).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> (folder / "notes.txt").write_text("mine")
+    4
+    >>> try:
+    ...     check_save_dir(argparse.Namespace(save_u=str(folder)))
+    ... except UserError as exc:
+    ...     print(str(exc).split(": ", 1)[1][:40])
+    the folder holds other files; give a new
+    """
     if args.save_u is None:
         return
     path = Path(args.save_u)
@@ -204,7 +236,11 @@ def origin(args: argparse.Namespace, U, got: tuple | None, saved: float | None) 
 
 
 def describe(origin: dict) -> str:
-    """One line: where U came from, and the seconds its build, load or save took."""
+    """One line: where U came from, and the seconds its build, load or save took.
+
+    >>> describe({"loaded_from": "u_dir", "load_seconds": 2.6, "build_seconds": 16.6})
+    'U loaded from u_dir in 2.6 s (built in 16.6 s when saved)'
+    """
     built = origin["build_seconds"]
     built = "" if built is None else f"{built:.1f} s"
     if origin["loaded_from"] is not None:

@@ -42,27 +42,40 @@ class SequenceLayout:
     - ``cost(config, storage)``: the bytes building and running U are estimated to need;
     - ``model_problems(config, model)``: how a compiled model does not read this layout's
       input (empty: it does).
+
+    >>> from attnsim.simulator import sampling
+    >>> config = SimulatorConfig(2, 2)  # the vector layout
+    >>> lay = of(config)
+    >>> case = lay.prepare(config, sampling.random_attention(1, 2, seed=0), torch.ones(2, 2), None)
+    >>> tuple(lay.pack(config, [case]).shape) == (1, config.layout.length, config.layout.width)
+    True
     """
 
     name = ""
 
     def prepare(self, config: SimulatorConfig, target: Any, X: Any, causal: bool | None):
-        raise NotImplementedError
+        raise NotImplementedError(self._missing("prepare"))
 
     def pack(self, config: SimulatorConfig, cases: list) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(self._missing("pack"))
 
     def unpack(self, config: SimulatorConfig, out: torch.Tensor, cases: list) -> list:
-        raise NotImplementedError
+        raise NotImplementedError(self._missing("unpack"))
 
     def program(self, config: SimulatorConfig) -> E.SOp:
-        raise NotImplementedError
+        raise NotImplementedError(self._missing("program"))
+
+    def _missing(self, what: str) -> str:
+        return (
+            f"{type(self).__name__} does not define {what}: a layout implements every method "
+            "of SequenceLayout (see Scalar and Vector)"
+        )
 
     def cost(self, config: SimulatorConfig, storage: str = "auto") -> int:
         return memory_needed(config, storage)
 
     def model_problems(self, config: SimulatorConfig, model) -> list[str]:
-        raise NotImplementedError
+        raise NotImplementedError(self._missing("model_problems"))
 
 
 class Scalar(SequenceLayout):
@@ -123,5 +136,9 @@ _LAYOUTS: dict[LayoutKind, SequenceLayout] = {
 
 
 def of(config: SimulatorConfig) -> SequenceLayout:
-    """The layout of the build ``config``."""
+    """The layout of the build ``config``.
+
+    >>> type(of(SimulatorConfig(2, 2, layout_kind="scalar"))).__name__
+    'Scalar'
+    """
     return _LAYOUTS[config.layout_kind]
