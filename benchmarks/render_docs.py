@@ -418,6 +418,59 @@ def simulator_layouts(data: dict) -> str:
                 f"**The all-MiniLM-L6-v2 layer shape {shape}, vector layout: not built.** "
                 f"After {fmt(m['seconds'])} s the build refused: {m['refusal']}"
             )
+    long_rows = [r for r in data.get("minilm_tokens", []) if r.get("built")]
+    if long_rows:
+        out += [
+            "",
+            "**The MiniLM layer shape on longer inputs** (vector layout, sparse storage; each "
+            "row in a process of its own, one simulate after the build; peak memory is the "
+            "process's; then the same run again under an address-space limit, `RLIMIT_AS`, "
+            "of twice that resident peak):",
+            "",
+            table(
+                [
+                    "tokens",
+                    "positions",
+                    "build s",
+                    "simulate s",
+                    "x torch layer",
+                    "error",
+                    "peak resident GiB",
+                    "peak address space GiB",
+                    "saved MB",
+                    "load s",
+                    "under 2x resident",
+                ],
+                [
+                    [
+                        r["tokens"],
+                        f"{r['sequence_length']:,}",
+                        r["build_seconds"],
+                        r["simulate_seconds"],
+                        r["wall_ratio"],
+                        r["error_vs_torch"],
+                        r["peak_rss_mb"] / 1024,
+                        r["peak_virtual_mb"] / 1024,
+                        r["saved_mb"],
+                        r["load_seconds"],
+                        "not run"
+                        if "under_address_limit" not in r
+                        else ("ran" if r["under_address_limit"] else "failed"),
+                    ]
+                    for r in long_rows
+                ],
+            ),
+        ]
+        for r in long_rows:
+            if r.get("under_address_limit") is False:
+                out += [
+                    "",
+                    f"Under {fmt(r['address_limit_mb'] / 1024)} GiB of address space the "
+                    f"{r['tokens']}-token run stopped: {r['under_address_limit_error']}",
+                ]
+    for r in data.get("minilm_tokens", []):
+        if not r.get("built"):
+            out += ["", f"On {r['tokens']} tokens: not built ({r['refusal']})."]
     st = data.get("minilm_stack")
     if st:
         out.append("")

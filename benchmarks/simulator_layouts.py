@@ -192,6 +192,132 @@ def minilm() -> dict:
     return {"built": True, **row}
 
 
+def _peak_virtual_mb() -> float:
+    """The process's peak address space (VmPeak, Linux), MB; NaN where not readable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def _minilm_tokens(n: int, seed: int = 0) -> dict:
+    """The MiniLM layer shape on ``n`` tokens, in this process: U built, one random layer
+    (scores up to |30|) simulated once, against torch's layer; peak memory of the process
+    (resident and address space), U saved and loaded back (timed, not simulated again)."""
+    import shutil
+    import tempfile
+
+    from attnsim.simulator.universal import UniversalSimulator
+
+    torch.set_num_threads(1)
+    _, d, h, f = MINILM
+    w0 = time.perf_counter()
+    U = universal.build(n, d, h, layer="encoder", max_ff=f)
+    build = time.perf_counter() - w0
+    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    X = torch.tensor(np.random.default_rng(seed).standard_normal((n, d)), dtype=torch.float64)
+    target = sampling.random_encoder_layer(
+        h, d, f, seed=seed, activation="gelu", logit_scale=30.0, X=X
+    )
+    module = to_torch(target)
+    with torch.no_grad():
+        want = module(X[None])[0]
+        direct = time_direct(lambda: module(X[None]))
+    t0 = time.perf_counter()
+    got = U.simulate(target, X)
+    simulate = time.perf_counter() - t0
+    r = U.report()
+    folder = Path(tempfile.mkdtemp(prefix="attnsim-u-"))
+    try:
+        t0 = time.perf_counter()
+        U.save(folder)
+        save = time.perf_counter() - t0
+        saved = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
+        del U
+        t0 = time.perf_counter()
+        UniversalSimulator.load(folder)
+        load = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {
+        "tokens": n,
+        "sequence_length": r.sequence_length,
+        "d_model": r.d_model,
+        "nonzero_parameters": r.nonzero_parameters,
+        "build_seconds": build,
+        "simulate_seconds": simulate,
+        "direct_seconds": direct,
+        "wall_ratio": simulate / direct,
+        "error_vs_torch": relative_error(got, want),
+        "max_abs_score": max_abs_score(target, X),
+        "build_peak_rss_mb": build_rss,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_virtual_mb": _peak_virtual_mb(),
+        "save_seconds": save,
+        "saved_mb": saved,
+        "load_seconds": load,
+    }
+
+
+def _under_limit(limit_bytes: int, n: int) -> dict:
+    """:func:`_minilm_tokens` under an address-space limit (``RLIMIT_AS``): its row, or the
+    error that stopped it."""
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    return {"ok": True, **_minilm_tokens(n)}  # (an error: reported by _in_child)
+
+
+def _in_child(fn, *args) -> dict:
+    """``fn(*args)`` (a dict) in a forked child process; a child that dies without an
+    answer (killed for memory, say) gives ``{"ok": False, "error": ...}``."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 (reported to the parent)
+            send.send({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    send.close()
+    try:
+        got = recv.recv()
+    except EOFError:
+        got = None
+    proc.join()
+    if got is None:
+        return {"ok": False, "error": f"the child process ended with code {proc.exitcode}"}
+    return got
+
+
+def minilm_tokens(n: int, address_check: bool = True) -> dict:
+    """The MiniLM layer shape on ``n`` tokens in a child process of its own (its peak
+    memory is this row's), then, with ``address_check``, once more in a child whose
+    address space is limited to twice the first run's resident peak (the issue's rule)."""
+    w0 = time.perf_counter()
+    row = _in_child(_minilm_tokens, n)
+    if row.get("ok") is False:
+        return {
+            "tokens": n,
+            "built": False,
+            "seconds": time.perf_counter() - w0,
+            "refusal": row["error"],
+        }
+    row = {"built": True, **row}
+    if address_check:
+        limit = int(2 * row["peak_rss_mb"] * 2**20)
+        got = _in_child(_under_limit, limit, n)
+        row["address_limit_mb"] = limit / 2**20
+        row["under_address_limit"] = bool(got["ok"])
+        row["under_address_limit_error"] = got.get("error")
+    return row
+
+
 def minilm_stack(layers: int, seed: int = 0) -> dict:
     """A stack of ``layers`` encoder layers of the MiniLM shape (each with scores up to
     |30| on its own input) simulated by one U in one pass, against torch's layers applied
@@ -295,6 +421,18 @@ def main(argv: list[str] | None = None) -> int:
         help="also simulate a stack of this many MiniLM-shaped layers (default 6; 0: none; "
         "about 5 minutes)",
     )
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        action="append",
+        default=None,
+        help="also the MiniLM layer shape on this many tokens (repeatable; --full: 128), "
+        "each in a child process, then again under an address-space limit of twice its "
+        "resident peak (about 10 minutes at 128)",
+    )
+    parser.add_argument(
+        "--no-address-check", action="store_true", help="skip the address-space rerun"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -331,6 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     if stack:
         out["minilm_stack"] = minilm_stack(stack)
         print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)
+    tokens = args.tokens if args.tokens is not None else ([128] if args.full else [])
+    if tokens:
+        out["minilm_tokens"] = []
+        for n in tokens:
+            row = minilm_tokens(n, address_check=not args.no_address_check)
+            out["minilm_tokens"].append(row)
+            print(f"MiniLM layer shape on {n} tokens: {row}", flush=True)
     out["machine"] = run.machine()
     write_json(args.out, out)
     return 0

@@ -242,7 +242,9 @@ def _edit_table(tmp_path, edit):
         (lambda t: t[0][0].__setitem__("key_values", 99), "from a tensor there is not"),
         (lambda t: t.append([]), "is not a list of"),
         (lambda t: t[0].append(None), "heads"),
-        (lambda t: t[0][0].__setitem__("key_values", t[0][0]["query_values"]), "belongs to no"),
+        (lambda t: t[0].__setitem__(0, None), "belongs to no"),
+        (lambda t: t[0][0].__setitem__("query_default", "x"), "query_default 'x'"),
+        (lambda t: t[0][0].pop("query_default"), "is not a head pattern"),
     ],
 )
 def test_damaged_pattern_tables_are_refused(tmp_path, edit, message):
@@ -266,13 +268,13 @@ def test_damaged_pattern_tensors_are_refused(tmp_path):
     _saved(tmp_path)
     file = str(tmp_path / "model.safetensors")
     state = load_file(file)
-    state["head_patterns.0"] = state["head_patterns.0"] + 0.5  # no longer integers
+    state["head_patterns.1"] = state["head_patterns.1"] + 0.5  # query values, not integers
     save_file(state, file)
-    with pytest.raises(DamagedCheckpointError, match="head_patterns.0"):
+    with pytest.raises(DamagedCheckpointError, match="head_patterns.1"):
         CompiledModel.load(tmp_path)
     with pytest.raises(DamagedCheckpointError, match="not all integers"):
         CompiledModel.load(tmp_path, check=False)
-    state["head_patterns.0"] = state["head_patterns.0"].float()
+    state["head_patterns.1"] = state["head_patterns.1"].float()
     save_file(state, file)
     with pytest.raises(DamagedCheckpointError, match="are not torch.float64"):
         CompiledModel.load(tmp_path, check=False)
@@ -319,3 +321,62 @@ def test_a_pattern_on_a_head_that_is_not_static_is_refused(tmp_path):
     (tmp_path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(DamagedCheckpointError, match=f"head {h} of layer {li}, whose weights"):
         CompiledModel.load(tmp_path, check=False)
+
+
+def test_equality_patterns_keep_their_queries_sparse_and_exact():
+    # the query side as its default and the entries that differ, bit for bit (-0.0 beside
+    # a default 0.0 is listed), and the keys it selects those of the dense form
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        L = int(rng.integers(1, 40))
+        q = np.where(rng.random(L) < 0.7, -1.0, rng.integers(0, L, L).astype(np.float64))
+        if L > 2:
+            q[1] = -0.0
+        k = np.arange(L, dtype=np.float64)
+        p = StaticPattern.equality(q, k)
+        assert np.array_equal(p.query_values.view(np.int64), q.view(np.int64))
+        assert len(p.query_at) < L or L < 3
+        for n in range(1, L + 2):
+            for causal in (False, True):
+                got = head_keys(p, n, causal)
+                rows = [
+                    [j + 1 for j in range(n - 1) if k[j] == q[i] and (not causal or j <= i)]
+                    for i in range(n - 1)
+                ]
+                want_keys = [0] + [key for r in rows for key in (r or [0])]
+                assert got[1].tolist() == want_keys
+
+
+def test_a_checkpoint_with_dense_query_values_still_loads():
+    # the form checkpoints stored before: {"query_values", "key_values"}, both [L]
+    from attnsim.model import pattern_store
+
+    q, k = np.array([2.0, -1.0, 0.0]), np.array([0.0, 1.0, 2.0])
+    table = [[{"kind": "equality", "mode": "mean", "query_values": 0, "key_values": 1}]]
+    tensors = {"head_patterns.0": torch.tensor(q), "head_patterns.1": torch.tensor(k)}
+    back = pattern_store.from_checkpoint(table, tensors, [1], 3, "t")[0][0]
+    assert back.query_values.tolist() == q.tolist()
+    assert [a.tolist() for a in head_keys(back, 4, False)] == [
+        a.tolist() for a in head_keys(StaticPattern.equality(q, k), 4, False)
+    ]
+
+
+def test_sparse_query_entries_are_checked():
+    from attnsim.model import pattern_store
+
+    p = StaticPattern.equality(np.array([-1.0, 0.0, -1.0, 1.0]), np.arange(4.0))
+    table, tensors = pattern_store.to_checkpoint(((p,),))
+    names = table[0][0]
+    at = f"head_patterns.{names['query_at']}"
+    vals = f"head_patterns.{names['query_at_values']}"
+    bad = dict(tensors, **{at: torch.tensor([3, 1])})
+    with pytest.raises(pattern_store.PatternTableError, match="ascend"):
+        pattern_store.from_checkpoint(table, bad, [1], 4, "t")
+    bad = dict(tensors, **{at: torch.tensor([1, 9])})
+    with pytest.raises(pattern_store.PatternTableError, match="ascend within"):
+        pattern_store.from_checkpoint(table, bad, [1], 4, "t")
+    bad = dict(tensors, **{vals: torch.tensor([0.0], dtype=torch.float64)})
+    with pytest.raises(pattern_store.PatternTableError, match="one value each"):
+        pattern_store.from_checkpoint(table, bad, [1], 4, "t")
+    with pytest.raises(ValueError, match="one value each"):
+        StaticPattern.sparse_equality(0.0, [1, 2], [1.0], np.arange(4.0))

@@ -118,11 +118,30 @@ def test_a_projection_rounds_as_before_the_split(W, seed):
     rows = nonzero[:, few].any(dim=1)
     want = torch.empty(*x.shape[:-1], W.shape[1], dtype=x.dtype)
     want[..., few] = x[..., rows] @ W[rows][:, few]
-    want[..., ~few] = x @ W[:, ~few]
+    want[..., ~few] = (x @ W)[..., ~few]  # the definition's product, however many columns
     got = Projection(W)(x)
     assert torch.equal(got, want)
     one = terms == 1
     assert torch.equal(got[..., one], (x @ W)[..., one])
+
+
+def test_a_lone_column_of_many_terms_rounds_as_the_wider_product():
+    # one column of more than two weights beside one-weight columns, on 300 random W: a
+    # one-column product would go through torch's matrix-vector kernel and round otherwise
+    # (the count of W where it does is the check that the case is reached)
+    g = np.random.default_rng(5)
+    differ = 0
+    for _ in range(300):
+        d = int(g.integers(3, 40))
+        W = torch.zeros(d, 3, dtype=torch.float64)
+        W[:, 0] = torch.tensor(g.standard_normal(d))
+        W[int(g.integers(d)), 1] = 1.0
+        W[int(g.integers(d)), 2] = float(g.standard_normal())
+        x = torch.tensor(g.standard_normal((2, 17, d)))
+        want = x @ W
+        assert torch.equal(Projection(W)(x), want)
+        differ += not torch.equal(x @ W[:, :1], want[..., :1])
+    assert differ > 0
 
 
 def test_a_lone_two_weight_column_keeps_its_wider_product():

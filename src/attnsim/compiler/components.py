@@ -274,13 +274,28 @@ class _Owners:
         self.out_dirs = set(out_dirs)
         self.out_label = out_label
         self.memo: dict[str, tuple[str, ...]] = {}
-        self.writes: dict[str, set[str]] = {}
+        # label -> the directions its blocks write: one set shared by the labels of a block
+        # (a head serving hundreds of labels writes hundreds of directions), a new one only
+        # where a label has several blocks
+        self.writes: dict[str, frozenset[str]] = {}
         self.readers: dict[str, list[_Block]] = {}
+        self._blocks_reading: dict[int, tuple[frozenset, list[_Block]]] = {}
         for b in blocks:
+            ws = frozenset(b.writes)
             for r in b.raw:
-                self.writes.setdefault(r, set()).update(b.writes)
+                had = self.writes.get(r)
+                self.writes[r] = ws if had is None or had == ws else had | ws
             for d in {d for _, ds in b.reads for d in ds}:
                 self.readers.setdefault(d, []).append(b)
+
+    def _reading(self, written: frozenset) -> list[_Block]:
+        """The blocks that read any of ``written``, in the order of the sorted directions
+        (once per set: the labels of a block share theirs)."""
+        got = self._blocks_reading.get(id(written))
+        if got is None or got[0] is not written:
+            found = {id(b): b for d in sorted(written) for b in self.readers.get(d, ())}
+            got = self._blocks_reading[id(written)] = (written, list(found.values()))
+        return got[1]
 
     def of(self, raw: str, seen: frozenset = frozenset()) -> tuple[str, ...]:
         if raw in self.by_label:
@@ -290,10 +305,9 @@ class _Owners:
         if raw in seen:
             return ()
         seen = seen | {raw}
-        written = self.writes.get(raw, set())
+        written = self.writes.get(raw, frozenset())
         got: dict[str, None] = {}
-        readers = {id(b): b for d in sorted(written) for b in self.readers.get(d, ())}
-        for b in readers.values():
+        for b in self._reading(written):
             if raw in b.raw:
                 continue
             for other in b.raw:

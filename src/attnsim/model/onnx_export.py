@@ -61,6 +61,7 @@ from attnsim.model import compiled, digests
 from attnsim.model.config import AttentionMode
 from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
+from attnsim.model.stream import stamp
 from attnsim.model.transformer import Transformer
 
 __all__ = ["StaticTransformer", "erf64", "fingerprint", "to_onnx", "run_onnx", "OPSET"]
@@ -77,7 +78,7 @@ _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _stamp(tensors: dict[str, torch.Tensor]) -> tuple:
     # data pointers and version counters change when a weight is replaced or edited in place
-    return tuple((k, t.data_ptr(), t._version, tuple(t.shape)) for k, t in tensors.items())
+    return tuple(tensors), stamp(tensors.values())
 
 
 def fingerprint(model: compiled.CompiledModel) -> str:

@@ -1,17 +1,23 @@
 """The compiler's head patterns (:mod:`attnsim.model.patterns`) in a checkpoint: a table of
 ``model.json`` (``"head_patterns"``: per layer, per head, None or the pattern's kind, mode
 and the tensors it reads) and tensors ``head_patterns.<i>`` in ``model.safetensors``, each
-distinct array once (the heads of a program share their sides). The digest covers both; a
-checkpoint without them loads as before, its plans reading the weights.
+distinct array once (the heads of a program share their sides). An equality's query values
+are stored as their default (``query_default``) and the entries that differ (``query_at``,
+``query_at_values``); a checkpoint that stores them dense (``query_values``, written before)
+loads too. The digest covers both; a checkpoint without them loads as before, its plans
+reading the weights.
 
 >>> import numpy as np
 >>> from attnsim.model.patterns import StaticPattern
 >>> p = StaticPattern.equality([1.0, 0.0], [0.0, 1.0])
 >>> table, tensors = to_checkpoint(((p, None),))
->>> table
-[[{'kind': 'equality', 'mode': 'mean', 'query_values': 0, 'key_values': 1}, None]]
+>>> entry = table[0][0]  # the tensors' numbers, and the query values' default itself
+>>> entry["query_at"], entry["query_at_values"], entry["key_values"], entry["query_default"]
+(0, 1, 2, 0.0)
+>>> table[0][1] is None
+True
 >>> sorted(tensors)
-['head_patterns.0', 'head_patterns.1']
+['head_patterns.0', 'head_patterns.1', 'head_patterns.2']
 >>> back = from_checkpoint(table, tensors, [2], 2, "model.json")
 >>> back[0][0].query_values.tolist(), back[0][1]
 ([1.0, 0.0], None)
@@ -30,9 +36,10 @@ __all__ = ["PREFIX", "to_checkpoint", "from_checkpoint"]
 
 PREFIX = "head_patterns."  # the tensors' names in model.safetensors
 FIELDS = {
-    "equality": ("query_values", "key_values"),
+    "equality": ("query_at", "query_at_values", "key_values"),
     "table": ("offsets", "keys"),
 }
+DENSE_EQUALITY = ("query_values", "key_values")  # the form checkpoints had before
 
 
 class PatternTableError(ValueError):
@@ -61,6 +68,8 @@ def to_checkpoint(patterns: tuple) -> tuple[list | None, dict[str, torch.Tensor]
                 row.append(None)
                 continue
             entry: dict[str, Any] = {"kind": p.kind, "mode": p.mode}
+            if p.kind == "equality":
+                entry["query_default"] = p.query_default
             for name in FIELDS[p.kind]:
                 entry[name] = ref(getattr(p, name))
             row.append(entry)
@@ -100,12 +109,19 @@ def from_checkpoint(
                 layer.append(None)
                 continue
             kind = entry.get("kind") if isinstance(entry, dict) else None
-            if kind not in FIELDS or set(entry) != {"kind", "mode", *FIELDS[kind]}:
+            fields = FIELDS.get(kind, ())
+            extra = {"query_default"} if kind == "equality" else set()
+            if kind == "equality" and set(entry) == {"kind", "mode", *DENSE_EQUALITY}:
+                fields, extra = DENSE_EQUALITY, set()
+            if kind not in FIELDS or set(entry) != {"kind", "mode", *fields, *extra}:
                 raise PatternTableError(f"{what} is not a head pattern")
             if entry["mode"] not in ("mean", "width"):
                 raise PatternTableError(f"{what} has mode {entry['mode']!r}")
+            default = entry.get("query_default", 0.0)
+            if type(default) not in (int, float) or not np.isfinite(default):
+                raise PatternTableError(f"{what} has query_default {default!r}")
             got = {}
-            for name in FIELDS[kind]:
+            for name in fields:
                 i = entry[name]
                 if type(i) is not int or f"{PREFIX}{i}" not in tensors:
                     raise PatternTableError(f"{what} reads {name} from a tensor there is not")
@@ -117,7 +133,16 @@ def from_checkpoint(
                 key = entry["key_values"]
                 if key not in indexes:
                     indexes[key] = KeyIndex.of(got["key_values"])
-                p = StaticPattern.equality(got["query_values"], got["key_values"], indexes[key])
+                if "query_values" in got:  # the dense form
+                    p = StaticPattern.equality(got["query_values"], got["key_values"], indexes[key])
+                else:
+                    at, vals = got["query_at"], got["query_at_values"]
+                    try:
+                        p = StaticPattern.sparse_equality(
+                            default, at, vals, got["key_values"], indexes[key]
+                        )
+                    except ValueError as exc:
+                        raise PatternTableError(f"{what}: {exc}") from None
             else:
                 p = StaticPattern("table", offsets=got["offsets"], keys=got["keys"])
                 _check_rows(p, length, what)
@@ -133,8 +158,10 @@ def _array(t: torch.Tensor, name: str, length: int, what: str) -> np.ndarray:
     values = name.endswith("values")
     dtype = torch.float64 if values else torch.int64
     size = length + 1 if name == "offsets" else length
-    if t.dtype != dtype or t.dim() != 1 or (name != "keys" and len(t) != size):
-        raise PatternTableError(f"{what}: its {name} are not {dtype} [{size}]")
+    free = name in ("keys", "query_at", "query_at_values")  # as long as they list
+    if t.dtype != dtype or t.dim() != 1 or (not free and len(t) != size):
+        shape = "[any length]" if free else f"[{size}]"
+        raise PatternTableError(f"{what}: its {name} are not {dtype} {shape}")
     arr = t.numpy()
     if values and not bool(np.all(np.isfinite(arr) & (arr == np.floor(arr)))):
         raise PatternTableError(f"{what}: its {name} are not all integers")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KeyIndex", "StaticPattern", "head_keys"]
+__all__ = ["KeyIndex", "StaticPattern", "default_and_others", "head_keys"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,18 +79,24 @@ class StaticPattern:
     """The keys a static head selects at each query, over RASP positions ``0 .. L - 1``.
 
     Attributes:
-        kind: "equality" (``query_values`` and ``key_values``, ``[L]`` float64: query i
-            selects the keys j with an equal value) or "table" (``offsets [L + 1]`` and
-            ``keys [nnz]`` int64, ascending per query: compressed rows).
+        kind: "equality" (``key_values [L]`` float64 and the query values: query i selects
+            the keys j with an equal value) or "table" (``offsets [L + 1]`` and ``keys
+            [nnz]`` int64, ascending per query: compressed rows).
         mode: the head's: "mean" (BOS where nothing is selected) or "width" (BOS always).
+        query_default, query_at, query_at_values: an equality's query values, held as
+            their most common value and the positions (ascending int64) and values where
+            they differ from it (a gather's source index is one value at most positions;
+            :attr:`query_values` gives them dense).
     """
 
     kind: str
     mode: str = "mean"
-    query_values: np.ndarray | None = None
     key_values: np.ndarray | None = None
     offsets: np.ndarray | None = None
     keys: np.ndarray | None = None
+    query_default: float = 0.0
+    query_at: np.ndarray | None = None
+    query_at_values: np.ndarray | None = None
 
     key_index: KeyIndex | None = None
 
@@ -102,7 +108,47 @@ class StaticPattern:
         k = np.asarray(key_values, dtype=np.float64)
         if q.shape != k.shape or q.ndim != 1:
             raise ValueError(f"query and key values must be [L] alike, got {q.shape}, {k.shape}")
-        return cls("equality", query_values=q, key_values=k, key_index=key_index)
+        default, at = default_and_others(q)
+        return cls.sparse_equality(default, at, q[at], k, key_index)
+
+    @classmethod
+    def sparse_equality(
+        cls, query_default: float, query_at, query_at_values, key_values, key_index=None
+    ) -> StaticPattern:
+        """:meth:`equality` with the query values given as their default and the entries
+        that differ: ``query_at`` (ascending positions) and ``query_at_values``.
+
+        >>> p = StaticPattern.sparse_equality(-1.0, [1], [0.0], [0.0, 1.0, 2.0])
+        >>> p.query_values.tolist()
+        [-1.0, 0.0, -1.0]
+        """
+        k = np.asarray(key_values, dtype=np.float64)
+        at = np.asarray(query_at, dtype=np.int64).reshape(-1)
+        vals = np.asarray(query_at_values, dtype=np.float64).reshape(-1)
+        if k.ndim != 1 or at.shape != vals.shape:
+            raise ValueError(
+                f"key values must be [L] and the listed queries one value each, got "
+                f"{k.shape}, {at.shape}, {vals.shape}"
+            )
+        if len(at) and (int(at[0]) < 0 or int(at[-1]) >= len(k) or bool(np.any(np.diff(at) <= 0))):
+            raise ValueError(f"the listed query positions must ascend within 0..{len(k) - 1}")
+        return cls(
+            "equality",
+            key_values=k,
+            query_default=float(query_default),
+            query_at=at,
+            query_at_values=vals,
+            key_index=key_index,
+        )
+
+    @property
+    def query_values(self) -> np.ndarray | None:
+        """An equality's query values, ``[L]`` float64 (made on each call)."""
+        if self.kind != "equality":
+            return None
+        out = np.full(len(self.key_values), self.query_default, dtype=np.float64)
+        out[self.query_at] = self.query_at_values
+        return out
 
     def with_mode(self, mode: str) -> StaticPattern:
         """The same keys for a head of ``mode`` ("mean" or "width")."""
@@ -123,7 +169,7 @@ class StaticPattern:
     def length(self) -> int:
         """L, the positions the pattern covers."""
         if self.kind == "equality":
-            return len(self.query_values)
+            return len(self.key_values)
         return len(self.offsets) - 1
 
     def selected(self, m: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -158,6 +204,23 @@ class StaticPattern:
             keep = keys <= rows
             rows, keys = rows[keep], keys[keep]
         return np.bincount(rows, minlength=m).astype(np.int64), keys.astype(np.int64)
+
+
+def default_and_others(values: np.ndarray) -> tuple[float, np.ndarray]:
+    """The most common value of ``values`` (of a sample of 64) and the positions whose bits
+    differ from it (int64, ascending): how a column over positions is kept sparse.
+
+    >>> d, at = default_and_others(np.array([-1.0, 2.0, -1.0, -1.0, 0.0]))
+    >>> d, at.tolist()
+    (-1.0, [1, 4])
+    """
+    if not len(values):
+        return 0.0, np.zeros(0, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    sample = values[:: max(1, len(values) // 64)]
+    vals, counts = np.unique(sample, return_counts=True)
+    default = float(vals[np.argmax(counts)])
+    return default, np.flatnonzero(values.view(np.int64) != np.float64(default).view(np.int64))
 
 
 def head_keys(pattern: StaticPattern, n: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:

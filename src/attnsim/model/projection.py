@@ -40,7 +40,11 @@ class Projection:
         self.m = torch.nonzero(terms > 2).flatten()
         self.rows = torch.nonzero(nonzero[:, self.f].any(dim=1)).flatten()
         self.W_f = W[self.rows][:, self.f]
-        self.W_m = W[:, self.m]
+        # a lone column of more terms is computed twice, as a product of two columns: alone
+        # it would go through the matrix-vector kernel and round otherwise than the same
+        # column of the definition's wider product (measured: 715 of 3,000 random sparse W)
+        lone = len(self.m) == 1 and self.width > 1
+        self.W_m = W[:, self.m.repeat(2)] if lone else W[:, self.m]
         rows = nonzero[:, self.one].to(torch.int8).argmax(dim=0) if W.shape[0] else self.one
         scale = W[rows, self.one]
         # the one-weight columns: (the row each reads, its weight or None where all are 1)
@@ -57,7 +61,7 @@ class Projection:
             for cols, fn in (
                 (self.one, self._picked),
                 (self.f, lambda x: columns(x, self.rows) @ self.W_f),
-                (self.m, lambda x: x @ self.W_m),
+                (self.m, lambda x: (x @ self.W_m)[..., : len(self.m)]),
             )
             if len(cols)
         ]

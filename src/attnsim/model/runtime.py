@@ -34,7 +34,7 @@ import torch
 from attnsim.model import fused, plan_core, plan_steps, plans
 from attnsim.model.plans import EXECUTORS
 from attnsim.model.projection import Projection, add_columns
-from attnsim.model.stream import Columns, _add, _capture, new_stream
+from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
 
 __all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
 
@@ -104,7 +104,7 @@ class Runtime:
         """Drops what was kept for other weights: parameters or modules replaced, weights
         changed in place or moved (one walk over the modules, each call)."""
         self._modules, self._params = _walk(self.net)
-        key = tuple((id(p), p.data_ptr(), p._version) for p in self._params)
+        key = (tuple(id(p) for p in self._params), stamp(self._params))
         if key != self._key:
             self._reset(key)
 

@@ -10,11 +10,32 @@ import torch
 
 from attnsim.model.projection import _block, add_columns
 
-__all__ = ["Columns", "expand_update", "check_positions", "new_stream"]
+__all__ = ["Columns", "expand_update", "check_positions", "new_stream", "stamp"]
 
 HUGE_FROM = 1 << 25  # bytes from which a new stream asks for huge pages (Linux)
 _HUGE = 1 << 21
 _libc: list = []
+
+
+def stamp(tensors) -> tuple:
+    """What tells whether weights are the same as when something was derived from them:
+    each tensor's data pointer and version counter (both change when a weight is replaced
+    or edited in place). An inference tensor (made inside ``torch.inference_mode()``) has
+    no version counter: it gets a stamp equal to no other, so that nothing is reused for
+    it (correct, only rebuilt each call).
+
+    >>> w = torch.zeros(2)
+    >>> a = stamp([w]); _ = w.add_(1); a == stamp([w])
+    False
+    >>> with torch.inference_mode():
+    ...     v = torch.zeros(2)
+    >>> stamp([v]) == stamp([v])
+    False
+    """
+    return tuple(
+        (t.data_ptr(), object() if t.is_inference() else t._version, tuple(t.shape))
+        for t in tensors
+    )
 
 
 def new_stream(

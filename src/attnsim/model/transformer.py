@@ -28,7 +28,7 @@ from attnsim.model.config import ModelConfig
 from attnsim.model.hard import HEAD_CHUNK_VALUES, mix
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.projection import Projection, columns
-from attnsim.model.stream import Columns, _capture, check_positions
+from attnsim.model.stream import Columns, _capture, check_positions, stamp
 
 __all__ = [
     "Attention",
@@ -66,7 +66,7 @@ class Attention(nn.Module):
         """Active heads (any non-zero output weight; the others add exactly 0) and the
         used width of each one's query-key and value-output spaces (zero columns dropped).
         Cached until the weights change."""
-        key = tuple((w.data_ptr(), w._version) for w in (self.W_Q, self.W_K, self.W_V, self.W_O))
+        key = stamp((self.W_Q, self.W_K, self.W_V, self.W_O))
         if getattr(self, "_plan_key", None) != key:
             heads = torch.nonzero(self.W_O.flatten(1).abs().sum(dim=1) > 0).flatten()
 
@@ -233,7 +233,7 @@ class MLP(nn.Module):
     def _plan(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The residual rows the ReLU units read and the columns they write (cached until the
         weights change); None when the units read and write most of the stream anyway."""
-        key = (self.W_in.data_ptr(), self.W_in._version, self.W_out.data_ptr(), self.W_out._version)
+        key = stamp((self.W_in, self.W_out))
         if getattr(self, "_plan_key", None) != key:
             rows = torch.nonzero(self.W_in.abs().sum(dim=1) > 0).flatten()
             cols = torch.nonzero(self.W_out.abs().sum(dim=0) > 0).flatten()
@@ -253,7 +253,7 @@ class MLP(nn.Module):
         ws = [self.W_bil_a, self.W_bil_b, self.W_bil_out]
         for kind in self.native_kinds:
             ws += [getattr(self, f"W_{kind}_{part}") for part in ("in", "gate", "out")]
-        key = tuple((w.data_ptr(), w._version) for w in ws)
+        key = stamp(ws)
         if getattr(self, "_slices_key", None) != key:
             groups = {"bilinear": (self.W_bil_a, self.W_bil_b, self.W_bil_out)}
             for kind in self.native_kinds:
@@ -372,13 +372,13 @@ class Transformer(nn.Module):
         :class:`attnsim.model.patterns.StaticPattern`, or None); ``()`` when unknown (weights
         made by hand, loaded, or changed since): the plans then find the keys from the
         weights."""
-        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        key = stamp(self.parameters())
         return self._patterns if key == self._patterns_key else ()
 
     @head_patterns.setter
     def head_patterns(self, patterns: tuple) -> None:
         self._patterns = tuple(tuple(layer) for layer in patterns)
-        self._patterns_key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        self._patterns_key = stamp(self.parameters())
 
     def __setattr__(self, name: str, value) -> None:
         if name == "executor":  # not silently ignored: the definition runs as defined

@@ -44,6 +44,7 @@ __all__ = [
     "index_map",
     "position_table",
     "max_of",
+    "table_of",
     "read",
     "reader",
     "select_all",
@@ -107,9 +108,23 @@ def position_table(values: Sequence[float]) -> rasp.SOp:
         inside = (ps >= 0) & (ps < size)
         return np.where(inside, table[np.where(inside, ps, 0)] if size else 0.0, 0.0)
 
+    table.flags.writeable = False
+    lookup.table = table  # (read by table_of)
     out = rasp.numerical(rasp.Map(at, rasp.indices, simplify=False))
     out._op = rasp.ElementwiseOp("position_table", (), lookup)
     return out
+
+
+def table_of(sop: rasp.SOp) -> np.ndarray | None:
+    """The values of a :func:`position_table` S-op (read-only float64), None for any other.
+
+    >>> table_of(position_table([0.5, -1.0])).tolist(), table_of(index_map(lambda p: p))
+    ([0.5, -1.0], None)
+    """
+    op = getattr(sop, "_op", None)
+    if op is None or op.kind != "position_table":
+        return None
+    return getattr(op.numpy_fn, "table", None)
 
 
 def reader(source: Callable[[int], int] | rasp.SOp) -> rasp.Selector:

@@ -35,6 +35,7 @@ picks column k of its row's result (one head per column), which is where the cod
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -57,7 +58,7 @@ class _Builder:
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
         self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
-        self._tables: dict[bytes, E.SOp] = {}
+        self._tables: dict[bytes, list[tuple[np.ndarray, E.SOp]]] = {}  # digest -> tables
         self._roles: dict[str, tuple] = {}  # role -> its positions and their coordinates
 
     def n(self, name: str) -> str:
@@ -67,12 +68,16 @@ class _Builder:
     def table(self, name: str, values: np.ndarray | Sequence[float]) -> E.SOp:
         """A numerical S-op of the position alone (one S-op per distinct table: the layers
         of a stack share theirs)."""
-        tab = np.array(values, dtype=np.float64)  # a copy: callers reuse their arrays
-        key = tab.tobytes()
-        got = self._tables.get(key)
-        if got is None:
-            got = self._tables[key] = gathers.position_table(tab).named(name)
-        return got
+        tab = np.ascontiguousarray(values, dtype=np.float64)  # (position_table copies it)
+        # tables found by a digest of their bytes and compared in full (a key of the bytes
+        # themselves would be another copy of every table: gigabytes at 128 tokens)
+        same = self._tables.setdefault(hashlib.blake2b(tab.data, digest_size=16).digest(), [])
+        for other, sop in same:
+            if np.array_equal(other.view(np.int64), tab.view(np.int64)):  # bit for bit
+                return sop
+        sop = gathers.position_table(tab).named(name)
+        same.append((gathers.table_of(sop), sop))
+        return sop
 
     def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
         """fn(*coords) at the positions playing ``role``, ``default`` elsewhere (the

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from attnsim.compiler.lowering.columns import abs_max
 from attnsim.compiler.lowering.program import (
     After,
     Block,
@@ -181,8 +182,7 @@ class Context:
     def _dir_bound(self, d: str) -> tuple[float, bool]:
         """``(bound, final)``: final unless ``d`` has no owner yet."""
         if d in self.static_embed:
-            arr = np.abs(np.asarray(self.static_embed[d], dtype=np.float64))
-            return (float(arr.max()) if arr.size else 0.0), True
+            return abs_max(self.static_embed[d]), True
         if d in (BOS, NOTBOS) or d in self.token_dims:
             return 1.0, True
         self._index_categorical()

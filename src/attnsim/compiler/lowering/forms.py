@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnsim.compiler.lowering.columns import PositionColumn
 from attnsim.compiler.lowering.compare import dtype_of
 from attnsim.compiler.lowering.context import FAILED, Context
 from attnsim.compiler.lowering.program import After, Rep, UnsupportedError
@@ -318,9 +319,8 @@ def position_dir(ctx: Context, i: int) -> str:
     d = f"pos:{i}"
     if d not in ctx.static_embed:
         ctx.new_dir(d)
-        arr = np.zeros(ctx.L)
-        arr[i] = 1.0
-        ctx.static_embed[d] = arr
+        one = np.array([i], dtype=np.int64)
+        ctx.static_embed[d] = PositionColumn(ctx.L, 0.0, one, np.ones(1))
     return d
 
 
@@ -347,8 +347,9 @@ def static_square(ctx: Context, e: E.SOp) -> str:
     key = f"{ctx.label(e)}@num^2"
     if key not in ctx.static_embed:
         ctx.new_dir(key)
-        vals = static_numbers(ctx, e)
-        ctx.static_embed[key] = vals * vals
+        # held as its default and the entries that differ (the values' own array is the
+        # evaluator's; a dense square would be another array over every position)
+        ctx.static_embed[key] = PositionColumn.of(static_numbers(ctx, e)).square()
     return key
 
 
