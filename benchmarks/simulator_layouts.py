@@ -51,6 +51,7 @@ SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 # measured peak memory's growth (see limit_reason)
 BUILT = {"scalar": (64, 128), "vector": (128, 256)}
 MINILM = (12, 384, 12, 1536)
+LONG_TOKENS = (128, 256)  # --full: the MiniLM shape on these input lengths (or its refusal)
 
 
 def heads_of(d: int) -> int:
@@ -280,7 +281,7 @@ def _in_child(fn, *args) -> dict:
         try:
             send.send(fn(*args))
         except BaseException as exc:  # noqa: BLE001 (reported to the parent)
-            send.send({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            send.send({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:600]}"})
 
     proc = ctx.Process(target=child)
     proc.start()
@@ -426,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         action="append",
         default=None,
-        help="also the MiniLM layer shape on this many tokens (repeatable; --full: 128), "
+        help="also the MiniLM layer shape on this many tokens (repeatable; --full: 128 and 256), "
         "each in a child process, then again under an address-space limit of twice its "
         "resident peak (about 10 minutes at 128)",
     )
@@ -469,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     if stack:
         out["minilm_stack"] = minilm_stack(stack)
         print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)
-    tokens = args.tokens if args.tokens is not None else ([128] if args.full else [])
+    tokens = args.tokens if args.tokens is not None else (list(LONG_TOKENS) if args.full else [])
     if tokens:
         out["minilm_tokens"] = []
         for n in tokens:

@@ -78,7 +78,7 @@ _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _stamp(tensors: dict[str, torch.Tensor]) -> tuple:
     # data pointers and version counters change when a weight is replaced or edited in place
-    return tuple(tensors), stamp(tensors.values())
+    return tuple((k, tuple(t.shape)) for k, t in tensors.items()), stamp(tensors.values())
 
 
 def fingerprint(model: compiled.CompiledModel) -> str:

@@ -104,7 +104,7 @@ class Runtime:
         """Drops what was kept for other weights: parameters or modules replaced, weights
         changed in place or moved (one walk over the modules, each call)."""
         self._modules, self._params = _walk(self.net)
-        key = (tuple(id(p) for p in self._params), stamp(self._params))
+        key = (tuple(map(id, self._params)), stamp(self._params))
         if key != self._key:
             self._reset(key)
 

@@ -20,9 +20,9 @@ _libc: list = []
 def stamp(tensors) -> tuple:
     """What tells whether weights are the same as when something was derived from them:
     each tensor's data pointer and version counter (both change when a weight is replaced
-    or edited in place). An inference tensor (made inside ``torch.inference_mode()``) has
-    no version counter: it gets a stamp equal to no other, so that nothing is reused for
-    it (correct, only rebuilt each call).
+    or edited in place, a resize included). An inference tensor (made inside
+    ``torch.inference_mode()``) has no version counter: it gets a stamp equal to no other,
+    so that nothing is reused for it (correct, only rebuilt each call).
 
     >>> w = torch.zeros(2)
     >>> a = stamp([w]); _ = w.add_(1); a == stamp([w])
@@ -32,10 +32,11 @@ def stamp(tensors) -> tuple:
     >>> stamp([v]) == stamp([v])
     False
     """
-    return tuple(
-        (t.data_ptr(), object() if t.is_inference() else t._version, tuple(t.shape))
-        for t in tensors
-    )
+    ts = tuple(tensors)
+    try:
+        return tuple((t.data_ptr(), t._version) for t in ts)
+    except RuntimeError:  # an inference tensor among them
+        return tuple((t.data_ptr(), object() if t.is_inference() else t._version) for t in ts)
 
 
 def new_stream(
