@@ -261,25 +261,25 @@ def assemble_sparse(
     # position columns (static S-ops): each one's most common value, and the other entries
     dirs = list(lowered.static_embed)
     embed["pos_dirs"] = torch.tensor([ix(d) for d in dirs], dtype=torch.long)
-    defaults, others, other_w = [], [], []
+    defaults, others = [], []
     for d in dirs:  # (one column dense at a time: lowering may hold them as PositionColumn)
         col = np.asarray(lowered.static_embed[d], dtype=np.float64)  # positions 1..
         sample = col[:: max(1, len(col) // 64)]  # the default: the mode of a sample
         vals, counts = np.unique(sample, return_counts=True)
         defaults.append(float(vals[np.argmax(counts)]) if len(vals) else 0.0)
         others.append(np.flatnonzero(col != defaults[-1]).astype(np.int32))
-        other_w.append(col[others[-1]])
         del col
     # the other entries, written in place (a list of parts and their concatenation would
     # hold them twice: the universal simulator's embedding has tens of millions)
     total = sum(len(o) for o in others)
     pos_at, pos_at_w = torch.empty(total, 2, dtype=torch.long), torch.empty(total, dtype=f64)
     start = 0
-    for j, (other, w) in enumerate(zip(others, other_w)):
+    for j, (d, other) in enumerate(zip(dirs, others)):
         stop = start + len(other)
         pos_at[start:stop, 0] = torch.from_numpy(other) + 1
         pos_at[start:stop, 1] = j
-        pos_at_w[start:stop] = torch.from_numpy(w)
+        col = np.asarray(lowered.static_embed[d], dtype=np.float64)  # (dense again, alone)
+        pos_at_w[start:stop] = torch.from_numpy(col[other])
         start = stop
     embed["pos_default"] = torch.tensor(defaults, dtype=f64)
     embed["pos_at"], embed["pos_at_w"] = pos_at, pos_at_w

@@ -9,18 +9,18 @@ reading the weights.
 
 >>> import numpy as np
 >>> from attnsim.model.patterns import StaticPattern
->>> p = StaticPattern.equality([1.0, 0.0], [0.0, 1.0])
+>>> p = StaticPattern.equality([-1.0, -1.0, -1.0, 0.0], [0.0, 1.0, 2.0, 3.0])
 >>> table, tensors = to_checkpoint(((p, None),))
 >>> entry = table[0][0]  # the tensors' numbers, and the query values' default itself
 >>> entry["query_at"], entry["query_at_values"], entry["key_values"], entry["query_default"]
-(0, 1, 2, 0.0)
+(0, 1, 2, -1.0)
 >>> table[0][1] is None
 True
 >>> sorted(tensors)
 ['head_patterns.0', 'head_patterns.1', 'head_patterns.2']
->>> back = from_checkpoint(table, tensors, [2], 2, "model.json")
+>>> back = from_checkpoint(table, tensors, [2], 4, "model.json")
 >>> back[0][0].query_values.tolist(), back[0][1]
-([1.0, 0.0], None)
+([-1.0, -1.0, -1.0, 0.0], None)
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ def to_checkpoint(patterns: tuple) -> tuple[list | None, dict[str, torch.Tensor]
                 row.append(None)
                 continue
             entry: dict[str, Any] = {"kind": p.kind, "mode": p.mode}
+            if p.kind == "equality" and p.query_at is None:  # held dense: stored dense
+                entry["query_values"] = ref(p.query_at_values)
+                entry["key_values"] = ref(p.key_values)
+                row.append(entry)
+                continue
             if p.kind == "equality":
                 entry["query_default"] = p.query_default
             for name in FIELDS[p.kind]:

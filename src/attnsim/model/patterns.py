@@ -86,7 +86,8 @@ class StaticPattern:
         query_default, query_at, query_at_values: an equality's query values, held as
             their most common value and the positions (ascending int64) and values where
             they differ from it (a gather's source index is one value at most positions;
-            :attr:`query_values` gives them dense).
+            :attr:`query_values` gives them dense); where that would take more memory than
+            the values themselves, ``query_at`` is None and ``query_at_values`` holds all.
     """
 
     kind: str
@@ -109,6 +110,9 @@ class StaticPattern:
         if q.shape != k.shape or q.ndim != 1:
             raise ValueError(f"query and key values must be [L] alike, got {q.shape}, {k.shape}")
         default, at = default_and_others(q)
+        if 2 * len(at) >= len(q):  # listed entries (16 bytes each) would take more than
+            # the dense values (8 per position): kept dense (query_at None), not copied
+            return cls("equality", key_values=k, query_at_values=q, key_index=key_index)
         return cls.sparse_equality(default, at, q[at], k, key_index)
 
     @classmethod
@@ -146,6 +150,8 @@ class StaticPattern:
         """An equality's query values, ``[L]`` float64 (made on each call)."""
         if self.kind != "equality":
             return None
+        if self.query_at is None:  # held dense
+            return self.query_at_values
         out = np.full(len(self.key_values), self.query_default, dtype=np.float64)
         out[self.query_at] = self.query_at_values
         return out
