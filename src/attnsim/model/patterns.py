@@ -135,7 +135,11 @@ class StaticPattern:
                 f"{k.shape}, {at.shape}, {vals.shape}"
             )
         if len(at) and (int(at[0]) < 0 or int(at[-1]) >= len(k) or bool(np.any(np.diff(at) <= 0))):
-            raise ValueError(f"the listed query positions must ascend within 0..{len(k) - 1}")
+            raise ValueError(
+                f"the listed query positions must ascend within 0..{len(k) - 1}, got "
+                f"{at[:8].tolist()}{' ...' if len(at) > 8 else ''}; list each position once, "
+                "in order"
+            )
         return cls(
             "equality",
             key_values=k,
