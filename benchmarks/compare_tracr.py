@@ -251,6 +251,10 @@ def inputs(name: str, vocab: list, n: int) -> list[list]:
 
 def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
     """Measures attnsim on every setting of every program; prints one JSON line each."""
+    # isort: off
+    import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+    # isort: on
     import torch
 
     torch.set_num_threads(1)

@@ -34,6 +34,10 @@ import sys
 import time
 from pathlib import Path
 
+# isort: off
+import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+# isort: on
 import torch
 
 HERE = Path(__file__).resolve().parent

@@ -20,9 +20,12 @@ import argparse
 import json
 import time
 
+# isort: off
+import attnsim  # (before torch: its huge-page setting takes effect)
+
+# isort: on
 import torch
 
-import attnsim
 from attnsim.model import compress as C
 from attnsim.report import suite
 

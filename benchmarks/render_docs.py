@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import growth_laws
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "docs" / "benchmarks.md"
@@ -341,9 +343,9 @@ def simulator_layouts(data: dict) -> str:
             "",
             "Sparse storage keeps the directions alive at each stage; at its peak the store "
             "holds these cells (live columns x positions), of which these are non-zero; "
-            "long rows live in pages taken only where a write is non-zero, so the store's "
-            "resident memory (the last columns, MB) is what the cells would take only where "
-            "most are non-zero:",
+            "long rows live in blocks of 512 positions taken only where a write is "
+            "non-zero, so the store's memory (the last column, MB: its blocks at their "
+            "peak) is what the cells would take only where most are non-zero:",
             "",
             table(
                 [
@@ -353,7 +355,7 @@ def simulator_layouts(data: dict) -> str:
                     "peak non-zero",
                     "ratio",
                     "cells MB",
-                    "resident MB",
+                    "blocks MB",
                 ],
                 [
                     [
@@ -1445,6 +1447,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(args.results))
     print(f"wrote {args.out}")
+    if args.results == RESULTS and growth_laws.write():  # docs/simulator.md's growth laws
+        print(f"wrote the growth laws into {growth_laws.DOC}")
     return 0
 
 

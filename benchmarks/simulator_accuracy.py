@@ -43,6 +43,10 @@ import statistics
 import time
 from pathlib import Path
 
+# isort: off
+import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+# isort: on
 import numpy as np
 import torch
 from _common import Run, write_json

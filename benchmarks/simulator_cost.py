@@ -40,6 +40,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# isort: off
+import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+# isort: on
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -36,6 +36,10 @@ import resource
 import time
 from pathlib import Path
 
+# isort: off
+import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+# isort: on
 import numpy as np
 import torch
 from _common import Run, write_json

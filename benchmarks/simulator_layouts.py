@@ -31,12 +31,16 @@ import resource
 import time
 from pathlib import Path
 
+# isort: off
+import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
+
+# isort: on
 import numpy as np
 import torch
 from _common import Run, saved_and_loaded, write_json
 from simulator_cost import PeakMemory, fit_exponent, time_direct
 
-from attnsim.model import sparse_ops, zero_rows
+from attnsim.model import sparse_ops
 from attnsim.model.memory import ModelTooLargeError, memory_limit
 from attnsim.simulator import reference, sampling, universal
 from attnsim.simulator.layout import Layout
@@ -144,8 +148,8 @@ def measure_apart(layout: str, n: int, d: int, h: int, f: int) -> dict:
 class StreamFill:
     """Over one forward pass in sparse storage: the most cells the store holds at once (its
     live columns times the positions), the most non-zero entries among them, and the most
-    resident memory of its rows (a store in pages takes a page only where a write was
-    non-zero), read at every stage before its columns are released."""
+    memory of its rows (a store in blocks takes a block only where a write was non-zero),
+    read at every stage before its columns are released."""
 
     def __enter__(self) -> StreamFill:
         self.cells = self.nonzero = 0
@@ -153,15 +157,13 @@ class StreamFill:
         self._real = real = sparse_ops.Store.release
 
         def release(store, stage: int) -> None:
-            free = torch.zeros(store.data.shape[0], dtype=torch.bool)
-            free[[0, *store.free]] = True  # row 0 holds zeros and is never live
-            live = torch.nonzero(~free).flatten()
+            live = store.live_rows()
             cells = len(live) * store.data.shape[1] * store.data.shape[2]
             self.cells = max(self.cells, cells)
-            # the live rows only, a few at a time (a row never taken has no pages yet)
+            # the live rows only, a few at a time (a row never taken holds no memory)
             nonzero = sum(int(torch.count_nonzero(store.data[r])) for r in live.split(64))
             self.nonzero = max(self.nonzero, nonzero)
-            self.resident_mb = max(self.resident_mb, zero_rows.resident_mb(store.data))
+            self.resident_mb = max(self.resident_mb, store.resident_mb())
             real(store, stage)
 
         sparse_ops.Store.release = release

@@ -85,3 +85,34 @@ def test_the_compression_table_is_the_results_file():
         "`python benchmarks/compress_sweep.py --results benchmarks/results/compress_sweep.json "
         "--docs docs/interpretability.md`"
     )
+
+
+def test_the_growth_laws_are_the_results_file():
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import growth_laws
+    finally:
+        sys.path.pop(0)
+    text = (DOCS / "simulator.md").read_text()
+    written = text.split(growth_laws.BEGIN, 1)[1].split(growth_laws.END, 1)[0]
+    fresh = growth_laws.section(json.loads(growth_laws.RESULTS.read_text()))
+    assert written.strip() == fresh.strip(), (
+        "docs/simulator.md's growth laws are stale: run `python benchmarks/growth_laws.py`"
+    )
+
+
+def test_the_growth_laws_writer_refuses_a_document_without_markers(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import growth_laws
+    finally:
+        sys.path.pop(0)
+    doc = tmp_path / "doc.md"
+    doc.write_text("no markers here\n")
+    import pytest
+
+    with pytest.raises(ValueError, match="no growth-law markers"):
+        growth_laws.write(doc, growth_laws.RESULTS)
+    assert growth_laws.write(doc, tmp_path / "missing.json") is False

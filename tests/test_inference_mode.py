@@ -87,4 +87,8 @@ def test_weights_edited_in_place_inside_inference_mode_are_seen():
         dense = m.model(ids, vals)  # the definition on the edited weights
         again = m(ids, vals)
     assert not torch.equal(first, dense)
-    assert torch.equal(again, dense) or float((again - dense).abs().max()) <= 1e-12
+    # the edit is seen (a stale plan is off by the doubled head's output); the executors
+    # round as the definition up to the model's dtype (float32 here: the feature-major
+    # products may round an entry otherwise on some CPUs)
+    tol = 4 * torch.finfo(dense.dtype).eps * max(1.0, float(dense.abs().max()))
+    assert float((again - dense).abs().max()) <= tol

@@ -5,15 +5,16 @@ from __future__ import annotations
 import torch
 
 from attnsim.model import zero_rows
+from attnsim.model.block_rows import BlockRows
 
-__all__ = ["Store", "PAGED_ROW_VALUES", "PAGED_STORE_BYTES"]
+__all__ = ["Store", "BLOCKED_ROW_VALUES", "BLOCKED_STORE_BYTES"]
 
-# a store whose rows would take at least PAGED_STORE_BYTES, each row at least
-# PAGED_ROW_VALUES values (batch x positions), lives in pages (zero_rows): it then takes
-# memory only where writes are non-zero, at the cost of a page fault per page a row takes
-# again (a smaller store is faster as plain memory)
-PAGED_ROW_VALUES = 1 << 13
-PAGED_STORE_BYTES = 2 << 30
+# a store whose rows would take at least BLOCKED_STORE_BYTES, each row at least
+# BLOCKED_ROW_VALUES values (batch x positions), holds its rows in blocks of positions
+# (block_rows): it then takes memory, resident and reserved, only where writes are
+# non-zero, at the cost of an index per block (a smaller store is faster as one tensor)
+BLOCKED_ROW_VALUES = 1 << 13
+BLOCKED_STORE_BYTES = 2 << 30
 
 
 class Store:
@@ -34,21 +35,20 @@ class Store:
         self.b, self.n, self.dtype = b, n, dtype
         self.last = last
         self.slot = torch.zeros(d, dtype=torch.long)
-        # long rows live in pages (zero_rows): untouched and released rows take no memory,
-        # and a write touches only the span where it is non-zero
+        # long rows live in blocks (block_rows): untouched and released rows take no
+        # memory, and a write takes blocks only where it is non-zero
         size = max(2, size)
         full = size * b * n * torch.empty((), dtype=dtype).element_size()
-        self.paged = zero_rows.PAGED and b * n >= PAGED_ROW_VALUES and full >= PAGED_STORE_BYTES
+        self.blocked = b * n >= BLOCKED_ROW_VALUES and full >= BLOCKED_STORE_BYTES
         self.data = self._alloc(size)  # rows from the start (a run knows its peak)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
 
     def _alloc(self, size: int) -> torch.Tensor:
-        """``size`` rows, row 0 (and in pages, every row) zero."""
-        if self.paged:
-            self._rows = zero_rows.ZeroRows(size, (self.b, self.n), self.dtype)
-            return self._rows.tensor
+        """``size`` rows, row 0 (and in blocks, every row) zero."""
+        if self.blocked:
+            return BlockRows(size, self.b, self.n, self.dtype)
         data = torch.empty(size, self.b, self.n, dtype=self.dtype)  # a row is zeroed when
         data[0] = 0.0  # taken: the pages of rows never taken are never touched
         return data
@@ -66,20 +66,15 @@ class Store:
             self._grow(len(new))
             slots = [self.free.pop() for _ in new]
             self.slot[new] = torch.as_tensor(slots, dtype=torch.long)
-            if not self.paged:  # (free rows in pages are zero already)
+            if not self.blocked:  # (free rows in blocks are zero already)
                 self.data[slots] = 0.0
             for c in new:
                 self.by_stage.setdefault(self.last[c], []).append(c)
             self.peak = max(self.peak, self.data.shape[0] - len(self.free))
         rows = self.slot[dirs]
-        if self.paged:  # only the positions where something is added
-            at = torch.nonzero(values.ne(0).flatten(0, 1).any(0)).flatten()
-            if not len(at):
-                return
-            lo, hi = int(at[0]), int(at[-1]) + 1
-            if hi - lo < self.n:
-                self.data[:, :, lo:hi].index_put_((rows,), values[:, :, lo:hi], accumulate=True)
-                return
+        if self.blocked:  # only the blocks where something is added
+            self.data.add(rows, values)
+            return
         self.data.index_put_((rows,), values, accumulate=True)
 
     def _grow(self, k: int) -> None:
@@ -87,6 +82,10 @@ class Store:
             return
         old = self.data.shape[0]
         size = max(old * 2, old + k - len(self.free) + 64)
+        if self.blocked:
+            self.data.grow_rows(size)
+            self.free = list(range(size - 1, old - 1, -1)) + self.free
+            return
         before = self.data
         data = self._alloc(size)
         taken = self.slot[self.slot > 0]  # the rows in use (free rows are zero or unused)
@@ -99,8 +98,8 @@ class Store:
         for s in [s for s in self.by_stage if s < stage]:
             dirs = self.by_stage.pop(s)
             rows = self.slot[dirs].tolist()
-            if self.paged:  # back to zero, their pages to the system
-                self._rows.clear(rows)
+            if self.blocked:  # back to zero, their blocks to the free list
+                self.data.clear(rows)
             self.free.extend(rows)
             self.slot[dirs] = 0
 
@@ -118,11 +117,24 @@ class Store:
         for s in {self.last[c] for c in dirs}:
             self.by_stage[s] = [c for c in self.by_stage[s] if c not in gone]
         rows = self.slot[dirs].tolist()
-        if self.paged:  # (otherwise a row is zeroed when taken)
-            self._rows.clear(rows)
+        if self.blocked:  # (otherwise a row is zeroed when taken)
+            self.data.clear(rows)
         self.free.extend(rows)
         self.slot[dirs] = 0
 
     def read(self, cols: torch.Tensor) -> torch.Tensor:
         """``[len(cols), batch, pos]`` (0 for a direction that holds nothing)."""
         return self.data[self.slot[cols]]
+
+    def live_rows(self) -> torch.Tensor:
+        """The rows in use now (row 0 excluded)."""
+        free = torch.zeros(self.data.shape[0], dtype=torch.bool)
+        free[[0, *self.free]] = True
+        return torch.nonzero(~free).flatten()
+
+    def resident_mb(self) -> float:
+        """MB of memory the rows take now: the blocks in use (blocked), or the pages of
+        the rows' tensor that are resident."""
+        if self.blocked:
+            return self.data.resident_mb()
+        return zero_rows.resident_mb(self.data)

@@ -1,0 +1,182 @@
+"""Rows of a long stream held as blocks of positions: memory, resident and reserved, only
+where something non-zero was written.
+
+The sparse model's stream (:class:`~attnsim.model.store.Store`) keeps each live direction
+as one row over every position. In the universal simulator most rows are zero at most
+positions: a direction of the row-wise work is non-zero at a few positions of a few hundred
+thousand, a token channel only where the input region is. :class:`BlockRows` cuts the
+positions into blocks of :data:`BLOCK` and gives a row a block of memory only where a write
+to it is non-zero; every other block of every row reads the one shared zero block. The
+blocks live in chunks of :data:`CHUNK_BYTES` (ordinary tensors, ``[blocks, batch,
+BLOCK]``): reading rows is a gather from each chunk, adding to them an indexed add into
+each; a released row's blocks go back to a free list, and a new chunk is added when it
+runs out (nothing is copied). So the memory a pass takes, in resident pages and in address
+space alike, follows the blocks it holds (not rows times positions, as pages of an
+anonymous mapping would), on any system.
+
+>>> import torch
+>>> r = BlockRows(rows=3, batch=1, n=1000, dtype=torch.float64)
+>>> v = torch.zeros(1, 1, 1000, dtype=torch.float64); v[0, 0, 700] = 2.0
+>>> r.add(torch.tensor([1]), v)
+>>> r[torch.tensor([0, 1, 1])][:, 0, 700].tolist(), r.held
+([0.0, 2.0, 2.0], 1)
+>>> r.clear([1]); r[torch.tensor([1])].abs().sum().item(), r.held
+(0.0, 0)
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["BLOCK", "CHUNK_BYTES", "BlockRows"]
+
+BLOCK = 512  # positions per block: 4 KiB of float64, a memory page's worth per sequence
+CHUNK_BYTES = 256 << 20  # the memory one chunk of blocks takes (the most held unused)
+
+
+class BlockRows:
+    """``rows`` rows of ``[batch, n]`` values, zero until written (module docstring).
+
+    Reads like a tensor where the store needs it: ``rows_view[idx]`` for a 1-D index of
+    rows gives ``[len(idx), batch, n]`` (a new tensor, or a view of one: it may not be
+    contiguous); ``shape``, ``dtype`` and ``element_size()`` as a tensor's. Row 0 is never
+    written (the store's zero row).
+
+    Args:
+        rows: how many rows.
+        batch, n: the shape of one row.
+        dtype: a floating dtype.
+        device: where the blocks live.
+        chunk: blocks per chunk (default: :data:`CHUNK_BYTES` worth, at least 2).
+    """
+
+    def __init__(self, rows: int, batch: int, n: int, dtype, device=None, chunk: int = 0):
+        self.shape = torch.Size((rows, batch, n))
+        self.dtype = dtype
+        self.device = device
+        self.nb = -(-n // BLOCK)  # blocks per row (the last may be partial)
+        self.table = torch.zeros(rows, self.nb, dtype=torch.long, device=device)
+        item = torch.empty((), dtype=dtype).element_size()
+        self.chunk = max(2, chunk or CHUNK_BYTES // (batch * BLOCK * item))
+        self.chunks: list[torch.Tensor] = []
+        self.free = torch.zeros(0, dtype=torch.long, device=device)
+        self.top = 0  # free[:top] are the free blocks
+        self._add_chunk()
+        self.free = self.free[:-1]  # block 0: the shared zero block, never handed out
+        self.top -= 1
+        self.chunks[0][0] = 0.0
+        self.peak = 0
+
+    def _add_chunk(self) -> None:
+        k, ch = len(self.chunks), self.chunk
+        b = self.shape[1]
+        self.chunks.append(torch.empty(ch, b, BLOCK, dtype=self.dtype, device=self.device))
+        ids = torch.arange((k + 1) * ch - 1, k * ch - 1, -1, device=self.device)  # low first
+        self.free = torch.cat([ids, self.free[: self.top]])
+        self.top = len(self.free)
+
+    @property
+    def held(self) -> int:
+        """Blocks in use now."""
+        return len(self.chunks) * self.chunk - 1 - self.top
+
+    def element_size(self) -> int:
+        return self.chunks[0].element_size()
+
+    def resident_mb(self) -> float:
+        """MB of the blocks in use now."""
+        return self.held * self.chunks[0][0].numel() * self.element_size() / 2**20
+
+    def reserved_mb(self) -> float:
+        """MB of the chunks (the blocks in use, and the free ones)."""
+        return sum(c.numel() for c in self.chunks) * self.element_size() / 2**20
+
+    def _split(self, ids: torch.Tensor):
+        """Per chunk that ``ids`` (flat block ids) touch: (chunk, where in ``ids``, the
+        offsets inside the chunk)."""
+        if len(self.chunks) == 1 or not len(ids):
+            return [(self.chunks[0], None, ids)]
+        which = torch.div(ids, self.chunk, rounding_mode="floor")
+        out = []
+        for k in torch.unique(which).tolist():
+            at = torch.nonzero(which == k).flatten()
+            out.append((self.chunks[k], at, ids[at] - k * self.chunk))
+        return out
+
+    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+        _, b, n = self.shape
+        ids = self.table[idx].flatten()
+        parts = self._split(ids)
+        if parts[0][1] is None:
+            got = parts[0][0].index_select(0, ids)
+        else:
+            got = torch.empty(len(ids), b, BLOCK, dtype=self.dtype, device=self.device)
+            for chunk, at, off in parts:
+                got.index_copy_(0, at, chunk.index_select(0, off))
+        out = got.view(len(idx), self.nb, b, BLOCK).permute(0, 2, 1, 3)
+        out = out.reshape(len(idx), b, self.nb * BLOCK)
+        return out[:, :, :n]  # (a view: the last block's unused positions are not copied)
+
+    def add(self, rows: torch.Tensor, values: torch.Tensor) -> None:
+        """Adds ``values [len(rows), batch, n]`` to the distinct ``rows``, block by block
+        where a block of ``values`` is non-zero (a NaN counts as non-zero)."""
+        k, b, n = values.shape
+        full = n // BLOCK
+        head = values[:, :, : full * BLOCK].unflatten(2, (full, BLOCK))  # [k, b, full, BLOCK]
+        nz = head.ne(0).any(3).any(1)  # [k, full]
+        tail = values[:, :, full * BLOCK :]
+        if self.nb > full:
+            nz = torch.cat([nz, tail.ne(0).any(2).any(1)[:, None]], 1)
+        if not bool(nz.any()):
+            return
+        tbl = self.table[rows]
+        new = nz & (tbl == 0)
+        m = int(new.sum())
+        if m:
+            tbl[new] = self._take(m)
+            self.table[rows] = tbl
+        ks, js = torch.nonzero(nz, as_tuple=True)
+        whole = js < full
+        if not bool(whole.all()):  # the partial last block
+            last, r = tbl[ks[~whole], js[~whole]], n - full * BLOCK
+            for chunk, at, off in self._split(last):
+                rows_at = ks[~whole] if at is None else ks[~whole][at]
+                chunk[off, :, :r] += tail[rows_at]
+            ks, js = ks[whole], js[whole]
+        vals = head[ks, :, js]  # [m, b, BLOCK]
+        for chunk, at, off in self._split(tbl[ks, js]):
+            chunk.index_add_(0, off, vals if at is None else vals[at])
+
+    def _take(self, m: int) -> torch.Tensor:
+        """``m`` zeroed blocks from the free list (new chunks where it is short)."""
+        while m > self.top:
+            self._add_chunk()
+        got = self.free[self.top - m : self.top].clone()
+        self.top -= m
+        for chunk, _, off in self._split(got):
+            chunk[off] = 0.0
+        self.peak = max(self.peak, self.held)
+        return got
+
+    def clear(self, rows: list[int]) -> None:
+        """Sets these rows to 0; their blocks go back to the free list."""
+        if not rows:
+            return
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.table.device)
+        tbl = self.table[idx]
+        gone = tbl[tbl > 0]
+        if len(gone):
+            if self.top + len(gone) > len(self.free):
+                self.free = torch.cat([self.free[: self.top], gone])
+            else:
+                self.free[self.top : self.top + len(gone)] = gone
+            self.top += len(gone)
+        self.table[idx] = 0
+
+    def grow_rows(self, rows: int) -> None:
+        """Room for ``rows`` rows (the new ones zero)."""
+        more = rows - self.shape[0]
+        if more > 0:
+            extra = torch.zeros(more, self.nb, dtype=torch.long, device=self.table.device)
+            self.table = torch.cat([self.table, extra])
+            self.shape = torch.Size((rows, *self.shape[1:]))
