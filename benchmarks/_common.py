@@ -152,3 +152,12 @@ def saved_and_loaded(U, target, X) -> dict:
         "saved_mb": size / 2**20,
         "loaded_identical": same,
     }
+
+
+def fit_exponent(xs: list[float], ys: list[float]) -> float:
+    """The slope of log y against log x by least squares (y ~ x^slope).
+
+    >>> round(fit_exponent([1, 2, 4], [3, 12, 48]), 6)
+    2.0
+    """
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])

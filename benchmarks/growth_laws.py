@@ -16,6 +16,8 @@ import json
 import math
 from pathlib import Path
 
+from _common import fit_exponent
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "simulator_layouts.json"
 DOC = ROOT / "docs" / "simulator.md"
@@ -34,17 +36,9 @@ QUANTITIES = [
 ]
 
 
-def slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares slope of log y against log x (y ~ x^slope).
-
-    >>> round(slope([1, 2, 4], [3, 12, 48]), 6)
-    2.0
-    """
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(max(y, 1e-12)) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    den = sum((a - mx) ** 2 for a in lx)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den if den else float("nan")
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """:func:`_common.fit_exponent` with non-positive values floored (a zero figure)."""
+    return fit_exponent(xs, [max(y, 1e-12) for y in ys])
 
 
 def _k(x: float) -> str:
@@ -73,7 +67,7 @@ def _law_rows(rows: list[dict]) -> tuple[list[str], str]:
             if key == "layers" and len(set(ys)) == 1:
                 cells += [f"{ys[0]} at every size", "0"]
                 continue
-            cells += [_k(slope(ds, ys)), _k(slope(ds[-2:], ys[-2:]))]
+            cells += [_k(_slope(ds, ys)), _k(_slope(ds[-2:], ys[-2:]))]
         out.append(f"| {name} | " + " | ".join(cells) + f" | {paper} |")
     span = "; ".join(f"{lay}: n = d = {', '.join(str(d) for d in ds)}" for lay, ds in sizes.items())
     return out, span
@@ -107,7 +101,7 @@ def _tokens(data: dict) -> list[str]:
     last = longs[-1]
     ratio = [short["n"], last["tokens"]]
     ks = {
-        name: slope(ratio, [short[a], last[b]])
+        name: _slope(ratio, [short[a], last[b]])
         for name, a, b in [
             ("positions", "sequence_length", "sequence_length"),
             ("non-zero weights", "nonzero_parameters", "nonzero_parameters"),

@@ -47,7 +47,7 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import Run, machine_rates, saved_and_loaded, stream_floor, write_json
+from _common import Run, fit_exponent, machine_rates, saved_and_loaded, stream_floor, write_json
 
 from attnsim.model import plan_costs
 from attnsim.report import simulator_table as st
@@ -325,15 +325,6 @@ def profile_internals(n: int = 16, top: int = 10) -> list[dict]:
         key=lambda r: -r["own_seconds"],
     )
     return rows[:top]
-
-
-def fit_exponent(xs: list[float], ys: list[float]) -> float:
-    """The slope of log y against log x by least squares (y ~ x^slope).
-
-    >>> round(fit_exponent([1, 2, 4], [3, 12, 48]), 6)
-    2.0
-    """
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
 
 
 EXPONENT_KEYS = (

@@ -37,8 +37,8 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 # isort: on
 import numpy as np
 import torch
-from _common import Run, saved_and_loaded, write_json
-from simulator_cost import PeakMemory, fit_exponent, time_direct
+from _common import Run, fit_exponent, saved_and_loaded, write_json
+from simulator_cost import PeakMemory, time_direct
 
 from attnsim.model import sparse_ops
 from attnsim.model.memory import ModelTooLargeError, memory_limit

@@ -166,3 +166,13 @@ def test_only_a_large_store_is_blocked():
     assert large.data.reserved_mb() <= block_rows.CHUNK_BYTES / 2**20  # one chunk, not rows
     short = Store(1, n - 1, d=4, dtype=torch.float64, last={0: 1}, size=rows * 2)
     assert not short.blocked
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 999), (1, 1, 1001), (1, 2, 1000), (2, 1, 1000), (1000,)])
+def test_an_add_of_the_wrong_shape_is_refused(shape):
+    """Values over another number of positions, batch or rows would land in the wrong
+    blocks: refused, naming both shapes, and nothing is written."""
+    rows = BlockRows(3, 1, 1000, torch.float64)
+    with pytest.raises(ValueError, match=r"\[1, 1, 1000\], got"):
+        rows.add(torch.tensor([1]), torch.ones(shape, dtype=torch.float64))
+    assert rows.held == 0 and float(rows[torch.arange(3)].abs().sum()) == 0.0

@@ -120,6 +120,12 @@ class BlockRows:
     def add(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         """Adds ``values [len(rows), batch, n]`` to the distinct ``rows``, block by block
         where a block of ``values`` is non-zero (a NaN counts as non-zero)."""
+        if values.dim() != 3 or values.shape[1:] != self.shape[1:] or len(values) != len(rows):
+            raise ValueError(
+                f"BlockRows.add: values must be [len(rows), batch, n] = [{len(rows)}, "
+                f"{self.shape[1]}, {self.shape[2]}], got {list(values.shape)}; write values "
+                "over every position of these rows"
+            )
         k, b, n = values.shape
         full = n // BLOCK
         head = values[:, :, : full * BLOCK].unflatten(2, (full, BLOCK))  # [k, b, full, BLOCK]

@@ -127,7 +127,13 @@ class Store:
         return self.data[self.slot[cols]]
 
     def live_rows(self) -> torch.Tensor:
-        """The rows in use now (row 0 excluded)."""
+        """The rows in use now (row 0 excluded).
+
+        >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 1})
+        >>> st.write(torch.tensor([0, 2]), torch.ones(2, 1, 2, dtype=torch.float64))
+        >>> len(st.live_rows()), st.resident_mb() >= 0
+        (2, True)
+        """
         free = torch.zeros(self.data.shape[0], dtype=torch.bool)
         free[[0, *self.free]] = True
         return torch.nonzero(~free).flatten()
