@@ -305,25 +305,34 @@ def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple 
     best = torch.full((n,), float("-inf"), dtype=q.dtype)
     for at in _term_parts(len(keys), q.shape[1]):  # (the largest: in any order)
         best.scatter_reduce_(0, rows[at], (q[rows[at]] * k[keys[at]]).sum(-1), "amax")
-    others = torch.full((n,), float("-inf"), dtype=q.dtype)
-    todo = torch.arange(n)
+    # the best other key of each query: found once per distinct query vector (without a
+    # causal mask a query's candidates and scores depend on its vector alone), then spread
+    if cfg.causal:
+        rows_q, inverse, first = q, None, torch.arange(n)
+    else:
+        rows_q, inverse = distinct_rows(q)
+        first = torch.zeros(len(rows_q), dtype=torch.long)
+        first.scatter_(0, inverse, torch.arange(n))  # a query of each row (any: they share
+        # their candidates, select_keys spreads each row's)
+    others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype)
+    todo = torch.arange(len(rows_q))
     curve = _curve(cfg, k)
     if curve is not None:  # the best other key from each query's window where it holds
-        rows_q, inverse = distinct_rows(q)
         _, _, best_other, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
-        others = best_other[inverse]
-        todo = torch.nonzero(~done[inverse]).flatten()
+        others = best_other.clone()
+        todo = torch.nonzero(~done).flatten()
     step = max(1, ROWS_PER_CHUNK // max(1, n))
     for part in torch.split(todo, step):  # the other queries: every key, less its candidates
-        scores = q[part] @ k.T
+        scores = rows_q[part] @ k.T
+        at_q = first[part]  # the query whose candidates the row has
         if cfg.causal:
-            scores = scores.masked_fill(torch.arange(n)[None, :] > part[:, None], float("-inf"))
-        c = counts[part]
-        at = torch.repeat_interleave(offsets[part] - (torch.cumsum(c, 0) - c), c)
+            scores = scores.masked_fill(torch.arange(n)[None, :] > at_q[:, None], float("-inf"))
+        c = counts[at_q]
+        at = torch.repeat_interleave(offsets[at_q] - (torch.cumsum(c, 0) - c), c)
         own = keys[at + torch.arange(len(at))]
         scores[torch.repeat_interleave(torch.arange(len(part)), c), own] = float("-inf")
         others[part] = scores.amax(dim=-1)
-    gap = best - others
+    gap = best - (others if inverse is None else others[inverse])
     if not bool((gap > cfg.hard_tolerance).all()):
         return None
     return offsets, keys, gap, k.abs().amax(dim=0)

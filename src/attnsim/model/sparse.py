@@ -321,8 +321,14 @@ class SparseTransformer:
         self._embed(store, ids, vals, n, None if masks is None else masks[0])
         self._positions(store, first, 0, b, n)
         self._capture(store, streams, requests, 0)
+        # the static pass stops after the last layer whose plans need the stream's static
+        # values: the later layers' plans are the keys the compiler wrote down
+        static_layers = self._static_layers() if found is not None else len(self.layers)
         for li in range(len(self.layers)):
             stage = 2 * li + 1
+            if li >= static_layers:
+                found.append(self._find_plans(store, li))
+                continue
             if li:
                 self._positions(store, first, 2 * li, b, n)
             if found is not None:
@@ -337,8 +343,9 @@ class SparseTransformer:
             self._mlp(store, li, None if masks is None else masks[stage + 1])
             store.release(stage + 1)
             self._capture(store, streams, requests, stage + 1)
-        self._positions(store, first, final, b, n)
-        self._positions(store, first, final + 1, b, n)
+        if static_layers == len(self.layers):
+            self._positions(store, first, final, b, n)
+            self._positions(store, first, final + 1, b, n)
         if found is None:
             self.peak_columns = store.peak  # the most directions alive at once (this run)
         cols = keep.cols if keep is not None else torch.arange(d)
@@ -428,6 +435,19 @@ class SparseTransformer:
         if cols:
             keys = sorted(cols)
             store.write(long_tensor(keys), torch.stack([cols[c] for c in keys]))
+
+    def _static_layers(self) -> int:
+        """How many layers the static pass runs: up to the last one with a static head
+        whose keys the compiler did not write down (:attr:`head_patterns`) or a partial
+        head, whose plans are found from the stream's static values; 0 when every static
+        head's keys are written down and no head is partial."""
+        a, patterns = self._analysis(), plan_static.known_patterns(self)
+        need = 0
+        for li, (heads, partial) in enumerate(zip(a["heads"], a["partial"])):
+            unknown = [h for h in heads if not patterns or patterns[li][h] is None]
+            if unknown or partial:
+                need = li + 1
+        return need
 
     def _find_plans(self, store, li: int) -> dict:
         """The static pass: layer li's static heads' plans and its candidate heads'."""
