@@ -210,7 +210,9 @@ def _peak_virtual_mb() -> float:
 def _minilm_tokens(n: int, seed: int = 0) -> dict:
     """The MiniLM layer shape on ``n`` tokens, in this process: U built, one random layer
     (scores up to |30|) simulated once, against torch's layer; peak memory of the process
-    (resident and address space), U saved and loaded back (timed, not simulated again)."""
+    (resident and address space), U saved and loaded back, and the loaded U's first
+    simulate of the same layer (timed: it finds the plans for this length; the same bits
+    checked)."""
     import shutil
     import tempfile
 
@@ -242,8 +244,13 @@ def _minilm_tokens(n: int, seed: int = 0) -> dict:
         saved = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
         del U
         t0 = time.perf_counter()
-        UniversalSimulator.load(folder)
+        loaded = UniversalSimulator.load(folder)
         load = time.perf_counter() - t0
+        t0 = time.perf_counter()  # its first simulate finds the plans for this length
+        again = loaded.simulate(target, X)
+        loaded_simulate = time.perf_counter() - t0
+        same = bool(torch.equal(again, got))
+        del loaded
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {
@@ -263,6 +270,8 @@ def _minilm_tokens(n: int, seed: int = 0) -> dict:
         "save_seconds": save,
         "saved_mb": saved,
         "load_seconds": load,
+        "loaded_simulate_seconds": loaded_simulate,
+        "loaded_same_bits": same,
     }
 
 

@@ -1,6 +1,7 @@
 """The static pass that finds a sparse model's plans: it stops after the last layer whose
-plans need the stream's static values, and a candidate head's best other key is found once
-per distinct query vector; both against the full computation as the oracle."""
+plans need the stream's static values, a candidate head's best other key is found once per
+distinct query vector, and a gather is made from its pattern's listed queries; each against
+the full computation as the oracle."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 from attnsim import compile_program, rasp
 from attnsim.model import plan_core
 from attnsim.model.config import ModelConfig
+from attnsim.model.patterns import StaticPattern, gather_keys, head_keys
 from attnsim.model.sparse import SparseTransformer
+from attnsim.model.sparse_ops import plan_of
 from attnsim.rasp import library
 from attnsim.simulator import universal
 
@@ -117,3 +120,67 @@ def test_candidate_keys_against_every_query_scored_alone(causal, seed, monkeypat
     ]
     np.testing.assert_allclose(gap.numpy(), gaps, rtol=1e-12)
     np.testing.assert_array_equal(bound.numpy(), np.abs(k).max(axis=0))
+
+
+def _generic(pattern: StaticPattern, n: int, causal: bool):
+    """The gather plan from every query's keys (the oracle): ``(fill, queries, keys)``, or
+    None where some query reads more than one key."""
+    offsets, keys = head_keys(pattern, n, causal)
+    if not (np.diff(offsets) == 1).all():
+        return None
+    plan = plan_of(torch.from_numpy(offsets), torch.from_numpy(keys), None, True)
+    return plan.fill, plan.queries.numpy(), plan.keys.numpy()
+
+
+def _same_gather(pattern: StaticPattern, n: int, causal: bool = False) -> bool:
+    """Whether gather_keys gives the oracle's plan; True where it gave one."""
+    got = gather_keys(pattern, n, causal)
+    if got is None:
+        return False
+    want = _generic(pattern, n, causal)
+    assert want is not None
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+    assert got[1].dtype == got[2].dtype == np.int64
+    return True
+
+
+def test_gather_keys_of_the_simulator_are_its_keys():
+    U = universal.build(4, 4, 2, layer="encoder", max_ff=4, layout="vector")
+    net = U.model.model
+    patterns = [p for layer in net.head_patterns for p in layer if p is not None]
+    made = sum(_same_gather(p, net.cfg.n_ctx) for p in patterns)
+    assert made >= len(patterns) // 2  # most of U's heads are such gathers
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_gather_keys_against_every_query(seed):
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(3, 40))
+    keys = rng.permutation(L).astype(np.float64)  # distinct: one key per value
+    if seed % 3 == 0:
+        keys[rng.integers(0, L)] = keys[rng.integers(0, L)]  # a repeated value: two keys
+    default = float(rng.choice([-1.0, 0.0, float(rng.integers(0, L))]))  # -1: selects none
+    at = np.sort(rng.choice(L, size=int(rng.integers(0, L // 2 + 1)), replace=False))
+    vals = rng.integers(-2, L + 2, size=len(at)).astype(np.float64)
+    vals[vals == default] = L + 5  # (listed entries differ from the default)
+    p = StaticPattern.sparse_equality(default, at, vals, keys)
+    made = _same_gather(p, L + 1)
+    if not made:  # then it must be one of the cases it declines
+        want = _generic(p, L + 1, False)
+        assert want is None or 2 * (len(at) + 1) >= L + 1
+
+
+def test_gather_keys_declines_what_it_does_not_cover():
+    keys = np.arange(6, dtype=np.float64)
+    p = StaticPattern.sparse_equality(2.0, [4], [5.0], keys)
+    assert _same_gather(p, 7)
+    assert gather_keys(p, 7, causal=True) is None  # causal: keys past the query
+    assert gather_keys(p, 5, causal=False) is None  # fewer positions than it covers
+    assert gather_keys(p.with_mode("width"), 7, causal=False) is None  # BOS beside
+    assert gather_keys(StaticPattern.table(np.eye(6, dtype=bool)), 7, False) is None
+    dense = StaticPattern.equality(np.arange(6.0)[::-1].copy(), keys)  # held dense
+    assert dense.query_at is None and gather_keys(dense, 7, False) is None
+    twice = StaticPattern.sparse_equality(2.0, [4], [5.0], np.array([0, 2, 2, 3, 4, 5.0]))
+    assert gather_keys(twice, 7, False) is None  # two keys for the default

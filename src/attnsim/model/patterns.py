@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KeyIndex", "StaticPattern", "default_and_others", "head_keys"]
+__all__ = ["KeyIndex", "StaticPattern", "default_and_others", "gather_keys", "head_keys"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -256,3 +256,50 @@ def head_keys(pattern: StaticPattern, n: int, causal: bool) -> tuple[np.ndarray,
     out = np.zeros(int(offsets[-1]), dtype=np.int64)  # BOS (key 0) where not overwritten
     out[offsets[1:-1][rows] + bos[rows] + rank] = keys + 1  # BOS first where it is read
     return offsets, out
+
+
+def gather_keys(
+    pattern: StaticPattern, n: int, causal: bool
+) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """``(fill, queries, keys)``: the keys of a pattern that selects one key at every query
+    of a stream of ``n`` positions, as :func:`head_keys` gives them (BOS included), kept as
+    the key most queries read and the queries that read another, ascending, with theirs;
+    made from an equality's listed queries alone (the work follows the queries that differ
+    from the default, not ``n``). None where that does not apply: a table, queries held
+    dense, a "width" head, a causal model, fewer positions than the pattern covers, a query
+    that selects more than one key, or too many listed queries for the default's key to be
+    read most (the plans' ``fill``).
+
+    >>> p = StaticPattern.sparse_equality(0.0, [2], [5.0], np.array([9.0, 0.0, 1.0, 5.0]))
+    >>> fill, queries, keys = gather_keys(p, 5, causal=False)  # key 1 (stream 2), query 2: 3
+    >>> fill, queries.tolist(), keys.tolist()
+    (2, [0, 3], [0, 4])
+    >>> offsets, every = head_keys(p, 5, causal=False)  # the same keys, every query listed
+    >>> every.tolist()
+    [0, 2, 2, 4, 2]
+    """
+    m = n - 1
+    if (
+        pattern.kind != "equality"
+        or pattern.query_at is None
+        or causal
+        or pattern.mode != "mean"  # (a "width" head reads BOS beside what it selects)
+        or m != pattern.length
+        or m < 1
+    ):
+        return None
+    index = pattern.key_index if pattern.key_index is not None else KeyIndex.of(pattern.key_values)
+    values = np.concatenate([[pattern.query_default], pattern.query_at_values])
+    first, counts = index.runs(values)
+    if (counts > 1).any():
+        return None
+    # stream keys: RASP key j at j + 1; a query that selects nothing reads BOS (0)
+    picked = np.where(counts == 1, index.order[np.where(counts == 1, first, 0)] + 1, 0)
+    fill, listed = int(picked[0]), picked[1:]
+    if 2 * (len(listed) + 1) >= n:  # (then another key could be read as often)
+        return None
+    at = pattern.query_at + 1  # stream positions of the listed queries
+    other = listed != fill
+    queries = np.concatenate([[0], at[other]]) if fill != 0 else at[other]
+    keys = np.concatenate([[0], listed[other]]) if fill != 0 else listed[other]
+    return fill, queries.astype(np.int64), keys.astype(np.int64)

@@ -43,12 +43,14 @@ import torch
 
 from attnsim.model import head_parts, liveness, plan_keys, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.patterns import gather_keys
 from attnsim.model.plan_static import pattern_keys
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
     HeadMaps,
     Linear,
+    Plan,
     Store,
     UnitMaps,
     candidate_plan,
@@ -69,6 +71,18 @@ from attnsim.model.stream import check_positions
 from attnsim.model.transformer import Columns
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
+
+
+def _pattern_plan(pattern, n: int, causal: bool) -> Plan:
+    """The plan of a head whose keys the compiler wrote down: a gather made from the
+    pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
+    else from every query's keys."""
+    got = gather_keys(pattern, n, causal)
+    if got is not None:
+        fill, queries, keys = (torch.from_numpy(a) if i else a for i, a in enumerate(got))
+        return Plan(None, keys, None, True, queries=queries, fill=fill)
+    offsets, keys = pattern_keys(pattern, n, causal)
+    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
 
 
 class SparseTransformer:
@@ -460,8 +474,7 @@ class SparseTransformer:
         for h in [*a["heads"][li], None]:  # a few heads and their position rows at a time
             pattern = patterns[li][h] if patterns and h is not None else None
             if pattern is not None:  # the keys the compiler wrote down: no scores needed
-                offsets, keys = pattern_keys(pattern, n, cfg.causal)
-                found[h] = plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
+                found[h] = _pattern_plan(pattern, n, cfg.causal)
                 continue
             mine = set() if h is None else hm.reads_qk[h] & defer
             if group and (h is None or len(need | mine) > step):

@@ -56,12 +56,14 @@ class Store:
     def write(self, dirs: torch.Tensor, values: torch.Tensor) -> None:
         """Adds ``values [len(dirs), batch, pos]`` to the directions ``dirs`` (distinct);
         a direction nothing reads later is dropped."""
-        keep = [i for i, c in enumerate(dirs.tolist()) if c in self.last]
+        listed = dirs.tolist()
+        keep = [i for i, c in enumerate(listed) if c in self.last]
         if not keep:
             return
         if len(keep) < len(dirs):
             dirs, values = dirs[keep], values[keep]
-        new = [c for c in dirs.tolist() if int(self.slot[c]) == 0]
+            listed = [listed[i] for i in keep]
+        new = [c for c, at in zip(listed, self.slot[dirs].tolist()) if at == 0]  # rowless
         if new:
             self._grow(len(new))
             slots = [self.free.pop() for _ in new]
