@@ -40,7 +40,13 @@ def _same_plans(a: list, b: list) -> None:
 
 def _full_pass(net: SparseTransformer, n: int, monkeypatch) -> list:
     """The plans of a static pass over every layer (the oracle)."""
-    monkeypatch.setattr(SparseTransformer, "_static_layers", lambda self: len(self.layers))
+
+    def everything(self):
+        heads = [set(hm.active) for hm in self._heads]
+        units = [set(range(len(ums))) for ums in self._units]
+        return len(self.layers), heads, units
+
+    monkeypatch.setattr(SparseTransformer, "_static_work", everything)
     net._plans.clear()
     try:
         return net.plans(n)
@@ -54,7 +60,10 @@ def test_the_static_pass_stops_where_no_later_plan_needs_it(layout, monkeypatch)
     U = universal.build(4, 4, 2, layer="encoder", max_ff=4, layout=layout, storage="sparse")
     net = U.model.model
     n = net.cfg.n_ctx
-    assert 0 < net._static_layers() < len(net.layers)  # U: one partial head, early
+    layers, heads, units = net._static_work()
+    assert 0 < layers < len(net.layers)  # U: one partial head, early
+    # and before it, only what that head's static scores read: here, position rows alone
+    assert sum(map(len, heads)) + sum(map(len, units)) < sum(len(h.active) for h in net._heads)
     want = _full_pass(net, n, monkeypatch)
     net._plans.clear()
     _same_plans(net.plans(n), want)

@@ -338,6 +338,7 @@ class SparseTransformer:
         # the static pass stops after the last layer whose plans need the stream's static
         # values: the later layers' plans are the keys the compiler wrote down
         static_layers = self._static_layers() if found is not None else len(self.layers)
+        work = self._static_work() if found is not None else None
         for li in range(len(self.layers)):
             stage = 2 * li + 1
             if li >= static_layers:
@@ -350,11 +351,12 @@ class SparseTransformer:
                 found.append(plans_l)
             else:
                 plans_l = None if plans is None else plans[li]
-            self._attention(store, li, n, plans_l, None if masks is None else masks[stage])
+            run = None if work is None else (work[1][li], work[2][li])
+            self._attention(store, li, n, plans_l, None if masks is None else masks[stage], run)
             store.release(stage)
             self._positions(store, first, stage, b, n)
             self._capture(store, streams, requests, stage)
-            self._mlp(store, li, None if masks is None else masks[stage + 1])
+            self._mlp(store, li, None if masks is None else masks[stage + 1], run)
             store.release(stage + 1)
             self._capture(store, streams, requests, stage + 1)
         if static_layers == len(self.layers):
@@ -451,17 +453,43 @@ class SparseTransformer:
             store.write(long_tensor(keys), torch.stack([cols[c] for c in keys]))
 
     def _static_layers(self) -> int:
-        """How many layers the static pass runs: up to the last one with a static head
-        whose keys the compiler did not write down (:attr:`head_patterns`) or a partial
-        head, whose plans are found from the stream's static values; 0 when every static
+        """How many layers the static pass runs (see :meth:`_static_work`)."""
+        return self._static_work()[0]
+
+    def _static_work(self) -> tuple[int, list[set[int]], list[set[int]]]:
+        """What the static pass runs: ``(layers, heads, units)``. It stops after the last
+        layer with a head whose plan is found from the stream's static values (a static
+        head whose keys the compiler did not write down, :attr:`head_patterns`, or a
+        partial head); before that it runs, per layer, only the heads and the unit groups
+        (indices into the layer's units) that write a direction such a plan reads,
+        directly or through other heads and units run for it (every writer of a direction
+        read is run, so it holds the full pass's value). Nothing, when every static
         head's keys are written down and no head is partial."""
         a, patterns = self._analysis(), plan_static.known_patterns(self)
-        need = 0
-        for li, (heads, partial) in enumerate(zip(a["heads"], a["partial"])):
-            unknown = [h for h in heads if not patterns or patterns[li][h] is None]
-            if unknown or partial:
-                need = li + 1
-        return need
+        got = self.__dict__.get("_static_work_cache")
+        if got is not None and got[0] is patterns:  # (kept for these patterns)
+            return got[1]
+        n_layers = len(self.layers)
+        heads_run: list[set[int]] = [set() for _ in range(n_layers)]
+        units_run: list[set[int]] = [set() for _ in range(n_layers)]
+        need: set[int] = set()
+        layers = 0
+        for li in range(n_layers - 1, -1, -1):  # backwards: what a later read needs
+            hm = self._heads[li]
+            for i, um in enumerate(self._units[li]):
+                if um.n and not need.isdisjoint(um.written.tolist()):
+                    units_run[li].add(i)
+                    need |= um.reads
+            for h in hm.active:
+                if not need.isdisjoint(hm.writes[h]):
+                    heads_run[li].add(h)
+                    need |= hm.reads_v[h] | hm.reads_qk[h]
+            unknown = [h for h in a["heads"][li] if not patterns or patterns[li][h] is None]
+            for h in [*unknown, *a["partial"][li]]:  # plans found here read their scores
+                need |= hm.reads_qk[h]
+                layers = max(layers, li + 1)
+        self._static_work_cache = (patterns, (layers, heads_run, units_run))
+        return layers, heads_run, units_run
 
     def _find_plans(self, store, li: int) -> dict:
         """The static pass: layer li's static heads' plans and its candidate heads'."""
@@ -499,9 +527,10 @@ class SparseTransformer:
                 found[h] = p
         return found
 
-    def _attention(self, store, li: int, n: int, plans, mask) -> None:
+    def _attention(self, store, li: int, n: int, plans, mask, run=None) -> None:
         """Layer li's attention, head by head, added to the stream (``mask``: the static
-        pass, where only heads whose pattern and values are static run)."""
+        pass, where only heads whose pattern and values are static run, and of those the
+        ones in ``run[0]``, :meth:`_static_work`)."""
         hm, cfg = self._heads[li], self.cfg
         if not hm.active:
             return
@@ -515,6 +544,7 @@ class SparseTransformer:
             p = None if plans is None else plans.get(h)
             if mask is not None and (
                 p is None
+                or (run is not None and h not in run[0])
                 or p.gap is not None
                 or not all(bool(static_mask[r]) for r in hm.reads_v[h])
             ):
@@ -562,11 +592,13 @@ class SparseTransformer:
             keep = slice(None) if mask is None else mask[hm.written]
             store.write(hm.written[keep], out[keep])
 
-    def _mlp(self, store, li: int, mask) -> None:
+    def _mlp(self, store, li: int, mask, run=None) -> None:
+        """Layer li's MLP added to the stream (``mask``: the static pass, where units that
+        read static directions only run, in the groups ``run[1]``, :meth:`_static_work`)."""
         x, slot = store.data, store.slot
         ok_all = self._analysis()["units"][li]
         for i, (um, ok, u) in enumerate(zip(self._units[li], ok_all, self.layers[li].units)):
-            if not um.n:
+            if not um.n or (run is not None and i not in run[1]):
                 continue
             static = None if mask is None else (ok, mask)  # the static pass: these only
             if head_parts.run_units(store, self._units[li], i, u, static):
