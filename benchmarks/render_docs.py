@@ -425,9 +425,9 @@ def simulator_layouts(data: dict) -> str:
         out += [
             "",
             "**The MiniLM layer shape on longer inputs** (vector layout, sparse storage; each "
-            "row in a process of its own, one simulate after the build; peak memory is the "
-            "process's; then the same run again under an address-space limit, `RLIMIT_AS`, "
-            "of twice that resident peak):",
+            "row in a process of its own, one simulate after the build; U saved, loaded back "
+            "and simulated once more; peak memory is the process's; then the same run again "
+            "under an address-space limit, `RLIMIT_AS`, of twice that resident peak):",
             "",
             table(
                 [
@@ -441,6 +441,7 @@ def simulator_layouts(data: dict) -> str:
                     "peak address space GiB",
                     "saved MB",
                     "load s",
+                    "loaded: first simulate s",
                     "under 2x resident",
                 ],
                 [
@@ -455,6 +456,7 @@ def simulator_layouts(data: dict) -> str:
                         r["peak_virtual_mb"] / 1024,
                         r["saved_mb"],
                         r["load_seconds"],
+                        _loaded_simulate(r),
                         "not run"
                         if "under_address_limit" not in r
                         else ("ran" if r["under_address_limit"] else "failed"),
@@ -494,6 +496,15 @@ def simulator_layouts(data: dict) -> str:
             )
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)
+
+
+def _loaded_simulate(r: dict) -> str:
+    """The loaded U's first simulate (it finds the plans for its length), and whether it gave
+    the built U's bits; '-' for results that did not time it."""
+    if "loaded_simulate_seconds" not in r:
+        return "-"
+    same = "same bits" if r.get("loaded_same_bits") else "bits differ"
+    return f"{fmt(r['loaded_simulate_seconds'])} ({same})"
 
 
 def simulator_decoder(data: dict) -> str:

@@ -13,8 +13,9 @@ from attnsim import compile_program, rasp
 from attnsim.model import plan_core
 from attnsim.model.config import ModelConfig
 from attnsim.model.patterns import StaticPattern, gather_keys, head_keys
+from attnsim.model.plan_static import pattern_keys
 from attnsim.model.sparse import SparseTransformer
-from attnsim.model.sparse_ops import plan_of
+from attnsim.model.sparse_ops import pattern_plan, plan_of
 from attnsim.rasp import library
 from attnsim.simulator import universal
 
@@ -193,3 +194,21 @@ def test_gather_keys_declines_what_it_does_not_cover():
     assert dense.query_at is None and gather_keys(dense, 7, False) is None
     twice = StaticPattern.sparse_equality(2.0, [4], [5.0], np.array([0, 2, 2, 3, 4, 5.0]))
     assert gather_keys(twice, 7, False) is None  # two keys for the default
+
+
+def test_pattern_plans_are_the_plans_of_every_querys_keys():
+    U = universal.build(4, 4, 2, layer="encoder", max_ff=4, layout="vector")
+    net = U.model.model
+    n = net.cfg.n_ctx
+    patterns = [p for layer in net.head_patterns for p in layer if p is not None]
+    gathers = 0
+    for p in patterns:
+        offsets, keys = pattern_keys(p, n, False)
+        want = plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
+        got = pattern_plan(p, n, False)
+        gathers += got.gather
+        fa, fb = _fields(got), _fields(want)
+        for key in fa:
+            x, y = fa[key], fb[key]
+            assert torch.equal(x, y) if torch.is_tensor(x) else x == y, key
+    assert gathers >= len(patterns) // 2

@@ -26,7 +26,7 @@ Stages: layer ``l``'s attention reads before stage ``2l + 1``, its MLP before ``
 
 from __future__ import annotations
 
-__all__ = ["sublayer_reads", "rows_needed", "deferred_rows"]
+__all__ = ["sublayer_reads", "rows_needed", "deferred_rows", "static_work"]
 
 
 def sublayer_reads(heads, units, plans: list | None = None) -> tuple[dict, dict]:
@@ -126,3 +126,44 @@ def deferred_rows(heads, units, static_heads: list, pos_dirs: list[int]) -> list
     for c in set(pos_dirs) & set(owner) - shared:
         out[owner[c]].add(c)
     return out
+
+
+def static_work(heads, units, found: list) -> tuple[int, list[set[int]], list[set[int]]]:
+    """What the static pass that finds a sparse model's plans runs: ``(layers, heads,
+    units)``. ``found``: per layer, the heads whose plans are found from the stream's static
+    values (a static head whose keys the compiler did not write down, a partial head); they
+    read their query and key directions. The pass stops after the last layer with such a
+    head; before that it runs, per layer, only the heads and the unit groups (indices into
+    the layer's units) that write a direction such a plan reads, directly or through other
+    heads and units run for it: every writer of a direction that is read runs, so that the
+    direction holds the full pass's value. Nothing, where no plan is found from the stream.
+
+    >>> import torch
+    >>> from attnsim.model.sparse_ops import HeadMaps
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> one = torch.ones(1)
+    >>> writer = SparseHeads(1, torch.tensor([[0, 0, 1]]), one, torch.tensor([[0, 2, 3]]), one)
+    >>> reader = SparseHeads(1, torch.tensor([[0, 3, 1]]), one, torch.tensor([[0, 2, 4]]), one)
+    >>> hm = [HeadMaps(writer), HeadMaps(reader)]  # layer 1's scores read what layer 0 writes
+    >>> static_work(hm, [[], []], [[], [0]]), static_work(hm, [[], []], [[], []])
+    ((2, [{0}, set()], [set(), set()]), (0, [set(), set()], [set(), set()]))
+    """
+    n_layers = len(heads)
+    heads_run: list[set[int]] = [set() for _ in range(n_layers)]
+    units_run: list[set[int]] = [set() for _ in range(n_layers)]
+    need: set[int] = set()
+    layers = 0
+    for li in range(n_layers - 1, -1, -1):  # backwards: what a later read needs
+        hm = heads[li]
+        for i, um in enumerate(units[li]):
+            if um.n and not need.isdisjoint(um.written.tolist()):
+                units_run[li].add(i)
+                need |= um.reads
+        for h in hm.active:
+            if not need.isdisjoint(hm.writes[h]):
+                heads_run[li].add(h)
+                need |= hm.reads_v[h] | hm.reads_qk[h]
+        for h in found[li]:  # plans found here read their heads' scores
+            need |= hm.reads_qk[h]
+            layers = max(layers, li + 1)
+    return layers, heads_run, units_run

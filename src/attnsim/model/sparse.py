@@ -43,14 +43,11 @@ import torch
 
 from attnsim.model import head_parts, liveness, plan_keys, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.patterns import gather_keys
-from attnsim.model.plan_static import pattern_keys
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
     HeadMaps,
     Linear,
-    Plan,
     Store,
     UnitMaps,
     candidate_plan,
@@ -59,7 +56,7 @@ from attnsim.model.sparse_ops import (
     distinct_nonzero,
     head_plan,
     long_tensor,
-    plan_of,
+    pattern_plan,
     rows_last,
     run_candidates,
     run_plan,
@@ -71,18 +68,6 @@ from attnsim.model.stream import check_positions
 from attnsim.model.transformer import Columns
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
-
-
-def _pattern_plan(pattern, n: int, causal: bool) -> Plan:
-    """The plan of a head whose keys the compiler wrote down: a gather made from the
-    pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
-    else from every query's keys."""
-    got = gather_keys(pattern, n, causal)
-    if got is not None:
-        fill, queries, keys = (torch.from_numpy(a) if i else a for i, a in enumerate(got))
-        return Plan(None, keys, None, True, queries=queries, fill=fill)
-    offsets, keys = pattern_keys(pattern, n, causal)
-    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
 
 
 class SparseTransformer:
@@ -457,39 +442,21 @@ class SparseTransformer:
         return self._static_work()[0]
 
     def _static_work(self) -> tuple[int, list[set[int]], list[set[int]]]:
-        """What the static pass runs: ``(layers, heads, units)``. It stops after the last
-        layer with a head whose plan is found from the stream's static values (a static
-        head whose keys the compiler did not write down, :attr:`head_patterns`, or a
-        partial head); before that it runs, per layer, only the heads and the unit groups
-        (indices into the layer's units) that write a direction such a plan reads,
-        directly or through other heads and units run for it (every writer of a direction
-        read is run, so it holds the full pass's value). Nothing, when every static
-        head's keys are written down and no head is partial."""
+        """What the static pass runs (:func:`attnsim.model.liveness.static_work`), kept for
+        the patterns it was found with."""
         a, patterns = self._analysis(), plan_static.known_patterns(self)
         got = self.__dict__.get("_static_work_cache")
-        if got is not None and got[0] is patterns:  # (kept for these patterns)
-            return got[1]
-        n_layers = len(self.layers)
-        heads_run: list[set[int]] = [set() for _ in range(n_layers)]
-        units_run: list[set[int]] = [set() for _ in range(n_layers)]
-        need: set[int] = set()
-        layers = 0
-        for li in range(n_layers - 1, -1, -1):  # backwards: what a later read needs
-            hm = self._heads[li]
-            for i, um in enumerate(self._units[li]):
-                if um.n and not need.isdisjoint(um.written.tolist()):
-                    units_run[li].add(i)
-                    need |= um.reads
-            for h in hm.active:
-                if not need.isdisjoint(hm.writes[h]):
-                    heads_run[li].add(h)
-                    need |= hm.reads_v[h] | hm.reads_qk[h]
-            unknown = [h for h in a["heads"][li] if not patterns or patterns[li][h] is None]
-            for h in [*unknown, *a["partial"][li]]:  # plans found here read their scores
-                need |= hm.reads_qk[h]
-                layers = max(layers, li + 1)
-        self._static_work_cache = (patterns, (layers, heads_run, units_run))
-        return layers, heads_run, units_run
+        if got is None or got[0] is not patterns:
+            unknown = [
+                [h for h in heads if not patterns or patterns[li][h] is None]
+                for li, heads in enumerate(a["heads"])
+            ]
+            found = [[*u, *p] for u, p in zip(unknown, a["partial"])]
+            got = self._static_work_cache = (
+                patterns,
+                liveness.static_work(self._heads, self._units, found),
+            )
+        return got[1]
 
     def _find_plans(self, store, li: int) -> dict:
         """The static pass: layer li's static heads' plans and its candidate heads'."""
@@ -502,7 +469,7 @@ class SparseTransformer:
         for h in [*a["heads"][li], None]:  # a few heads and their position rows at a time
             pattern = patterns[li][h] if patterns and h is not None else None
             if pattern is not None:  # the keys the compiler wrote down: no scores needed
-                found[h] = _pattern_plan(pattern, n, cfg.causal)
+                found[h] = pattern_plan(pattern, n, cfg.causal)
                 continue
             mine = set() if h is None else hm.reads_qk[h] & defer
             if group and (h is None or len(need | mine) > step):

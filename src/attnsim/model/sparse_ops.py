@@ -16,6 +16,8 @@ import torch
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.native import NATIVE_FUNCTIONS
+from attnsim.model.patterns import gather_keys
+from attnsim.model.plan_static import pattern_keys
 from attnsim.model.store import Store
 from attnsim.model.transformer import Transformer
 
@@ -413,6 +415,26 @@ def plan_of(offsets, keys, weights, gather: bool) -> Plan:
     fill = int(torch.bincount(keys).argmax())
     queries = torch.nonzero(keys != fill).flatten()
     return Plan(None, keys[queries], None, True, queries=queries, fill=fill)
+
+
+def pattern_plan(pattern, n: int, causal: bool) -> Plan:
+    """The plan of a head whose keys the compiler wrote down (a
+    :class:`~attnsim.model.patterns.StaticPattern`) for ``n`` positions: a gather made from
+    the pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
+    else from every query's keys.
+
+    >>> from attnsim.model.patterns import StaticPattern
+    >>> p = pattern_plan(StaticPattern.equality([1.0, 0.0], [0.0, 1.0]), 3, False)
+    >>> p.gather, p.fill, p.queries.tolist(), p.keys.tolist()  # BOS reads BOS: the fill
+    (True, 0, [1, 2], [2, 1])
+    """
+    got = gather_keys(pattern, n, causal)
+    if got is not None:
+        fill, queries, keys = got
+        keys, queries = torch.from_numpy(keys), torch.from_numpy(queries)
+        return Plan(None, keys, None, True, queries=queries, fill=fill)
+    offsets, keys = pattern_keys(pattern, n, causal)
+    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
 
 
 def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
