@@ -128,7 +128,9 @@ def deferred_rows(heads, units, static_heads: list, pos_dirs: list[int]) -> list
     return out
 
 
-def static_work(heads, units, found: list) -> tuple[int, list[set[int]], list[set[int]]]:
+def static_work(
+    heads, units, found: list, static: list | None = None
+) -> tuple[int, list[set[int]], list[set[int]]]:
     """What the static pass that finds a sparse model's plans runs: ``(layers, heads,
     units)``. ``found``: per layer, the heads whose plans are found from the stream's static
     values (a static head whose keys the compiler did not write down, a partial head); they
@@ -137,6 +139,10 @@ def static_work(heads, units, found: list) -> tuple[int, list[set[int]], list[se
     the layer's units) that write a direction such a plan reads, directly or through other
     heads and units run for it: every writer of a direction that is read runs, so that the
     direction holds the full pass's value. Nothing, where no plan is found from the stream.
+    ``static``: per stage, which directions are static there (``[d_model]`` bool masks, as
+    ``SparseTransformer._analysis`` gives them); the pass reads those only (a plan reads the
+    static part of its scores, a head or unit that it runs reads static directions), so only
+    they are followed; without it every direction read is.
 
     >>> import torch
     >>> from attnsim.model.sparse_ops import HeadMaps
@@ -153,17 +159,24 @@ def static_work(heads, units, found: list) -> tuple[int, list[set[int]], list[se
     units_run: list[set[int]] = [set() for _ in range(n_layers)]
     need: set[int] = set()
     layers = 0
+
+    def read(dirs, stage: int) -> set[int]:  # the static ones among what a stage reads
+        if static is None:
+            return set(dirs)
+        mask = static[stage]
+        return {d for d in dirs if mask[d]}
+
     for li in range(n_layers - 1, -1, -1):  # backwards: what a later read needs
         hm = heads[li]
         for i, um in enumerate(units[li]):
             if um.n and not need.isdisjoint(um.written.tolist()):
                 units_run[li].add(i)
-                need |= um.reads
+                need |= read(um.reads, 2 * li + 1)
         for h in hm.active:
             if not need.isdisjoint(hm.writes[h]):
                 heads_run[li].add(h)
-                need |= hm.reads_v[h] | hm.reads_qk[h]
+                need |= read(hm.reads_v[h] | hm.reads_qk[h], 2 * li)
         for h in found[li]:  # plans found here read their heads' scores
-            need |= hm.reads_qk[h]
+            need |= read(hm.reads_qk[h], 2 * li)
             layers = max(layers, li + 1)
     return layers, heads_run, units_run

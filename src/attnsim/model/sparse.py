@@ -446,16 +446,14 @@ class SparseTransformer:
         the patterns it was found with."""
         a, patterns = self._analysis(), plan_static.known_patterns(self)
         got = self.__dict__.get("_static_work_cache")
-        if got is None or got[0] is not patterns:
-            unknown = [
-                [h for h in heads if not patterns or patterns[li][h] is None]
-                for li, heads in enumerate(a["heads"])
+        if got is None or got[0] is not patterns:  # plans found from the stream: below
+            found = [
+                [h for h in heads if not patterns or patterns[li][h] is None] + partial
+                for li, (heads, partial) in enumerate(zip(a["heads"], a["partial"]))
             ]
-            found = [[*u, *p] for u, p in zip(unknown, a["partial"])]
-            got = self._static_work_cache = (
-                patterns,
-                liveness.static_work(self._heads, self._units, found),
-            )
+            static = [m.tolist() for m in a["masks"]]
+            work = liveness.static_work(self._heads, self._units, found, static)
+            got = self._static_work_cache = (patterns, work)
         return got[1]
 
     def _find_plans(self, store, li: int) -> dict:
