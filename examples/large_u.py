@@ -8,7 +8,7 @@ any size). The result is compared with ``torch.nn.TransformerEncoderLayer``.
 Run: ``python examples/large_u.py``: about 2 s on two idle cores (measured: 2.3 s, with
 Python's start-up); longer when those cores are busy with other work. The MiniLM-sized
 layer (n = 12, d = 384, 12 heads, feed-forward 1,536) is the same call with those sizes; it
-took 17 s to build on two cores, as measured by ``benchmarks/simulator_layouts.py``.
+took 18 s to build on two cores, as measured by ``benchmarks/simulator_layouts.py``.
 """
 
 from __future__ import annotations
