@@ -78,9 +78,11 @@ def test_without_written_patterns_every_layer_with_static_heads_runs(monkeypatch
     a = net._analysis()
     last_static = max((i + 1 for i, hs in enumerate(a["heads"]) if hs), default=0)
     net.head_patterns = ()  # weights alone: every static head is found from scores
-    assert net._static_layers() >= last_static
+    assert net._static_work()[0] >= last_static
     want = _full_pass(net, 6, monkeypatch)
     _same_plans(net.plans(6), want)
+    for xs in ([3, 1, 2, 2, 1], [2, 2, 2, 2, 2], [1, 3, 2, 3, 1]):  # and the interpreter's
+        assert m.run(xs) == rasp.evaluate(program, xs)
 
 
 def _oracle(cfg: ModelConfig, q: np.ndarray, k: np.ndarray):
@@ -189,6 +191,8 @@ def test_gather_keys_declines_what_it_does_not_cover():
     assert _same_gather(p, 7)
     assert gather_keys(p, 7, causal=True) is None  # causal: keys past the query
     assert gather_keys(p, 5, causal=False) is None  # fewer positions than it covers
+    with pytest.raises(ValueError, match="covers 6 positions, not 8: ask for at most 6"):
+        pattern_plan(p, 9, False)  # more than it covers: the pattern's own error
     assert gather_keys(p.with_mode("width"), 7, causal=False) is None  # BOS beside
     assert gather_keys(StaticPattern.table(np.eye(6, dtype=bool)), 7, False) is None
     dense = StaticPattern.equality(np.arange(6.0)[::-1].copy(), keys)  # held dense

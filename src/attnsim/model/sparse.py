@@ -322,8 +322,8 @@ class SparseTransformer:
         self._capture(store, streams, requests, 0)
         # the static pass stops after the last layer whose plans need the stream's static
         # values: the later layers' plans are the keys the compiler wrote down
-        static_layers = self._static_layers() if found is not None else len(self.layers)
         work = self._static_work() if found is not None else None
+        static_layers = len(self.layers) if work is None else work[0]
         for li in range(len(self.layers)):
             stage = 2 * li + 1
             if li >= static_layers:
@@ -436,10 +436,6 @@ class SparseTransformer:
         if cols:
             keys = sorted(cols)
             store.write(long_tensor(keys), torch.stack([cols[c] for c in keys]))
-
-    def _static_layers(self) -> int:
-        """How many layers the static pass runs (see :meth:`_static_work`)."""
-        return self._static_work()[0]
 
     def _static_work(self) -> tuple[int, list[set[int]], list[set[int]]]:
         """What the static pass runs (:func:`attnsim.model.liveness.static_work`), kept for
