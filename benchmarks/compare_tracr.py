@@ -36,10 +36,16 @@ program's tracr compiles took over ``TRACR_SLOW_S`` seconds, tracr skips its 80 
 The results record how long the run took, with ``--jobs`` and the load average at its start
 and end.
 
-Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each, and
-only one of them times forward passes at any moment (the others compile meanwhile; a lock
-file, :func:`timing_slot`): in a run where both timed at once on a loaded 2-core machine,
-throughput came out up to 14x lower for either side than measured alone. One
+Worker processes do the measuring, ``--jobs`` of them at a time, one CPU thread each. They
+compile side by side, but a worker times forward passes only while no other worker runs
+(a lock file, held shared while a worker works and exclusively while it times:
+:func:`work_shared`, :func:`timing_slot`): in a run where both timed at once on a loaded
+2-core machine, throughput came out up to 14x lower for either side than measured alone, and
+with one side timing while the other compiled (JAX's compiles use more than one thread), up
+to 2.2x lower. A timing also waits until a fixed probe workload runs within 20% of its
+fastest time in that worker (:func:`steady`): this shared machine has periods, seconds
+long, in which everything runs up to twice as slowly; a timing that waited 30 s in vain is
+recorded as not steady (``timings_disturbed`` in the results). One
 process compiles every program with attnsim (cold = the program's first compile there), and
 each program gets a fresh process for tracr (cold = the first compile in that process, JAX's
 start-up included; the tracr workers do not import torch). A tracr worker may use
@@ -202,15 +208,41 @@ def correct(err: float, numerical: bool) -> bool:
     return err <= NUMERICAL_TOL if numerical else err == 0
 
 
-@contextlib.contextmanager
-def timing_slot():
-    """While held, no other worker of this run is timing: the workers compile side by side,
-    but each times its forward passes alone (an exclusive lock on a file beside the results;
-    where ``fcntl`` is missing, no lock)."""
+_BUSY: list = []  # this worker's open lock file, held shared while it works (see work_shared)
+
+
+def work_shared() -> None:
+    """Marks this worker busy: it holds a shared lock on ``TIMING_LOCK`` from now on except
+    while it times (:func:`timing_slot`), so that no other worker times while it compiles.
+    (Without ``fcntl``, not a POSIX system: nothing.)"""
     try:
         import fcntl
-    except ImportError:  # not a POSIX system: the timings may overlap
+    except ImportError:
+        return
+    TIMING_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(TIMING_LOCK, "a")  # noqa: SIM115  (held for the life of the worker)
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    _BUSY.append(handle)
+
+
+@contextlib.contextmanager
+def timing_slot():
+    """While held, this worker is the only one running: it takes the lock file exclusively,
+    which waits until every other worker is timing nothing and has put its work down (each
+    holds the lock shared while it works, :func:`work_shared`). A worker never waits while it
+    holds the lock, so two cannot wait on each other. Where ``fcntl`` is missing, no lock."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: the timings may overlap other work
         yield
+        return
+    if _BUSY:  # shared -> exclusive (Linux drops the shared lock first) and back after
+        handle = _BUSY[0]
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_SH)
         return
     TIMING_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with open(TIMING_LOCK, "a") as handle:
@@ -221,11 +253,62 @@ def timing_slot():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+PROBE_SLOWER = 1.2  # a probe this much slower than the fastest seen: the machine is disturbed
+PROBE_WAIT_S = 30.0  # the longest a timing waits for the probe to come back to speed
+_PROBE_BEST: list[float] = []  # this worker's fastest probe so far
+WAITS: dict = {"seconds": 0.0, "timings": 0, "disturbed": 0, "last_steady": True}  # this worker's
+
+
+def probe_seconds() -> float:
+    """Seconds of a fixed small workload (float64 products of 64 x 64 matrices in a Python
+    loop: dispatch and arithmetic, as a forward pass of either side is), the fastest of
+    three."""
+    import numpy as np
+
+    a = np.full((64, 64), 1.0 / 64)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        b = a
+        for _ in range(100):
+            b = b @ a
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def steady() -> bool:
+    """Waits (up to ``PROBE_WAIT_S``) until :func:`probe_seconds` is within ``PROBE_SLOWER``
+    of the fastest probe this worker has seen: a shared virtual machine has periods, seconds
+    long, in which everything runs up to twice as slowly (measured: the same attnsim setting
+    at 279 and 481 us per batch in two runs a minute apart, nothing else running), which the
+    fastest call of a short timing cannot step around. Both sides wait the same way. Returns
+    whether the machine came back to speed (the waits are counted in ``WAITS``)."""
+    if not _PROBE_BEST:
+        _PROBE_BEST.append(min(probe_seconds() for _ in range(10)))
+    start = time.perf_counter()
+    while True:
+        now = probe_seconds()
+        _PROBE_BEST[0] = min(_PROBE_BEST[0], now)
+        if now <= PROBE_SLOWER * _PROBE_BEST[0]:
+            ok = True
+            break
+        if time.perf_counter() - start > PROBE_WAIT_S:
+            ok = False
+            break
+        time.sleep(0.5)
+    WAITS["seconds"] += time.perf_counter() - start
+    WAITS["timings"] += 1
+    WAITS["disturbed"] += not ok
+    return ok
+
+
 def timed_throughput(fn, min_seconds: float = THROUGHPUT_S) -> float:
     """Calls ``fn`` (one batch) for ``min_seconds`` (three calls at least) after one warm-up,
-    with no other worker timing meanwhile (:func:`timing_slot`); returns the sequences per
-    second of the fastest call, the one least disturbed by other work on a shared machine."""
+    with no other worker running meanwhile (:func:`timing_slot`) and the machine at its
+    usual speed (:func:`steady`); returns the sequences per second of the fastest call, the
+    one least disturbed by other work on a shared machine."""
     with timing_slot():
+        WAITS["last_steady"] = steady()
         fn()  # warm up
         best, total, calls = float("inf"), 0.0, 0
         while total < min_seconds or calls < 3:
@@ -292,6 +375,7 @@ def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
                 "throughput_seq_s": timed_throughput(
                     lambda m=model, i=ids, v=vals: m.forward(i, v)
                 ),
+                "steady": WAITS["last_steady"],
                 "error": error(model.run(big), expected, numerical),
             }
             print(json.dumps(row), flush=True)
@@ -399,6 +483,7 @@ class _Checker:
             "throughput_seq_s": timed_throughput(
                 lambda: self.forward(model.params, self.ids).block_until_ready()
             ),
+            "steady": WAITS["last_steady"],
         }
 
     def measure(self, exactness: int, first: bool) -> dict:
@@ -685,6 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown programs {unknown}; expected some of {', '.join(PROGRAMS)}")
     if args.worker:
+        work_shared()
         if args.worker == "attnsim":
             attnsim_worker(names, args.quick, args.full)
         else:
@@ -741,6 +827,11 @@ def main(argv: list[str] | None = None) -> int:
         "tracr_exact_found": sum(
             "error" in r["tracr_exact"] and "mlp_exactness" in r["tracr_exact"] for r in rows
         ),
+        # timings taken after PROBE_WAIT_S without the machine coming back to speed
+        "timings_disturbed": sum(
+            r[k].get("steady") is False for r in rows for k in ("attnsim", "tracr", "tracr_exact")
+        ),
+        "probe_slower": PROBE_SLOWER,
         "cpus": os.cpu_count(),
         "load_average_at_start": load_at_start,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

@@ -25,6 +25,7 @@ writes benchmarks/results/simulator_layouts.json).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import multiprocessing
 import resource
@@ -137,12 +138,28 @@ def measure(
     }
 
 
-def measure_apart(layout: str, n: int, d: int, h: int, f: int) -> dict:
+class ChildFailed(RuntimeError):
+    """A size measured in a child process that ended without its row (killed for memory,
+    say, or an error raised there): the message says why."""
+
+
+def measure_apart(layout: str, n: int, d: int, h: int, f: int, **options) -> dict:
     """:func:`measure` in a child process of its own, so that its peak memory
-    (``peak_rss_mb``) is this size's, not the largest of the sizes before it."""
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(1) as pool:
-        return pool.apply(measure, (layout, n, d, h, f))
+    (``peak_rss_mb``) and its build time are this size's, not shaped by the sizes built
+    before it in the same process.
+
+    Raises:
+        ChildFailed: the child ended without a row (the reason, with the child's peak
+            resident memory where it was killed).
+    """
+    got = _in_child(_measured, layout, n, d, h, f, options)
+    if got.get("ok") is False:
+        raise ChildFailed(got["error"])
+    return got
+
+
+def _measured(layout: str, n: int, d: int, h: int, f: int, options: dict) -> dict:
+    return measure(layout, n, d, h, f, **options)
 
 
 class StreamFill:
@@ -185,12 +202,13 @@ def max_abs_score(target, X: torch.Tensor) -> float:
 
 
 def minilm() -> dict:
-    """The MiniLM layer shape in the vector layout: built and simulated, or refused."""
+    """The MiniLM layer shape in the vector layout: built and simulated (in a child process,
+    as a user's first build is), or refused."""
     n, d, h, f = MINILM
     w0 = time.perf_counter()
     try:
-        row = measure("vector", n, d, h, f, logit_scale=30.0)
-    except (ModelTooLargeError, MemoryError) as exc:
+        row = measure_apart("vector", n, d, h, f, logit_scale=30.0)
+    except (ModelTooLargeError, MemoryError, ChildFailed) as exc:
         return {"built": False, "seconds": time.perf_counter() - w0, "refusal": str(exc)}
     return {"built": True, **row}
 
@@ -297,14 +315,38 @@ def _in_child(fn, *args) -> dict:
     proc = ctx.Process(target=child)
     proc.start()
     send.close()
-    try:
-        got = recv.recv()
-    except EOFError:
-        got = None
+    peak_kb = 0  # the child's resident peak, read while it runs (Linux; 0 elsewhere)
+    got = None
+    while True:
+        peak_kb = max(peak_kb, _resident_peak_kb(proc.pid))
+        try:
+            if recv.poll(0.5):
+                got = recv.recv()
+                break
+        except EOFError:
+            break
+        if not proc.is_alive() and not recv.poll(0):
+            break
     proc.join()
     if got is None:
-        return {"ok": False, "error": f"the child process ended with code {proc.exitcode}"}
+        code = proc.exitcode
+        why = "was killed by signal 9 (the out-of-memory killer, as a rule)" if code == -9 else None
+        why = why or f"ended with code {code}"
+        seen = f", its resident peak {peak_kb / 2**20:.1f} GiB" if peak_kb else ""
+        return {"ok": False, "error": f"the child process {why}{seen}"}
     return got
+
+
+def _resident_peak_kb(pid: int) -> int:
+    """VmHWM of process ``pid`` in kB (0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def minilm_tokens(n: int, address_check: bool = True) -> dict:
@@ -422,6 +464,73 @@ def exponents(rows: list[dict]) -> dict:
     return out
 
 
+def parse_size(text: str) -> tuple[str, int]:
+    """What ``--add`` names: ``"vector:384"`` -> ``("vector", 384)``, ``"minilm"`` -> the
+    MiniLM layer shape on its 12 tokens; ValueError with the reason otherwise.
+
+    >>> parse_size("vector:384"), parse_size("scalar:64"), parse_size("minilm")
+    (('vector', 384), ('scalar', 64), ('minilm', 12))
+    """
+    if text == "minilm":
+        return "minilm", MINILM[0]
+    layout, _, d = text.partition(":")
+    if layout not in ("scalar", "vector") or not d.isdigit() or int(d) not in SIZES:
+        raise ValueError(
+            f"--add takes minilm or LAYOUT:D with LAYOUT scalar or vector and D one of "
+            f"{SIZES}, got {text!r}"
+        )
+    return layout, int(d)
+
+
+def add_sizes(parser: argparse.ArgumentParser, sizes: list[str], out_path: Path) -> int:
+    """Builds each size of ``sizes`` (``LAYOUT:D`` or ``minilm``, in a child process) and
+    merges it into the results at ``out_path``: its row replaces one of the same size, its
+    entry leaves ``not_built``, the exponents are fitted again; the sizes still not built get
+    their reasons again (from the rows now held)."""
+    try:
+        wanted = [parse_size(t) for t in sizes]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not out_path.is_file():
+        parser.error(f"--add merges into existing results; {out_path} is not a file")
+    out = json.loads(out_path.read_text())
+    rows = out["results"]
+    tried: dict[tuple[str, int], str] = {}  # sizes whose child ended without a row
+    for layout, d in wanted:
+        if layout == "minilm":
+            out["minilm"] = minilm()
+            print(f"MiniLM layer shape {MINILM}: {out['minilm']}", flush=True)
+            continue
+        w0 = time.perf_counter()
+        try:
+            row = measure_apart(layout, d, d, heads_of(d), 4 * d)
+        except ChildFailed as exc:
+            tried[(layout, d)] = f"tried: {exc} after {time.perf_counter() - w0:.0f} s"
+            print(f"{layout} n=d={d}: {tried[(layout, d)]}", flush=True)
+            continue
+        rows[:] = [r for r in rows if (r["layout"], r["d"]) != (layout, d)] + [row]
+        print(
+            f"{layout} n=d={d}: build {row['build_seconds']:.1f} s, simulate "
+            f"{row['simulate_seconds']:.1f} s, peak {row['peak_rss_mb'] / 1024:.1f} GiB, "
+            f"error {row['error_vs_torch']:.1e}",
+            flush=True,
+        )
+    rows.sort(key=lambda r: (r["d"], r["layout"] != "scalar"))
+    built = {(r["layout"], r["d"]) for r in rows}
+    out["not_built"] = [
+        {
+            "layout": s["layout"],
+            "d": s["d"],
+            "reason": tried.get((s["layout"], s["d"])) or limit_reason(s["layout"], rows, s["d"]),
+        }
+        for s in out.get("not_built", [])
+        if (s["layout"], s["d"]) not in built
+    ]
+    out["exponents"] = exponents(rows)
+    write_json(out_path, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="build the larger sizes too")
@@ -445,9 +554,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-address-check", action="store_true", help="skip the address-space rerun"
     )
+    parser.add_argument(
+        "--add",
+        action="append",
+        default=None,
+        metavar="LAYOUT:D",
+        help="only build this size (for example vector:384, or minilm for the MiniLM layer "
+        "shape; repeatable) and merge it into the results at --out, which must exist (every "
+        "other row there is kept)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.add:
+        return add_sizes(parser, args.add, args.out)
     run = Run()
     table = {str(d): laws(d) for d in SIZES}
     rows, skipped = [], []
@@ -457,7 +577,14 @@ def main(argv: list[str] | None = None) -> int:
             if d > limit:
                 skipped.append({"layout": layout, "d": d, "reason": limit_reason(layout, rows, d)})
                 continue
-            row = measure_apart(layout, d, d, heads_of(d), 4 * d)
+            w0 = time.perf_counter()
+            try:
+                row = measure_apart(layout, d, d, heads_of(d), 4 * d)
+            except ChildFailed as exc:
+                why = f"tried: {exc} after {time.perf_counter() - w0:.0f} s"
+                skipped.append({"layout": layout, "d": d, "reason": why})
+                print(f"{layout:>6} n=d={d:>3}: {why}", flush=True)
+                continue
             rows.append(row)
             print(
                 f"{layout:>6} n=d={d:>3}: seq {row['sequence_length']:>7} x {row['token_width']:>4}"

@@ -17,6 +17,7 @@ import torch
 from attnsim.model.memory import attention_bytes
 from attnsim.rasp import interpret
 from attnsim.simulator import layouts, sampling, universal
+from attnsim.simulator.case import Case
 from attnsim.simulator.config import SimulatorConfig
 from attnsim.simulator.reference import reference
 
@@ -46,6 +47,8 @@ def test_prepare_pack_program_unpack_give_the_reference(kind, layer):
         targets = [sampling.random_encoder_layer(2, 4, 8, seed=s) for s in (1, 2)]
     Xs = [_x(3, 4, 1), _x(2, 4, 2)]  # two cases of different n in one batch
     cases = [lay.prepare(config, t, X, None) for t, X in zip(targets, Xs)]
+    assert all(type(c) is Case for c in cases)  # one case type for every layout
+    assert [c.shape.n for c in cases] == [3, 2]
     seq = lay.pack(config, cases)
     length = config.layout.length
     want_shape = (2, length) if kind == "scalar" else (2, length, config.layout.width)
@@ -98,3 +101,32 @@ def test_universal_does_not_branch_on_the_layout():
         r"is_vector|layout_kind\s*(is|==|!=)|vector_codec|vector_program|isinstance\([^)]*Layout",
         source,
     )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pack_refuses_the_other_layouts_form_of_the_attention(kind):
+    """A case made by hand in the form the other layout reads: a clear error, not a
+    sequence U would read wrongly (scalar: merged; vector: the factors)."""
+    config = SimulatorConfig(3, 4, 1, layout_kind=kind)
+    lay = layouts.of(config)
+    att = sampling.random_attention(1, 4, seed=0)
+    own = lay.prepare(config, att, _x(3, 4), None)
+    other = att if kind == "scalar" else att.merged()
+    wrong = Case(other, own.X)
+    with pytest.raises((TypeError, ValueError), match="merged|MergedAttention"):
+        lay.pack(config, [wrong])
+    assert lay.pack(config, [own]).shape[0] == 1
+
+
+def test_a_case_checks_its_parts():
+    att = sampling.random_attention(1, 4, seed=0)
+    layer = sampling.random_encoder_layer(1, 4, 8, seed=0)
+    with pytest.raises(TypeError, match="Case.rest must be a tuple of EncoderLayerSpec"):
+        Case(layer.attention, _x(2, 4), layer, rest=(att,))
+    with pytest.raises(ValueError, match="give its first as layer"):
+        Case(att, _x(2, 4), None, rest=(layer,))
+    wide = sampling.random_encoder_layer(1, 6, 8, seed=0)
+    with pytest.raises(ValueError, match="Case.layer has d_model=6"):
+        Case(layer.attention, _x(2, 4), layer, rest=(wide,))
+    with pytest.raises(ValueError, match=r"Case.X must have shape \[n, d\] = \[n, 4\]"):
+        Case(att, _x(2, 5))

@@ -112,8 +112,10 @@ def test_bad_shapes_raise():
         codec.pack(lay, codec.Case(wide, torch.zeros(1, 3)))
     with pytest.raises(ValueError, match=r"Case.X must have shape \[n, d\] = \[n, 2\]"):
         codec.Case(head, torch.zeros(2, 3))
-    with pytest.raises(TypeError, match="Case.attention must be a MergedAttention"):
-        codec.Case(sampling.random_attention(1, 2, seed=0), torch.zeros(2, 2))
+    with pytest.raises(TypeError, match="Case.attention must be a MergedAttention in the scalar"):
+        codec.pack(lay, codec.Case(sampling.random_attention(1, 2, seed=0), torch.zeros(2, 2)))
+    with pytest.raises(TypeError, match="Case.attention must be an AttentionSpec or a Merged"):
+        codec.Case("not an attention", torch.zeros(2, 2))
     layer = sampling.random_encoder_layer(1, 2, 2, seed=0)
     with pytest.raises(ValueError, match="the case is an encoder layer, but the layout holds"):
         codec.pack(lay, codec.Case(layer.attention.merged(), torch.zeros(1, 2), layer))

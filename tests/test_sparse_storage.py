@@ -428,3 +428,23 @@ def test_planned_means_in_parts_add_their_terms_in_the_same_order(monkeypatch):
     assert False in ran  # a mean over several keys ran from its plan
     for x in xs[:4]:
         assert m.run(x) == pytest.approx(rasp.evaluate(program, x), abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_sparse_product_sums_its_terms_in_order_on_long_and_short_rows(dtype, monkeypatch):
+    """sparse_ops.Linear on rows of both lengths (term by term, and in slices) against numpy
+    summing each column's products in the order given: the same bits."""
+    from attnsim.model import sparse_ops
+
+    g = torch.Generator().manual_seed(3)
+    dirs, cols = torch.randint(0, 40, (300,), generator=g), torch.randint(0, 9, (300,), generator=g)
+    weight = torch.randn(300, dtype=torch.float64, generator=g)
+    lin = sparse_ops.Linear(dirs, cols, weight, 9)
+    slot = torch.randperm(40, generator=g)
+    for length in (sparse_ops.ROW_BY_TERM, 7):  # term by term, then in slices
+        x = torch.randn(40, 1, length, generator=g).to(dtype)
+        want = np.zeros((9, 1, length), dtype=x.numpy().dtype)
+        xs, w = x.numpy(), weight.to(dtype).numpy()
+        for d, c, wt in zip(slot[dirs].tolist(), cols.tolist(), w):
+            want[c] = want[c] + xs[d] * wt
+        assert np.array_equal(lin(x, slot).numpy(), want)

@@ -41,6 +41,12 @@ __all__ = [
 ]
 
 _TERMS_PER_CHUNK = 1 << 23  # positions x terms per slice of a sparse product
+# rows of at least this many values (batch x positions) are summed term by term, each term
+# a product into one scratch row and an add into its column: a term then moves its row
+# once, where a slice of terms copies them, scales the copy and adds it (measured on U's
+# rows of 18,433 values: 51 against 116 us per term); shorter rows go by slices, where one
+# call per term would cost more than the row (about 3 us)
+ROW_BY_TERM = 1 << 12
 
 
 def long_tensor(xs: Sequence[int]) -> torch.Tensor:
@@ -105,6 +111,15 @@ class Linear:
         _, b, n = x.shape
         out = torch.zeros(self.width, b, n, dtype=x.dtype)
         if not len(self.dirs):
+            return out
+        if b * n >= ROW_BY_TERM:  # the same products, added in the same order
+            cache = self.__dict__.setdefault("_terms", {})  # per dtype: x's weights
+            terms = cache.get(x.dtype)
+            if terms is None:
+                terms = cache[x.dtype] = (self.cols.tolist(), self.weight.to(x.dtype).tolist())
+            scratch = torch.empty(b, n, dtype=x.dtype)
+            for row, col, w in zip(slot[self.dirs].tolist(), *terms):
+                out[col].add_(torch.mul(x[row], w, out=scratch))
             return out
         src = slot[self.dirs]
         w = self.weight.to(x.dtype)

@@ -49,8 +49,8 @@ class Store:
         """``size`` rows, row 0 (and in blocks, every row) zero."""
         if self.blocked:
             return BlockRows(size, self.b, self.n, self.dtype)
-        data = torch.empty(size, self.b, self.n, dtype=self.dtype)  # a row is zeroed when
-        data[0] = 0.0  # taken: the pages of rows never taken are never touched
+        data = torch.empty(size, self.b, self.n, dtype=self.dtype)  # a row is written whole
+        data[0] = 0.0  # when taken: the pages of rows never taken are never touched
         return data
 
     def write(self, dirs: torch.Tensor, values: torch.Tensor) -> None:
@@ -63,21 +63,35 @@ class Store:
         if len(keep) < len(dirs):
             dirs, values = dirs[keep], values[keep]
             listed = [listed[i] for i in keep]
-        new = [c for c, at in zip(listed, self.slot[dirs].tolist()) if at == 0]  # rowless
+        new = self.take(listed)
+        rows = self.slot[dirs]
+        if self.blocked:  # only the blocks where something is added (free blocks are 0)
+            self.data.add(rows, values)
+            return
+        if len(new) == len(listed):  # every row new: the values are the rows (0 + v = v;
+            self.data[rows] = values  # a -0.0 stays -0.0, equal to the sum's +0.0)
+            return
+        if new:  # the new rows take their values, the others add them
+            fresh = torch.as_tensor(new, dtype=torch.long)
+            self.data[rows[fresh]] = values[fresh]
+            old = torch.as_tensor(sorted(set(range(len(listed))) - set(new)), dtype=torch.long)
+            rows, values = rows[old], values[old]
+        self.data.index_put_((rows,), values, accumulate=True)
+
+    def take(self, dirs: list[int]) -> list[int]:
+        """Gives a row to each of ``dirs`` (distinct, each read later) that holds none yet;
+        returns their places in ``dirs``. A new row's content is undefined in a store of one
+        tensor (its writer sets all of it) and zero in blocks."""
+        held = self.slot[dirs].tolist()
+        new = [i for i, at in enumerate(held) if at == 0]
         if new:
             self._grow(len(new))
             slots = [self.free.pop() for _ in new]
-            self.slot[new] = torch.as_tensor(slots, dtype=torch.long)
-            if not self.blocked:  # (free rows in blocks are zero already)
-                self.data[slots] = 0.0
-            for c in new:
-                self.by_stage.setdefault(self.last[c], []).append(c)
+            self.slot[[dirs[i] for i in new]] = torch.as_tensor(slots, dtype=torch.long)
+            for i in new:
+                self.by_stage.setdefault(self.last[dirs[i]], []).append(dirs[i])
             self.peak = max(self.peak, self.data.shape[0] - len(self.free))
-        rows = self.slot[dirs]
-        if self.blocked:  # only the blocks where something is added
-            self.data.add(rows, values)
-            return
-        self.data.index_put_((rows,), values, accumulate=True)
+        return new
 
     def _grow(self, k: int) -> None:
         if len(self.free) >= k:

@@ -1,7 +1,7 @@
 """What U checks: a target and X before they are packed, and its own values while it runs.
 
 :func:`prepare` turns what a caller passes (a spec or a torch module, and X) into a
-:class:`~attnsim.simulator.codec.Case` once, or raises saying what the build allows and what
+:class:`~attnsim.simulator.case.Case` once, or raises saying what the build allows and what
 to build instead. :func:`check_guard` reads one of the run-time checks the compiler placed in
 U's transformer (the scores' range for its max head; with maps="relu", the input range of
 every ReLU map) and raises a ValueError that names the quantity, where it occurs in the

@@ -1,10 +1,11 @@
 """Packing <T, X> into U's input sequence and reading T(X) back: the one place that does.
 
 Everything here is float64 ``torch.Tensor`` in, float64 ``torch.Tensor`` out, and follows
-the regions of :class:`~attnsim.simulator.layout.Layout`. A :class:`Case` is one target
-and its input in the form U reads (the attention merged once, the causal flag resolved);
-:func:`pack` writes it, :func:`unpack` reads it back (for tests and inspection), and
-:func:`unpack_output` reads T(X) from U's output.
+the regions of :class:`~attnsim.simulator.layout.Layout`. A
+:class:`~attnsim.simulator.case.Case` is one target and its input in the form U reads (here:
+the attention merged once, the causal flag resolved); :func:`pack` writes it,
+:func:`unpack` reads it back (for tests and inspection), and :func:`unpack_output` reads
+T(X) from U's output.
 
 Glossary: ``N, D, H, F`` the build sizes (rows, width, heads, feed-forward width) and
 ``D' = D + 1``; ``n, d, h, d_mlp`` the sizes of one target and X; ``length`` the positions
@@ -26,86 +27,18 @@ of U's input (``Layout.length``); ``batch`` the (target, X) pairs of one forward
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from attnsim.simulator import spec as S
+from attnsim.simulator.case import Case, Shape
 from attnsim.simulator.layout import FLAG_NAMES, LN_SLOTS, Layout
 
 __all__ = ["Case", "Shape", "check_fits", "pack", "pack_batch", "unpack", "unpack_output"]
 
 DTYPE = torch.float64
 ACTIVATION_FLAGS = FLAG_NAMES[1:]  # relu, gelu, gelu_tanh, maxmin: the activations U simulates
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The sizes of one (target, X) pair.
-
-    Attributes:
-        n: rows of X.
-        d: the model width.
-        n_heads: the target's attention heads.
-        d_mlp: the feed-forward width of an encoder layer; 0 for an attention layer.
-    """
-
-    n: int
-    d: int
-    n_heads: int
-    d_mlp: int = 0  # 0: an attention layer
-
-
-@dataclass(frozen=True, eq=False)
-class Case:
-    """One target and its input, as U reads them.
-
-    Attributes:
-        attention: the target's attention, merged; its ``causal`` flag is the one U applies.
-        X: ``[n, d]`` float64 input.
-        layer: for an encoder-layer target, the whole layer (its LayerNorms, both present,
-            and its feed-forward block are read from here; its attention is ``attention``);
-            None for an attention target.
-
-    Raises:
-        TypeError: a part has the wrong type.
-        ValueError: ``X`` or the layer's width disagrees with the attention's.
-    """
-
-    attention: S.MergedAttention
-    X: torch.Tensor
-    layer: S.EncoderLayerSpec | None = None  # None: an attention target
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.attention, S.MergedAttention):
-            raise TypeError(
-                f"Case.attention must be a MergedAttention, got "
-                f"{type(self.attention).__name__}; call .merged() on the attention spec"
-            )
-        if self.layer is not None and not isinstance(self.layer, S.EncoderLayerSpec):
-            raise TypeError(
-                f"Case.layer must be an EncoderLayerSpec or None, got {type(self.layer).__name__}"
-            )
-        d = self.attention.d_model
-        X = torch.as_tensor(self.X).to(DTYPE)
-        if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
-            raise ValueError(
-                f"Case.X must have shape [n, d] = [n, {d}] with n >= 1 (the attention's "
-                f"width), got {tuple(X.shape)}"
-            )
-        object.__setattr__(self, "X", X)
-        if self.layer is not None and self.layer.d_model != d:
-            raise ValueError(
-                f"Case.layer has d_model={self.layer.d_model}, but the attention has {d}; "
-                "pass the layer's own attention, merged"
-            )
-
-    @property
-    def shape(self) -> Shape:
-        """The case's sizes."""
-        d_mlp = 0 if self.layer is None else self.layer.ffn.d_mlp
-        return Shape(self.X.shape[0], self.attention.d_model, self.attention.n_heads, d_mlp)
 
 
 def check_fits(layout: Layout, shape: Shape) -> None:
@@ -151,8 +84,20 @@ def pack(layout: Layout, case: Case) -> torch.Tensor:
         ``[length]`` float64; zeros in padding and scratch-only positions.
 
     Raises:
+        TypeError: the case's attention is not merged (this layout reads ``A_h`` and
+            ``W_V,h W_O,h``), or the case is a stack.
         ValueError: the case does not fit the layout, or is of the other layer kind.
     """
+    if not isinstance(case.attention, S.MergedAttention):
+        raise TypeError(
+            "Case.attention must be a MergedAttention in the scalar layout, got "
+            f"{type(case.attention).__name__}; call .merged() on the attention spec"
+        )
+    if case.rest:
+        raise TypeError(
+            "the scalar layout holds one layer, the case is a stack; build U with "
+            "layout='vector' and n_layers for stacks"
+        )
     check_fits(layout, case.shape)
     n, d, h = case.shape.n, case.shape.d, case.shape.n_heads
     N, D, H, Dp = layout.N, layout.D, layout.H, layout.Dp

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,6 +31,7 @@ from torch import nn
 from attnsim.model import zero_rows
 from attnsim.simulator import checks, stack
 from attnsim.simulator import spec as S
+from attnsim.simulator.case import Case
 from attnsim.simulator.config import SimulatorConfig
 from attnsim.simulator.vector_layout import VectorLayout
 
@@ -39,18 +39,6 @@ __all__ = ["Case", "prepare", "pack", "pack_batch", "unpack_output"]
 
 DTYPE = torch.float64
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "maxmin")
-
-
-@dataclass(frozen=True, eq=False)
-class Case:
-    """One target with its X, as the vector layout reads it: the attention's factors (not
-    merged), X ``[n, d]`` float64, the encoder layer around them (or None), and for a
-    stack the layers after the first (``rest``)."""
-
-    attention: S.AttentionSpec
-    X: torch.Tensor
-    layer: S.EncoderLayerSpec | None = None
-    rest: tuple[S.EncoderLayerSpec, ...] = ()
 
 
 def prepare(
@@ -143,7 +131,12 @@ def _check_attention(layout: VectorLayout, attention: Any) -> None:
 
 
 def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
-    """The token array ``[length, width]`` of one case (entries copied, nothing computed)."""
+    """The token array ``[length, width]`` of one case (entries copied, nothing computed).
+
+    Raises:
+        ValueError: the case's attention is merged (this layout reads its factors).
+    """
+    _check_attention(layout, case.attention)
     lay, X = layout, case.X
     n, d = X.shape
     out = zero_rows.zeros((lay.length, lay.width), DTYPE)  # pages only where written
