@@ -832,6 +832,20 @@ def _pair(a, t, x) -> str:
     return " / ".join(fmt(v) for v in (a, t, x))
 
 
+def _timing_note(data: dict) -> str:
+    """How the throughputs were timed, as the results say they were."""
+    if "probe_slower" not in data:  # results of the earlier method
+        return "(the fastest of the timed calls)."
+    waited = data.get("timings_disturbed")
+    return (
+        "(the fastest of the timed calls, in two rounds minutes apart; a side is timed only "
+        "while no other worker works, and once a fixed probe workload runs within "
+        f"{round(100 * (data['probe_slower'] - 1))}% of its fastest time in that worker"
+        + (f": {waited} timings waited in vain for that and are kept" if waited else "")
+        + ")."
+    )
+
+
 def compare_tracr(data: dict) -> str:
     rows = data["rows"]
     tol = data.get("numerical_tolerance", 0.0)
@@ -871,7 +885,7 @@ def compare_tracr(data: dict) -> str:
         "Ratios are attnsim / tracr. Error: wrong-position fraction (categorical) or max "
         f"absolute error (numerical) against the interpreter on {data.get('batch')} random "
         f"full-length inputs; throughput: sequences per second at batch {data.get('batch')} "
-        "(the fastest of the timed calls)."
+        + _timing_note(data)
     )
     if data.get("tracr") and ladder:
         out += ["", _compare_tracr_finding(data, both, wrong, fixed, fair, never, default_ex)]

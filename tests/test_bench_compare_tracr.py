@@ -144,3 +144,28 @@ def test_docs_section_renders_a_run_without_tracr():
         r["tracr_exact"] = {"skipped": ct.NO_TRACR}
     text = render_docs.compare_tracr(data)
     assert "tracr was not installed" in text and "is wrong at long lengths" not in text
+
+
+def test_the_attnsim_worker_times_each_setting_twice_and_merge_keeps_the_faster(
+    capsys, monkeypatch, tmp_path
+):
+    import json
+
+    monkeypatch.setattr(ct, "THROUGHPUT_S", 0.01)
+    monkeypatch.setattr(ct, "PROBE_WAIT_S", 0.0)  # (a loaded test machine: no waiting)
+    monkeypatch.setattr(ct, "TIMING_LOCK", tmp_path / ".lock")
+    monkeypatch.setattr(ct, "RETIME", [])
+    ct.attnsim_worker(["count"], True, False)
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    firsts = [x for x in lines if "attnsim" in x]
+    again = [x for x in lines if "retime" in x]
+    assert [x["max_seq_len"] for x in again] == [x["max_seq_len"] for x in firsts] == [5, 10]
+    assert all(x["retime"][0] == "attnsim" and x["retime"][1] > 0 for x in again)
+    timed = [x["attnsim"]["throughput_seq_s"] for x in firsts]  # (merge updates rows in place)
+    args = argparse.Namespace(quick=True, full=False)
+    rows = ct.merge(["count"], args, (lines, ""), {})
+    for row, first, second in zip(rows, timed, again):
+        rounds = row["attnsim"]["throughput_rounds"]
+        assert rounds == [first, second["retime"][1]]
+        assert row["attnsim"]["throughput_seq_s"] == max(rounds)
+        assert row["attnsim"]["error"] == 0

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsim import compile_program, library, rasp
-from attnsim.model import block_rows
+from attnsim.model import block_rows, sparse_ops
 from attnsim.model import store as store_mod
 from attnsim.model.block_rows import BLOCK, BlockRows
 from attnsim.model.store import Store
@@ -143,13 +143,16 @@ def test_blocked_and_dense_stores_run_the_same_model(monkeypatch):
     got = {}
     monkeypatch.setattr(store_mod, "BLOCKED_STORE_BYTES", 0)
     monkeypatch.setattr(block_rows, "BLOCK", 4)  # several blocks per row at these lengths
-    for limit in (1 << 62, 1):
-        monkeypatch.setattr(store_mod, "BLOCKED_ROW_VALUES", limit)
-        U.model.model._plans.clear()
-        m.model._plans.clear()
-        got[limit] = ([m.run(w) for w in words], U.simulate(t, X))
-    assert got[1][0] == got[1 << 62][0] == [sorted(w) for w in words]
-    assert torch.equal(got[1][1], got[1 << 62][1])
+    for by_term in (1, 1 << 62):  # sparse products term by term (on any row), in slices
+        monkeypatch.setattr(sparse_ops, "ROW_BY_TERM", by_term)
+        for limit in (1 << 62, 1):
+            monkeypatch.setattr(store_mod, "BLOCKED_ROW_VALUES", limit)
+            U.model.model._plans.clear()
+            m.model._plans.clear()
+            got[limit, by_term] = ([m.run(w) for w in words], U.simulate(t, X))
+    assert all(g[0] == [sorted(w) for w in words] for g in got.values())
+    assert all(torch.equal(g[1], got[1, 1][1]) for g in got.values())
+    got[1] = got[1, 1]
     with torch.no_grad():
         want = to_torch(t)(X[None])[0]
     assert float((got[1][1] - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))

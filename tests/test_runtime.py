@@ -115,6 +115,31 @@ def test_plans_are_kept_and_dropped_with_the_weights():
     assert rt.plans(5) is not again
 
 
+@pytest.mark.parametrize("name", ["make_hist", "make_sort_unique"])
+def test_projections_kept_for_planned_heads_follow_edited_weights(name):
+    """The value and output projections the plan executor keeps per head (LayerState.cache)
+    are made again when a weight is edited in place: the planned pass matches the
+    definition before and after the edit."""
+    entry = library.PROGRAMS[name]
+    m = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    rt = Runtime(m.model, executor="plan")
+    rng = random.Random(0)
+    rows = [[rng.choice(list(entry.vocab)) for _ in range(entry.max_seq_len)] for _ in range(8)]
+    ids, _ = m.encode(rows)
+    with torch.no_grad():
+        assert torch.equal(rt(ids), m.model(ids))
+        assert any(
+            k[0] in ("out", "values") for s in rt.layers for k in s.cache if isinstance(k, tuple)
+        )
+        before = rt(ids)
+        for name in ("W_O", "W_V"):  # each edit alone changes the output
+            for block in m.model.blocks:
+                getattr(block.attn, name).mul_(2.0)
+            after = rt(ids)
+            assert torch.equal(after, m.model(ids)) and not torch.equal(after, before)
+            before = after
+
+
 def test_a_compiled_models_runtime_follows_its_model():
     m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     rt = m.runtime

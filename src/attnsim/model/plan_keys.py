@@ -40,7 +40,7 @@ from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
 from attnsim.model.hard import hard_selection, hard_threshold
 from attnsim.model.plan_static import _reads, _writes
-from attnsim.model.projection import _project, columns
+from attnsim.model.projection import columns, head_values
 
 __all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
 
@@ -135,9 +135,12 @@ def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
     return QueryPlan(head=h, k_rows=torch.nonzero(_reads(W_K)).flatten(), queries=x[0] @ W_Q)
 
 
-def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
+def run(
+    attn, p: KeyPlan | QueryPlan, x: torch.Tensor, cache: dict | None = None
+) -> torch.Tensor | None:
     """The head's mixed values ``[batch, pos, width]``, or None when the dynamic side takes so
-    many distinct rows in the batch that the dense scores cost about as much.
+    many distinct rows in the batch that the dense scores cost about as much (``cache``:
+    the runtime's layer cache, where the head's value projection is kept).
 
     >>> import torch
     >>> from attnsim import compile_program, library, rasp
@@ -160,8 +163,7 @@ def run(attn, p: KeyPlan | QueryPlan, x: torch.Tensor) -> torch.Tensor | None:
     rows, inverse = plan_core.distinct_rows(columns(x, reads).reshape(b * n, -1))
     if _too_many(rows, b * n):
         return None
-    wv = max(1, int(attn._plan()[2][h]))
-    v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
+    v = head_values(attn, h, cache)(x)  # [batch, pos, wv]
     cls = inverse.view(b, n)
     if isinstance(p, KeyPlan):  # the distinct query rows, projected (other rows of W_Q are 0)
         q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]

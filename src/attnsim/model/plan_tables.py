@@ -33,7 +33,7 @@ import torch
 from attnsim.model import plan_core, plan_static
 from attnsim.model.config import AttentionMode
 from attnsim.model.hard import hard_selection
-from attnsim.model.projection import _project, columns
+from attnsim.model.projection import columns, head_values
 
 __all__ = [
     "TablePlan",
@@ -245,7 +245,7 @@ def classes_of_ids(p: TablePlan, ids: torch.Tensor) -> torch.Tensor | None:
 
 
 def run(
-    attn, p: TablePlan, x: torch.Tensor, ids: torch.Tensor | None = None
+    attn, p: TablePlan, x: torch.Tensor, ids: torch.Tensor | None = None, cache=None
 ) -> torch.Tensor | None:
     """A token-table head's mixed values ``[batch, pos, width]`` from sums over classes, or
     None when some position holds no known class in the directions the head reads. With the
@@ -258,7 +258,7 @@ def run(
         cls = classes_of(p, x)
     if cls is None:
         return None
-    return _mix(attn, p, x, cls)
+    return _mix(attn, p, x, cls, cache)
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ def row_table_plans(transformer, skip) -> tuple[tuple[RowTablePlan, ...], ...]:
 
 
 def run_rows(
-    attn, p: RowTablePlan, x: torch.Tensor, misses: dict | None = None
+    attn, p: RowTablePlan, x: torch.Tensor, misses: dict | None = None, cache=None
 ) -> torch.Tensor | None:
     """A head's mixed values over the classes of its rows in this batch, or None where the
     batch's rows take so many distinct values that the dense head costs less (then it
@@ -342,15 +342,16 @@ def run_rows(
         return None
     scores = (classes @ attn.W_Q[h, p.rows, :wq]) @ (classes @ attn.W_K[h, p.rows, :wq]).T
     plan = TablePlan(h, p.rows, classes, scores, wv)
-    return _mix(attn, plan, x, inverse.view(b, n))
+    return _mix(attn, plan, x, inverse.view(b, n), cache)
 
 
-def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-    """The head's output from each position's class ``cls [batch, pos]``."""
+def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> torch.Tensor:
+    """The head's output from each position's class ``cls [batch, pos]`` (``cache``: the
+    runtime's layer cache, where the head's value projection is kept)."""
     cfg = attn.cfg
     b, n, _ = x.shape
     c, wv = p.n_classes, p.value_width
-    v = _project(x, attn.W_V[p.head, :, :wv])  # [batch, pos, wv]
+    v = head_values(attn, p.head, cache)(x)  # [batch, pos, wv]
     hard = cfg.attention is AttentionMode.HARD
     table = p.scores.to(x.dtype) if hard else cfg.beta * p.scores.to(x.dtype)
     inf = float("-inf")

@@ -81,6 +81,7 @@ from attnsim.model.projection import (  # noqa: F401 - read by tests
     _project,
     add_columns,
     columns,
+    head_values,
     set_columns,
 )
 
@@ -436,17 +437,23 @@ def planned_attention(
     fixed = tuple(by["head"])
     planned.update(p.head for p in fixed)
 
+    kept = None if state is None else state.cache  # derived from the weights, kept
+
     def add(h: int, z: torch.Tensor) -> None:
-        wv = max(1, int(ov_width[h]))
-        W_O = attn.W_O[h, :wv]
-        cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-        add_columns(out, where[cols], _project(z, W_O[:, cols]))
+        got = None if kept is None else kept.get(("out", h))
+        if got is None:  # the columns head h writes, and its output map onto them
+            W_O = attn.W_O[h, : max(1, int(ov_width[h]))].detach()
+            cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+            got = (where[cols], Projection(W_O[:, cols]))
+            if kept is not None:
+                kept[("out", h)] = got
+        add_columns(out, got[0], got[1](z))
         planned.add(h)
 
     # a token-table head's class sums are exact for every input whose classes are known:
     # they go before its candidates, whose certificate may fail
     for p in by["table"]:
-        z = plan_tables.run(attn, p, x, ids)
+        z = plan_tables.run(attn, p, x, ids, kept)
         if z is not None:  # every position's class is known
             add(p.head, z)
     # a candidate head whose certificate failed twice runs dense from then on: its check
@@ -454,7 +461,7 @@ def planned_attention(
     misses = {} if state is None else state.misses
     for p in by["candidates"]:
         if p.head not in planned and misses.get(p.head, 0) < 2:
-            z = _run_candidates(attn, p, x)
+            z = _run_candidates(attn, p, x, kept)
             if z is not None:  # certified: the head's keys are among its candidates
                 add(p.head, z)
             else:
@@ -462,14 +469,14 @@ def planned_attention(
     # None twice (too many distinct rows on the dynamic side): the head stops trying
     for p in by["side"]:
         if p.head not in planned and misses.get(("side", p.head), 0) < 2:
-            z = plan_keys.run(attn, p, x)
+            z = plan_keys.run(attn, p, x, kept)
             if z is not None:
                 add(p.head, z)
             else:
                 misses[("side", p.head)] = misses.get(("side", p.head), 0) + 1
     for p in by["rows"]:  # None (too many classes) twice: the head runs dense from then on
         if p.head not in planned and misses.get(("rows", p.head), 0) < 2:
-            z = plan_tables.run_rows(attn, p, x, misses)
+            z = plan_tables.run_rows(attn, p, x, misses, kept)
             if z is not None:
                 add(p.head, z)
     if fixed:
@@ -500,14 +507,13 @@ def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tu
     return (ConstPlan(heads=heads, values=out[0]),) + rest
 
 
-def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
+def _run_candidates(attn, p: HeadPlan, x: torch.Tensor, cache=None) -> torch.Tensor | None:
     """A hard head's mean values ``[batch, pos, width]`` computed on its candidate keys, or
     None when the input-dependent part of its scores could reach a key outside them (the
     certificate: :func:`attnsim.model.plan_core.candidate_mean`)."""
     cfg = attn.cfg
     h = p.head
     width = int(p.key_bound.numel())
-    wv = max(1, int(attn._plan()[2][h]))
     W_Q, W_K = attn.W_Q[h, :, :width], attn.W_K[h, :, :width]
     reads = _reads(W_Q) | _reads(W_K)
     stat = torch.nonzero(reads & p.static_rows).flatten()  # the few rows the scores read
@@ -515,7 +521,7 @@ def _run_candidates(attn, p: HeadPlan, x: torch.Tensor) -> torch.Tensor | None:
     xs, xd = columns(x, stat), columns(x, dyn)
     q_s, k_s = xs @ W_Q[stat], xs @ W_K[stat]
     q_d, k_d = xd @ W_Q[dyn], xd @ W_K[dyn]
-    v = _project(x, attn.W_V[h, :, :wv])  # [batch, pos, wv]
+    v = head_values(attn, h, cache)(x)  # [batch, pos, wv]
     return plan_core.candidate_mean(
         cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
     )

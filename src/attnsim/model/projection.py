@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Projection"]
+__all__ = ["Projection", "head_values"]
 
 
 class Projection:
@@ -143,6 +143,26 @@ def set_columns(x: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor) -> None
     else:
         src = vals.to(x.dtype).expand(*x.shape[:-1], cols.numel())
         x.index_copy_(-1, cols.to(x.device), src)
+
+
+def head_values(attn, h: int, cache: dict | None = None) -> Projection:
+    """Head h's value projection (``W_V[h]`` over its value width) as a
+    :class:`Projection`, made once per weights where a ``cache`` is given (the runtime's
+    layer cache, dropped when the weights change; None: made for this call).
+
+    >>> from attnsim import compile_program, library
+    >>> attn = compile_program(library.make_hist(), vocab="ab", max_seq_len=4).model.blocks[0].attn
+    >>> cache = {}
+    >>> head_values(attn, 0, cache) is head_values(attn, 0, cache)
+    True
+    """
+    key = ("values", h)
+    got = None if cache is None else cache.get(key)
+    if got is None:
+        got = Projection(attn.W_V[h, :, : max(1, int(attn._plan()[2][h]))].detach())
+        if cache is not None:
+            cache[key] = got
+    return got
 
 
 def _project(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

@@ -41,11 +41,12 @@ __all__ = [
 ]
 
 _TERMS_PER_CHUNK = 1 << 23  # positions x terms per slice of a sparse product
-# rows of at least this many values (batch x positions) are summed term by term, each term
-# a product into one scratch row and an add into its column: a term then moves its row
-# once, where a slice of terms copies them, scales the copy and adds it (measured on U's
-# rows of 18,433 values: 51 against 116 us per term); shorter rows go by slices, where one
-# call per term would cost more than the row (about 3 us)
+# rows of at least this many values (batch x positions), held as one tensor (a store in
+# blocks reads rows in slices), are summed term by term, the same products added in the
+# same order, each term a product into one scratch row and an add into its column: a term
+# then moves its row once, where a slice of terms copies them, scales the copy and adds it
+# (measured on U's rows of 18,433 values: 51 against 116 us per term); shorter rows go by
+# slices, where one call per term would cost more than the row (about 3 us)
 ROW_BY_TERM = 1 << 12
 
 
@@ -112,7 +113,7 @@ class Linear:
         out = torch.zeros(self.width, b, n, dtype=x.dtype)
         if not len(self.dirs):
             return out
-        if b * n >= ROW_BY_TERM:  # the same products, added in the same order
+        if b * n >= ROW_BY_TERM and isinstance(x, torch.Tensor):  # (not rows in blocks)
             cache = self.__dict__.setdefault("_terms", {})  # per dtype: x's weights
             terms = cache.get(x.dtype)
             if terms is None:
