@@ -823,7 +823,11 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-limit", type=float, default=120.0, help="CPU seconds per tracr worker (0: none)"
     )
     parser.add_argument(
-        "--wall-limit", type=float, default=900.0, help="wall seconds per worker, a safety net"
+        "--wall-limit",
+        type=float,
+        default=3600.0,
+        help="wall seconds per worker, a safety net (the attnsim worker waits for the tracr "
+        "workers' compiles before each timing: its wall time approaches the whole run's)",
     )
     parser.add_argument("--worker", choices=["attnsim", "tracr"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
