@@ -81,6 +81,7 @@ from attnsim.model.projection import (  # noqa: F401 - read by tests
     _project,
     add_columns,
     columns,
+    head_output,
     head_values,
     set_columns,
 )
@@ -440,14 +441,8 @@ def planned_attention(
     kept = None if state is None else state.cache  # derived from the weights, kept
 
     def add(h: int, z: torch.Tensor) -> None:
-        got = None if kept is None else kept.get(("out", h))
-        if got is None:  # the columns head h writes, and its output map onto them
-            W_O = attn.W_O[h, : max(1, int(ov_width[h]))].detach()
-            cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
-            got = (where[cols], Projection(W_O[:, cols]))
-            if kept is not None:
-                kept[("out", h)] = got
-        add_columns(out, got[0], got[1](z))
+        cols, proj = head_output(attn, h, where, kept)
+        add_columns(out, cols, proj(z))
         planned.add(h)
 
     # a token-table head's class sums are exact for every input whose classes are known:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Projection", "head_values"]
+__all__ = ["Projection", "head_output", "head_values"]
 
 
 class Projection:
@@ -156,10 +156,41 @@ def head_values(attn, h: int, cache: dict | None = None) -> Projection:
     >>> head_values(attn, 0, cache) is head_values(attn, 0, cache)
     True
     """
-    key = ("values", h)
+    return _kept(
+        cache, ("values", h), lambda: Projection(attn.W_V[h, :, : _value_width(attn, h)].detach())
+    )
+
+
+def head_output(attn, h: int, where: torch.Tensor, cache: dict | None = None) -> tuple:
+    """Head h's output map onto the columns it writes: ``(those columns' places, by
+    ``where`` [d_model], their :class:`Projection`)``, kept in ``cache`` as
+    :func:`head_values` keeps its projection.
+
+    >>> from attnsim import compile_program, library
+    >>> attn = compile_program(library.make_hist(), vocab="ab", max_seq_len=4).model.blocks[0].attn
+    >>> written, where = attn.written_columns()
+    >>> cols, proj = head_output(attn, 0, where)
+    >>> bool((where[written] == torch.arange(len(written))).all()), proj.width == len(cols)
+    (True, True)
+    """
+
+    def make() -> tuple:
+        W_O = attn.W_O[h, : _value_width(attn, h)].detach()
+        cols = torch.nonzero(W_O.abs().sum(dim=0) > 0).flatten()
+        return where[cols], Projection(W_O[:, cols])
+
+    return _kept(cache, ("out", h), make)
+
+
+def _value_width(attn, h: int) -> int:
+    return max(1, int(attn._plan()[2][h]))
+
+
+def _kept(cache: dict | None, key, make):
+    """``make()``, kept in ``cache`` under ``key`` (None: made for this call)."""
     got = None if cache is None else cache.get(key)
     if got is None:
-        got = Projection(attn.W_V[h, :, : max(1, int(attn._plan()[2][h]))].detach())
+        got = make()
         if cache is not None:
             cache[key] = got
     return got

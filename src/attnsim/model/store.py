@@ -81,7 +81,13 @@ class Store:
     def take(self, dirs: list[int]) -> list[int]:
         """Gives a row to each of ``dirs`` (distinct, each read later) that holds none yet;
         returns their places in ``dirs``. A new row's content is undefined in a store of one
-        tensor (its writer sets all of it) and zero in blocks."""
+        tensor (its writer sets all of it) and zero in blocks.
+
+        >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 4, 1: 4})
+        >>> st.write(torch.tensor([0]), torch.ones(1, 1, 2, dtype=torch.float64))
+        >>> st.take([0, 1]), bool(st.slot[1] > 0)  # direction 0 holds a row already
+        ([1], True)
+        """
         held = self.slot[dirs].tolist()
         new = [i for i, at in enumerate(held) if at == 0]
         if new:
