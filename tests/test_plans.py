@@ -239,7 +239,8 @@ def test_a_head_with_static_queries_runs_over_key_classes_on_any_input():
     rt = Runtime(t, "plan")
     cand, plan = rt.plans(13)[0]  # its candidates first, then the key classes
     assert cand.gap is not None
-    assert isinstance(plan, P.QueryPlan) and plan.queries.shape == (13, 3)
+    assert isinstance(plan, P.SidePlan) and plan.side == "queries"
+    assert plan.static.shape == (13, 3)
     rt.layers[0].misses[0] = 2  # as after two failed certificates
     ids = torch.zeros(3, 13, dtype=torch.long)
     vals = torch.tensor(

@@ -34,7 +34,12 @@ def gather_at_computed(n: int):
 
 
 def plan_types(model, n):
-    return {type(p).__name__ for layer in model.runtime.plans(n + 1) for p in layer}
+    """The plans' class names; a one-sided head's as "SidePlan:keys" or "SidePlan:queries"."""
+    return {
+        type(p).__name__ + (f":{p.side}" if p.kind == "side" else "")
+        for layer in model.runtime.plans(n + 1)
+        for p in layer
+    }
 
 
 def random_inputs(vocab, n, k, seed, distinct=False):
@@ -50,7 +55,7 @@ def test_static_keys_run_per_distinct_query(attention):
     vocab = list(range(n))
     program = gather_at_computed(n)
     model = compile_program(program, vocab=vocab, max_seq_len=n, attention=attention)
-    assert "KeyPlan" in plan_types(model, n)
+    assert "SidePlan:keys" in plan_types(model, n)
     for length in (1, 5, n):
         xs = random_inputs(vocab, length, 40, length)
         a, b = run_both(model, xs)
@@ -73,7 +78,7 @@ def test_sorts_run_one_sided_and_row_class_heads(name, attention):
         program = entry.factory()
     model = compile_program(program, vocab=vocab, max_seq_len=n, attention=attention)
     types = plan_types(model, n)
-    assert "QueryPlan" in types
+    assert "SidePlan:queries" in types
     if name == "make_sort":  # its comparison of computed keys
         assert "RowTablePlan" in types
     for length in (1, 2, 9, n):
@@ -226,7 +231,7 @@ def test_flops_count_the_new_plans():
     program = library.make_sort(rasp.tokens, rasp.tokens, max_seq_len=12, min_key=1)
     model = compile_program(program, vocab=[1, 2, 3], max_seq_len=12)
     rt = model.runtime
-    assert {"QueryPlan", "RowTablePlan"} <= plan_types(model, 12)
+    assert {"SidePlan:queries", "RowTablePlan"} <= plan_types(model, 12)
     planned = plan_costs.forward_flops(rt, 13)["attention"]
     rt.plans = lambda n: None  # every head dense
     dense = plan_costs.forward_flops(rt, 13)["attention"]

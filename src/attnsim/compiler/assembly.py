@@ -16,6 +16,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 import torch
@@ -112,11 +113,13 @@ def assemble(
     lowered: LoweredProgram,
     options: CompileOptions,
     dtype: torch.dtype | None = None,
+    cfg: ModelConfig | None = None,
 ) -> Transformer:
     """Builds the Transformer holding ``layers`` over the lowered program's residual basis.
 
     ``dtype`` is the weights' dtype (``precision.choose``); None: ``options.dtype``, which
-    must then be torch.float64 or torch.float32.
+    must then be torch.float64 or torch.float32. ``cfg``: :func:`model_config` of the same
+    arguments, when the caller has it.
 
     Raises:
         ModelTooLargeError: the weights would not fit in memory (before allocating them).
@@ -127,7 +130,7 @@ def assemble(
     token_vocab = [] if lowered.vocab is None else list(lowered.vocab)
     numerical_token_dir = lowered.numerical_token_dir
     dtype = options.dtype if dtype is None else dtype
-    cfg = model_config(layers, lowered, options, dtype)
+    cfg = model_config(layers, lowered, options, dtype) if cfg is None else cfg
     d_model, n_heads, d_mlp, d_native = cfg.d_model, cfg.n_heads, cfg.d_mlp, dict(cfg.d_native)
     ix = basis.index
     qk_plans = [[_factor(h.qk) for h in layer.heads] for layer in layers]
@@ -211,6 +214,7 @@ def assemble_sparse(
     lowered: LoweredProgram,
     options: CompileOptions,
     dtype: torch.dtype | None = None,
+    cfg: ModelConfig | None = None,
 ) -> SparseTransformer:
     """The same model as :func:`assemble`, held as its non-zero weights
     (:class:`~attnsim.model.sparse.SparseTransformer`): the layers' terms as coordinate
@@ -237,12 +241,17 @@ def assemble_sparse(
     basis = Basis(lowered.residual)
     ix = basis.index
     dtype = options.dtype if dtype is None else dtype
-    cfg = model_config(layers, lowered, options, dtype)
+    cfg = model_config(layers, lowered, options, dtype) if cfg is None else cfg
     f64 = torch.float64
 
     def coo(rows: list, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.tensor([r[:-1] for r in rows], dtype=torch.long).reshape(-1, width)
-        return idx, torch.tensor([r[-1] for r in rows], dtype=f64)
+        # one flat float64 read of every row (indices are exact in float64), then split
+        flat = np.fromiter(
+            chain.from_iterable(rows), dtype=np.float64, count=len(rows) * (width + 1)
+        )
+        flat = flat.reshape(len(rows), width + 1)
+        idx = torch.from_numpy(flat[:, :width].astype(np.int64))
+        return idx, torch.from_numpy(np.ascontiguousarray(flat[:, width]))
 
     E = [(0, ix("bos"), 1.0)]
     row = {value_key(v): i + 1 for i, v in enumerate(lowered.vocab or [])}
@@ -324,7 +333,12 @@ def storage_for(
     :func:`assemble_sparse`."""
     if options.storage != "auto":
         return options.storage
-    cfg = model_config(layers, lowered, options, dtype)
+    return _storage(model_config(layers, lowered, options, dtype), options)
+
+
+def _storage(cfg: ModelConfig, options: CompileOptions) -> str:
+    if options.storage != "auto":
+        return options.storage
     return "dense" if memory.weight_bytes(cfg) <= SPARSE_ABOVE else "sparse"
 
 
@@ -336,10 +350,11 @@ def build(
 ) -> Transformer | SparseTransformer:
     """The model in the storage :func:`storage_for` chooses: :func:`assemble` or
     :func:`assemble_sparse` (examples there)."""
-    if storage_for(layers, lowered, options, dtype) == "sparse":
-        model = assemble_sparse(layers, lowered, options, dtype)
+    cfg = model_config(layers, lowered, options, dtype)  # (made once: it factors every head)
+    if _storage(cfg, options) == "sparse":
+        model = assemble_sparse(layers, lowered, options, dtype, cfg)
     else:
-        model = assemble(layers, lowered, options, dtype)
+        model = assemble(layers, lowered, options, dtype, cfg)
     # what lowering knows of each head's keys travels with the model (attnsim.model.patterns)
     model.head_patterns = tuple(tuple(h.pattern for h in layer.heads) for layer in layers)
     return model

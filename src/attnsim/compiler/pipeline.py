@@ -78,18 +78,18 @@ def compile_program(
     vi = value_inference.infer(graph, vocab, max_seq_len, options)  # 3. infer values
     lowered = lowering.lower(graph, vi, options)  # 4. lower
     dtype = precision.choose(graph, vi, lowered, options)  # 5. choose the dtype
-    checks = guards.runtime_guards(graph, vi, lowered, scheduling.schedule(lowered))  # 6.
-    sched = _schedule(lowered, checks, options, dtype.dtype)  # 7. schedule
+    # 6. run-time checks, read on the earliest schedule; 7. schedule (late in sparse storage)
+    checks = guards.runtime_guards(graph, vi, lowered, early := scheduling.schedule(lowered))
+    sched = _late(lowered, early, checks, options, dtype.dtype)
     model = assembly.build(sched.layers, lowered, options, dtype.dtype)  # 8. assemble, report
     return assembly.package(program, graph, lowered, sched, model, checks, options, start, dtype)
 
 
-def _schedule(lowered, checks, options: CompileOptions, dtype) -> scheduling.Schedule:
-    """The blocks in layers, each as early as it can be; in sparse storage, which keeps a
-    value from its write to its last read, as late as the same depth allows (what a run-time
-    check reads stays where the check reads it)."""
-    sched = scheduling.schedule(lowered)
-    if assembly.storage_for(sched.layers, lowered, options, dtype) != "sparse":
-        return sched
+def _late(lowered, early, checks, options: CompileOptions, dtype) -> scheduling.Schedule:
+    """The blocks in layers: in sparse storage, which keeps a value from its write to its
+    last read, each as late as the depth of ``early`` allows (what a run-time check reads
+    stays where the check reads it); ``early`` itself in dense storage."""
+    if assembly.storage_for(early.layers, lowered, options, dtype) != "sparse":
+        return early
     pinned = frozenset(d for g in checks for d in [*(d for d, _ in g.form), *g.dims])
     return scheduling.schedule(lowered, late=True, pinned=pinned)

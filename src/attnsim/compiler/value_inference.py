@@ -154,10 +154,14 @@ class ValueInference:
             and not self.causal
             and E.is_numerical(sel.keys) == E.is_numerical(sel.queries)
         ):
-            keys, queries = self.static_values(sel.keys), self.static_values(sel.queries)
-            if _one_orderable_kind(keys + queries) and isinstance(keys[0], (int, float)):
-                uniq, counts = np.unique(np.asarray(keys, dtype=np.float64), return_counts=True)
-                qv = np.asarray(queries, dtype=np.float64)
+            kv, qv = self.static_array(sel.keys), self.static_array(sel.queries)
+            if not isinstance(kv, np.ndarray):  # categorical: numbers only
+                keys, queries = self.static_values(sel.keys), self.static_values(sel.queries)
+                ok = _one_orderable_kind(keys + queries) and isinstance(keys[0], (int, float))
+                kv = np.asarray(keys, dtype=np.float64) if ok else None
+                qv = np.asarray(queries, dtype=np.float64) if ok else None
+            if kv is not None and not (np.isnan(kv).any() or np.isnan(qv).any()):
+                uniq, counts = np.unique(kv, return_counts=True)
                 at = np.clip(np.searchsorted(uniq, qv), 0, len(uniq) - 1)
                 return np.where(uniq[at] == qv, counts[at], 0).astype(np.int64)
         return self.static_matrix(sel).sum(axis=-1)

@@ -9,10 +9,11 @@ position is the same for every input of a length (see
 the few distinct rows its other side takes in a batch instead of over ``[batch, pos, pos]``
 scores:
 
-- **static keys** (:class:`KeyPlan`): a query's pattern depends on its query row alone; the
-  pattern is computed once per distinct query row, ``[rows, pos]``, and where every row
-  selects one key (hard attention) the head is a gather, bit for bit the dense result.
-- **static queries** (:class:`QueryPlan`): the keys fall into classes (their distinct rows);
+- **static keys** (:class:`SidePlan`, side "keys"): a query's pattern depends on its query
+  row alone; the pattern is computed once per distinct query row, ``[rows, pos]``, and
+  where every row selects one key (hard attention) the head is a gather, bit for bit the
+  dense result.
+- **static queries** (side "queries"): the keys fall into classes (their distinct rows);
   each sequence's values are summed per class, the scores are a table ``[pos, class]``, and
   a query attends over the classes present in its sequence, as a token-table head does (see
   :class:`attnsim.model.plan_tables.TablePlan`); where every query selects one class (hard
@@ -25,8 +26,8 @@ scores:
 >>> from attnsim import compile_program, library, rasp
 >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
 ...                     vocab=[1, 2, 3], max_seq_len=3)
->>> [type(p).__name__ for p in m.runtime.plans(4)[1]]  # the placing head: candidates first
-['HeadPlan', 'QueryPlan']
+>>> [(type(p).__name__, p.kind) for p in m.runtime.plans(4)[1]]  # candidates first
+[('HeadPlan', 'candidates'), ('SidePlan', 'side')]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from attnsim.model.hard import hard_selection, hard_threshold
 from attnsim.model.plan_static import _reads, _writes
 from attnsim.model.projection import columns, head_values
 
-__all__ = ["KeyPlan", "QueryPlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
+__all__ = ["SidePlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
 
 # a batch's dynamic side runs over its distinct rows while these are at most this share of
 # the positions (more distinct rows: the dense scores cost about as much, and run instead)
@@ -51,37 +52,23 @@ MAX_CLASS_VALUES = 1 << 21  # sequences x classes x (width + pos) per pass of a 
 
 
 @dataclass(frozen=True)
-class KeyPlan:
-    """A static-key head for one input length.
+class SidePlan:
+    """A one-sided head for one input length: its keys (``side == "keys"``) or its queries
+    (``"queries"``) are the same on every input of this length.
 
     Attributes:
         head: the head's index in its layer.
-        q_rows: ``[m]`` int64 residual directions its queries read.
-        keys: ``[pos, width]`` its keys (the same on every input of this length).
+        side: which side is static, "keys" or "queries".
+        reads: ``[m]`` int64 residual directions the other side reads.
+        static: ``[pos, width]`` the static side's rows (keys, or queries).
     """
 
     kind: ClassVar[str] = "side"  # what runs it (attnsim.model.plans.KINDS)
 
     head: int
-    q_rows: torch.Tensor
-    keys: torch.Tensor
-
-
-@dataclass(frozen=True)
-class QueryPlan:
-    """A static-query head for one input length.
-
-    Attributes:
-        head: the head's index in its layer.
-        k_rows: ``[m]`` int64 residual directions its keys read.
-        queries: ``[pos, width]`` its queries (the same on every input of this length).
-    """
-
-    kind: ClassVar[str] = "side"  # what runs it (attnsim.model.plans.KINDS)
-
-    head: int
-    k_rows: torch.Tensor
-    queries: torch.Tensor
+    side: str
+    reads: torch.Tensor
+    static: torch.Tensor
 
 
 def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], ...]:
@@ -117,7 +104,7 @@ def side_heads(transformer, masks, heads) -> tuple[tuple[tuple[int, str], ...], 
     return tuple(out)
 
 
-def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
+def side_plan(attn, h: int, side: str, x: torch.Tensor) -> SidePlan:
     """Head h's plan from the static stream ``x [1, pos, d_model]``: its static side as the
     dense forward computes it (:meth:`Transformer.plans` builds these per length).
 
@@ -125,19 +112,16 @@ def side_plan(attn, h: int, side: str, x: torch.Tensor) -> KeyPlan | QueryPlan:
     >>> m = compile_program(library.make_sort_unique(rasp.tokens, rasp.tokens),
     ...                     vocab=[1, 2, 3], max_seq_len=3)
     >>> plan = m.runtime.plans(4)[1][-1]
-    >>> type(plan).__name__, plan.queries.shape[0]  # one static query per position
-    ('QueryPlan', 4)
+    >>> plan.side, plan.static.shape[0]  # one static query per position
+    ('queries', 4)
     """
     wq = max(1, int(attn._plan()[1][h]))
     W_Q, W_K = attn.W_Q[h, :, :wq], attn.W_K[h, :, :wq]
-    if side == "keys":
-        return KeyPlan(head=h, q_rows=torch.nonzero(_reads(W_Q)).flatten(), keys=x[0] @ W_K)
-    return QueryPlan(head=h, k_rows=torch.nonzero(_reads(W_K)).flatten(), queries=x[0] @ W_Q)
+    reading, static = (W_Q, W_K) if side == "keys" else (W_K, W_Q)
+    return SidePlan(h, side, torch.nonzero(_reads(reading)).flatten(), x[0] @ static)
 
 
-def run(
-    attn, p: KeyPlan | QueryPlan, x: torch.Tensor, cache: dict | None = None
-) -> torch.Tensor | None:
+def run(attn, p: SidePlan, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor | None:
     """The head's mixed values ``[batch, pos, width]``, or None when the dynamic side takes so
     many distinct rows in the batch that the dense scores cost about as much (``cache``:
     the runtime's layer cache, where the head's value projection is kept).
@@ -159,17 +143,16 @@ def run(
     """
     b, n, _ = x.shape
     h = p.head
-    reads = p.q_rows if isinstance(p, KeyPlan) else p.k_rows
+    reads = p.reads
     rows, inverse = plan_core.distinct_rows(columns(x, reads).reshape(b * n, -1))
     if _too_many(rows, b * n):
         return None
     v = head_values(attn, h, cache)(x)  # [batch, pos, wv]
     cls = inverse.view(b, n)
-    if isinstance(p, KeyPlan):  # the distinct query rows, projected (other rows of W_Q are 0)
-        q = rows @ attn.W_Q[h, reads, : p.keys.shape[1]]
-        return _mix_side(attn.cfg, "keys", p.keys, q, cls, v)
-    k = rows @ attn.W_K[h, reads, : p.queries.shape[1]]
-    return _mix_side(attn.cfg, "queries", p.queries, k, cls, v)
+    # the distinct rows of the other side, projected (its other rows of W_Q or W_K are 0)
+    W = attn.W_Q if p.side == "keys" else attn.W_K
+    other = rows @ W[h, reads, : p.static.shape[1]]
+    return _mix_side(attn.cfg, p.side, p.static, other, cls, v)
 
 
 def _too_many(rows: torch.Tensor, positions: int) -> bool:
@@ -319,7 +302,7 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
     return (w @ sums) / (w @ count[..., None])
 
 
-def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
+def flops(attn, p: SidePlan, n: int) -> int:
     """FLOPs of one one-sided head on ``n`` positions, batch 1, counting every row of its
     dynamic side as distinct: the row look-up, the scores against the static side, the
     values, the sums over the selected keys (or classes) and the outputs.
@@ -330,8 +313,7 @@ def flops(attn, p: KeyPlan | QueryPlan, n: int) -> int:
     >>> flops(m.model.blocks[1].attn, m.runtime.plans(4)[1][-1], 4) > 0
     True
     """
-    static = p.keys if isinstance(p, KeyPlan) else p.queries
-    m = int((p.q_rows if isinstance(p, KeyPlan) else p.k_rows).numel())
+    static, m = p.static, int(p.reads.numel())
     wq = int(static.shape[1])
     wv = max(1, int(attn._plan()[2][p.head]))
     rows_v = int(_reads(attn.W_V[p.head, :, :wv]).sum())

@@ -65,7 +65,7 @@ import torch
 
 from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_tables
 from attnsim.model.config import AttentionMode
-from attnsim.model.plan_keys import KeyPlan, QueryPlan
+from attnsim.model.plan_keys import SidePlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     PAIRS_PER_CHUNK,
     _mlp_units,
@@ -90,8 +90,7 @@ __all__ = [
     "HeadPlan",
     "ConstPlan",
     "TablePlan",
-    "KeyPlan",
-    "QueryPlan",
+    "SidePlan",
     "RowTablePlan",
     "StaticAnalysis",
     "static_heads",

@@ -142,11 +142,10 @@ def factor_side(terms) -> tuple[bool, list]:
     >>> factor_side([("a", "x", 1.0), ("b", "x", 1.0)])
     (False, ['x'])
     """
-    left: dict = {}
-    right: dict = {}
-    for a, b, _ in terms:
-        left.setdefault(a, None)
-        right.setdefault(b, None)
+    if not len(terms):
+        return True, []
+    lefts, rights, _ = zip(*terms)  # (dicts keep the first-seen order)
+    left, right = dict.fromkeys(lefts), dict.fromkeys(rights)
     by_left = len(left) <= len(right)
     return by_left, list(left if by_left else right)
 

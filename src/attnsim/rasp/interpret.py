@@ -208,7 +208,12 @@ class _Evaluator:
             x = columns.cat_from_array(x)
         if op is not None and op.kind == "position_table" and E.is_numerical(e):
             # a numerical table of the position (gathers.position_table): one look-up
-            vals = np.asarray(op.numpy_fn(np.asarray(x.table, dtype=np.int64)))
+            # (the argument's table as integers, kept for the next table of the same
+            # argument: a program may hold thousands of tables of `indices`)
+            ints = getattr(self, "_int_table", None)
+            if ints is None or ints[0] is not x.table:
+                ints = self._int_table = (x.table, np.asarray(x.table, dtype=np.int64))
+            vals = np.asarray(op.numpy_fn(ints[1]))
             if x.codes.shape[-1] == len(vals) and columns.same_rows(x.codes):
                 if np.array_equal(x.codes[0], np.arange(len(vals))):  # `indices` itself
                     return np.broadcast_to(vals, x.codes.shape)  # read-only, not a copy
