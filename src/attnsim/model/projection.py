@@ -82,11 +82,28 @@ RUNS = 8  # columns in fewer runs than this are copied run by run (an index is s
 
 
 def _block(cols: torch.Tensor) -> slice | None:
-    """``cols`` as a slice where they are consecutive and increasing, else None."""
+    """``cols`` as a slice where they are consecutive and increasing, else None.
+
+    A plan's column sets are made once and read on every call, so the answer is kept on
+    the tensor itself with its version (an edit in place finds it again; an inference
+    tensor, which has no version, is read each time).
+
+    >>> c = torch.tensor([3, 4, 5]); _block(c), _block(torch.tensor([3, 5]))
+    (slice(3, 6, None), None)
+    >>> c[2] = 9; _block(c) is None  # changed in place: read again
+    True
+    """
+    kept = getattr(cols, "_attnsim_block", None)
+    inference = cols.is_inference()
+    if kept is not None and not inference and kept[0] == cols._version:
+        return kept[1]
     k = cols.numel()
+    got = None
     if k and int(cols[-1]) - int(cols[0]) == k - 1 and (k < 3 or bool((cols.diff() == 1).all())):
-        return slice(int(cols[0]), int(cols[0]) + k)
-    return None
+        got = slice(int(cols[0]), int(cols[0]) + k)
+    if not inference:
+        cols._attnsim_block = (cols._version, got)
+    return got
 
 
 def columns(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from attnsim.model import plan_core
@@ -165,12 +166,11 @@ class HeadMaps:
 
     def __init__(self, heads: SparseHeads) -> None:
         self.n = heads.n_heads
-        qk = _group(heads.qk, heads.qk_w, self.n)
-        ov = _group(heads.ov, heads.ov_w, self.n)
-        self.active = [h for h in range(self.n) if ov[h]]
-        dt = heads.qk_w.dtype
+        qk = _by_head(heads.qk, heads.qk_w, self.n)
+        ov = _by_head(heads.ov, heads.ov_w, self.n)
+        self.active = [h for h in range(self.n) if len(ov[h][0])]
         self.written = torch.unique(heads.ov[:, 2]) if len(heads.ov) else long_tensor([])
-        where = {d: i for i, d in enumerate(self.written.tolist())}
+        written = self.written.numpy()
         self.Q, self.K, self.V, self.O, self.O_at = {}, {}, {}, {}, {}
         shared: dict[tuple, Linear] = {}
         uses: dict[int, int] = {}
@@ -179,65 +179,69 @@ class HeadMaps:
         self.reads_v: dict[int, set[int]] = {}
         self.writes: dict[int, set[int]] = {}
         for h in self.active:
-            (a_d, a_c, a_w), (b_d, b_c, b_w), w = _factor_maps(qk[h])
-            self.Q[h] = Linear(
-                long_tensor(a_d), long_tensor(a_c), torch.tensor(a_w, dtype=dt), max(1, w)
-            )
-            self.K[h] = Linear(
-                long_tensor(b_d), long_tensor(b_c), torch.tensor(b_w, dtype=dt), max(1, w)
-            )
+            (a_d, a_c, a_w), (b_d, b_c, b_w), w = _factor_maps(*qk[h])
+            self.Q[h] = Linear(_t(a_d), _t(a_c), _t(a_w), max(1, w))
+            self.K[h] = Linear(_t(b_d), _t(b_c), _t(b_w), max(1, w))
             self.qk_width[h] = w
-            (v_d, v_c, v_w), (o_d, o_c, o_w), w = _factor_maps(ov[h])
+            (v_d, v_c, v_w), (o_d, o_c, o_w), w = _factor_maps(*ov[h])
             # the output factor maps destinations (its "directions") to value columns:
-            # turned around, it reads value column c and writes destination d
-            self.V[h] = Linear(
-                long_tensor(v_d), long_tensor(v_c), torch.tensor(v_w, dtype=dt), max(1, w)
-            )
-            # heads that read the same values (one per column of a transpose, say) share them
-            self.V[h] = shared.setdefault((tuple(v_d), tuple(v_c), tuple(v_w)), self.V[h])
+            # turned around, it reads value column c and writes destination d.
+            # Heads that read the same values (one per column of a transpose, say) share them
+            key = (v_d.tobytes(), v_c.tobytes(), v_w.tobytes())
+            if key not in shared:
+                shared[key] = Linear(_t(v_d), _t(v_c), _t(v_w), max(1, w))
+            self.V[h] = shared[key]
             uses[id(self.V[h])] = uses.get(id(self.V[h]), 0) + 1
-            mine = sorted(set(o_d))  # the head's destinations, and their places in written
-            local = {d: i for i, d in enumerate(mine)}
-            self.O[h] = Linear(
-                long_tensor(o_c),
-                long_tensor([local[d] for d in o_d]),
-                torch.tensor(o_w, dtype=dt),
-                len(mine),
-            )
-            self.O_at[h] = long_tensor([where[d] for d in mine])
+            mine = np.unique(o_d)  # the head's destinations (sorted), and their places
+            self.O[h] = Linear(_t(o_c), _t(np.searchsorted(mine, o_d)), _t(o_w), len(mine))
+            self.O_at[h] = _t(np.searchsorted(written, mine))
             self.ov_width[h] = w
-            self.reads_qk[h] = set(a_d) | set(b_d)
-            self.reads_v[h] = set(v_d)
-            self.writes[h] = set(o_d)
+            self.reads_qk[h] = set(a_d.tolist()) | set(b_d.tolist())
+            self.reads_v[h] = set(v_d.tolist())
+            self.writes[h] = set(mine.tolist())
         self.shared_values = {k for k, c in uses.items() if c > 1}  # value maps kept per run
 
 
-def _factor_maps(terms: list[tuple[int, int, float]]):
-    """A bilinear map ``sum_t w_t e_left e_right^T`` as two factors, as assembly factors it:
-    one column per distinct direction of the side with fewer (the left on ties), in
-    first-seen order, identity there and the weights on the other side. Returns ``((left
-    dirs, cols, weights), (right dirs, cols, weights), width)``."""
-    by_left, ident = factor_side(terms)
-    j = {d: i for i, d in enumerate(ident)}
-    idf = ([d for d in ident], [j[d] for d in ident], [1.0] * len(ident))
-    wd, wc, ww = [], [], []
-    for a, b, w in terms:
-        key, other = (a, b) if by_left else (b, a)
-        wd.append(other)
-        wc.append(j[key])
-        ww.append(w)
-    wf = (wd, wc, ww)
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _by_head(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[tuple[np.ndarray, ...]]:
+    """``(left dirs, right dirs, weights)`` of each head's terms ``[head, left, right]``,
+    in their order."""
+    ia, wa = idx.numpy().reshape(-1, 3), w.numpy()
+    order = np.argsort(ia[:, 0], kind="stable")
+    ia, wa = ia[order], wa[order]
+    bounds = np.searchsorted(ia[:, 0], np.arange(n + 1))
+    return [(ia[s:e, 1], ia[s:e, 2], wa[s:e]) for s, e in zip(bounds[:-1], bounds[1:])]
+
+
+def _first_seen(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``x`` in first-seen order, and each entry's place among them."""
+    uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    place = np.empty(len(uniq), dtype=np.int64)
+    place[order] = np.arange(len(uniq))
+    return uniq[order], place[inverse.reshape(-1)]
+
+
+def _factor_maps(left: np.ndarray, right: np.ndarray, w: np.ndarray):
+    """A bilinear map ``sum_t w_t e_left e_right^T`` as two factors, as assembly factors it
+    (:func:`factor_side`): one column per distinct direction of the side with fewer (the
+    left on ties), in first-seen order, identity there and the weights on the other side.
+    Returns ``((left dirs, cols, weights), (right dirs, cols, weights), width)``.
+
+    >>> (l_d, l_c, l_w), (r_d, r_c, r_w), width = _factor_maps(
+    ...     np.array([7, 7]), np.array([3, 1]), np.array([2.0, -1.0]))
+    >>> width, l_d.tolist(), r_d.tolist(), r_c.tolist(), r_w.tolist()  # one query direction
+    (1, [7], [3, 1], [0, 0], [2.0, -1.0])
+    """
+    by_left = len(set(left.tolist())) <= len(set(right.tolist()))  # (sets: short arrays)
+    key, other = (left, right) if by_left else (right, left)
+    ident, cols = _first_seen(key)
+    idf = (ident, np.arange(len(ident), dtype=np.int64), np.ones(len(ident), dtype=w.dtype))
+    wf = (other, cols, w)
     return (idf, wf, len(ident)) if by_left else (wf, idf, len(ident))
-
-
-def _group(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[list[tuple[int, int, float]]]:
-    out: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
-    if not len(idx):
-        return out
-    hs, as_, bs = idx.T.tolist()  # (three lists: much faster than a list per term)
-    for h, a, b, wt in zip(hs, as_, bs, w.tolist()):
-        out[h].append((a, b, wt))
-    return out
 
 
 class UnitMaps:
