@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLOCK", "CHUNK_BYTES", "BlockRows"]
+from attnsim.model.costs import BLOCK, CHUNK_BYTES
 
-BLOCK = 512  # positions per block: 4 KiB of float64, a memory page's worth per sequence
-CHUNK_BYTES = 256 << 20  # the memory one chunk of blocks takes (the most held unused)
+__all__ = ["BLOCK", "CHUNK_BYTES", "BlockRows"]
 
 
 class BlockRows:

@@ -38,20 +38,23 @@ from __future__ import annotations
 import torch
 
 from attnsim.model.config import AttentionMode
+from attnsim.model.costs import (
+    BROADCAST_VALUES,
+    DENSE_SHARE,
+    FUSED_CONST_WORK,
+    FUSED_MAX_D_MODEL,
+    FUSED_MAX_POSITIONS,
+    FUSED_MAX_WORK,
+    FUSED_STATIC_QUADRATIC,
+    FUSED_STATIC_WORK,
+    ONE_HOT_MIN_WIDTH,
+    ONE_HOT_VOCAB,
+)
 from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
-__all__ = ["MAX_POSITIONS", "MAX_D_MODEL", "applies", "chosen", "forward"]
-
-MAX_POSITIONS = 32  # longer inputs: the plans (the work limits below decide before)
-MAX_D_MODEL = 1024
-MAX_WORK = 400_000  # multiply-adds per sequence (float64 counts twice)
-STATIC_WORK = 32_000  # ... for a model with heads the plans run as gathers
-CONST_WORK = 64_000  # ... for a model of constant heads and gathers
-STATIC_QUADRATIC = 2_800  # ... and those heads' [query, key] work at most this
-BROADCAST_VALUES = 1 << 21  # a head group's [head, width, query, key, batch] up to this
-ONE_HOT_VOCAB = 64  # wider models embed by a one-hot product up to this many tokens
+__all__ = ["applies", "chosen", "forward"]
 
 
 def chosen(rt, n: int) -> bool:
@@ -90,10 +93,10 @@ def applies(rt, n: int) -> bool:
     thread, batch 256): a layer whose every head is a one-key gather on its plan runs as
     gathers feature-major too (no ``[query, key]`` work); heads that only add a constant
     (``ConstPlan``) go planned, unless the rest are such gathers and the pass is under
-    ``CONST_WORK`` multiply-adds per sequence; with other heads the plans run as gathers,
-    feature-major only while the whole pass is under ``STATIC_WORK`` and those heads' dense
-    ``[query, key]`` work under ``STATIC_QUADRATIC``; otherwise while the pass is under
-    ``MAX_WORK``.
+    ``FUSED_CONST_WORK`` multiply-adds per sequence; with other heads the plans run as gathers,
+    feature-major only while the whole pass is under ``FUSED_STATIC_WORK`` and those heads' dense
+    ``[query, key]`` work under ``FUSED_STATIC_QUADRATIC``; otherwise while the pass is under
+    ``FUSED_MAX_WORK``.
 
     >>> from attnsim import compile_program, library, rasp
     >>> from attnsim.model.runtime import Runtime
@@ -109,7 +112,7 @@ def applies(rt, n: int) -> bool:
 def _applies(rt, n: int) -> bool:
     """:func:`applies` for a runtime that has just checked its weights."""
     net = rt.net
-    if n > MAX_POSITIONS or net.cfg.d_model > MAX_D_MODEL:
+    if n > FUSED_MAX_POSITIONS or net.cfg.d_model > FUSED_MAX_D_MODEL:
         return False
     got = rt.fused.setdefault("choice", {})
     if n not in got:
@@ -147,10 +150,10 @@ def _cheaper(rt, n: int, layers: list, gathers: list) -> bool:
         other += len(set(heads.tolist()) - done)
     if const and not quadratic and not other:  # constants (the plans add them), gathers
         gathered = any(g is not None for g in gathers)
-        return gathered and work <= CONST_WORK
+        return gathered and work <= FUSED_CONST_WORK
     if quadratic:
-        return work <= STATIC_WORK and quadratic <= STATIC_QUADRATIC
-    return work <= MAX_WORK
+        return work <= FUSED_STATIC_WORK and quadratic <= FUSED_STATIC_QUADRATIC
+    return work <= FUSED_MAX_WORK
 
 
 def _stack(W: torch.Tensor, heads: torch.Tensor, width: int) -> torch.Tensor:
@@ -194,7 +197,7 @@ def _reading(W: torch.Tensor) -> tuple:
     reads = torch.nonzero((W != 0).any(dim=0)).flatten()
     if not len(reads):  # reads nothing: one row of zero weights keeps the shapes
         reads = torch.zeros(1, dtype=torch.long)
-    if len(reads) * 4 > 3 * W.shape[1]:
+    if len(reads) > DENSE_SHARE * W.shape[1]:
         return W.detach().contiguous(), None
     return W[:, reads].detach().contiguous(), reads
 
@@ -202,7 +205,7 @@ def _reading(W: torch.Tensor) -> tuple:
 def _writing(W: torch.Tensor) -> tuple:
     """``W [d_model, width]`` as ``(W on the residual rows it writes, those rows or None)``."""
     writes = torch.nonzero((W != 0).any(dim=1)).flatten()
-    if len(writes) * 4 > 3 * W.shape[0]:
+    if len(writes) > DENSE_SHARE * W.shape[0]:
         return W.detach().contiguous(), None
     return W[writes].detach().contiguous(), writes
 
@@ -336,7 +339,9 @@ def forward(
         E = rt.fused["embed"] = (None, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
     idx = token_ids.T.reshape(-1)
     d, vocab = E[1].shape
-    if d > 16 and vocab <= ONE_HOT_VOCAB:  # measured faster there; exact (one 1 per column)
+    if (
+        d > ONE_HOT_MIN_WIDTH and vocab <= ONE_HOT_VOCAB
+    ):  # measured faster there; exact (one 1 per column)
         one_hot = (idx[None, :] == torch.arange(vocab)[:, None]).to(E[1].dtype)
         x = (E[1] @ one_hot).view(d, n, b)
     else:

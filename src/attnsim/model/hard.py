@@ -21,6 +21,7 @@ import numbers
 import torch
 
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.costs import HEAD_CHUNK_VALUES
 
 __all__ = ["HEAD_CHUNK_VALUES", "hard_selection", "hard_threshold", "mix"]
 
@@ -84,9 +85,6 @@ def hard_selection(
     else:
         threshold = hard_threshold(best, tolerance)
     return scores.ge_(threshold) if inplace else scores >= threshold
-
-
-HEAD_CHUNK_VALUES = 1 << 25  # dense heads run in chunks of about this many [b, h, q, k] values
 
 
 def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):

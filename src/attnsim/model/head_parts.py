@@ -24,11 +24,10 @@ from dataclasses import replace
 
 import torch
 
+from attnsim.model.costs import PART_BYTES
 from attnsim.model.sparse_ops import HeadMaps, Linear, UnitMaps
 
 __all__ = ["PART_BYTES", "columns_per_part", "parts", "run_units", "write_channels", "writes_apart"]
-
-PART_BYTES = 64 << 20  # the most one part's values take (a head narrower runs whole)
 
 
 def columns_per_part(b: int, n: int, itemsize: int = 8) -> int:

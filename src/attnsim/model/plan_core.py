@@ -12,8 +12,19 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_curve, plan_static
+from attnsim.model import plan_curve
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.costs import (
+    CURVE_FROM,
+    CURVES_KEPT,
+    DISTINCT_MIN_ROWS,
+    DISTINCT_MIN_WORK,
+    GROUP_WORK,
+    MIN_PART,
+    PAIRS_PER_CHUNK,
+    ROWS_PER_CHUNK,
+    STREAM_BYTES,
+)
 from attnsim.model.hard import HEAD_CHUNK_VALUES, hard_selection, mix  # noqa: F401
 from attnsim.model.projection import Projection, add_columns, columns, set_columns
 from attnsim.model.transformer import relu_units
@@ -29,16 +40,6 @@ __all__ = [
     "batch_step",
     "part_size",
 ]
-
-ROWS_PER_CHUNK = 1 << 22  # query rows x keys per score chunk when building a plan
-CURVE_FROM = 2048  # keys from which a hard head looks for a parabola (plan_curve)
-
-
-# the plan executor runs a batch in parts whose stream takes at most about this many bytes:
-# larger temporaries come from fresh pages of the system allocator each time (measured:
-# hist at length 160, batch 256, 61 ms per batch as one part, 26 ms in parts of 32)
-STREAM_BYTES = 1 << 23
-MIN_PART = 16  # sequences: smaller parts spend more on per-call costs than they save
 
 
 def batch_step(batch: int, n: int, d_model: int, itemsize: int) -> int:
@@ -106,15 +107,6 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if got is not None:
         return got
     return torch.unique(q, dim=0, return_inverse=True)
-
-
-# a function of each row runs once per distinct row when these hold: rows in the batch,
-# the function's work per row (multiply-adds), and the work saved on the repeated rows
-# exceeds what grouping costs (about GROUP_WORK + 4 x width per row: a product, a sort,
-# an exact check and a gather)
-DISTINCT_MIN_ROWS = 256
-DISTINCT_MIN_WORK = 1024
-GROUP_WORK = 64
 
 
 def on_distinct_rows(xs: torch.Tensor, fn, owner, work: int) -> torch.Tensor:
@@ -256,7 +248,7 @@ def _curve(cfg: ModelConfig, k: torch.Tensor) -> plan_curve.Curve | None:
         if torch.equal(got_k, k):
             return curve
     curve = plan_curve.find_curve(k, distinct_rows)
-    if len(_CURVES) >= 4:
+    if len(_CURVES) >= CURVES_KEPT:
         _CURVES.pop(next(iter(_CURVES)))
     _CURVES.setdefault(mark, []).append((k, curve))
     return curve
@@ -536,7 +528,7 @@ def run_head(p, v: torch.Tensor, mode, n: int, b: int, w: int) -> torch.Tensor:
         return v[:, p.keys]
     counts = p.offsets[1:] - p.offsets[:-1]
     z = torch.empty_like(v)
-    step = max(1, plan_static.PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
+    step = max(1, PAIRS_PER_CHUNK // max(1, p.nnz * w))  # batch rows per pass
     for start in range(0, b, step):
         terms = v[start : start + step, p.keys]  # [rows, nnz, w]
         if p.weights is not None:

@@ -23,12 +23,10 @@ from collections.abc import Callable
 
 import torch
 
+from attnsim.model.costs import CURVE_MIN_KEYS, CURVE_MIN_VALUES, MAX_ODD, WINDOW
 from attnsim.model.hard import hard_selection, hard_threshold
 
 __all__ = ["Curve", "find_curve", "select_on_curve"]
-
-WINDOW = 16  # distinct u values each side of a query's vertex
-MAX_ODD = 64  # the most keys off the parabola (BOS and the like)
 
 
 def _unique_rows(rows: torch.Tensor) -> tuple:
@@ -94,11 +92,16 @@ def find_curve(k: torch.Tensor, distinct: Callable = _unique_rows) -> Curve | No
     ([0], [2.0, 4.0, 6.0])
     """
     n, w = k.shape
-    if n < 16 or w == 0 or k.dtype != torch.float64 or not bool(torch.isfinite(k).all()):
+    if (
+        n < CURVE_MIN_KEYS
+        or w == 0
+        or k.dtype != torch.float64
+        or not bool(torch.isfinite(k).all())
+    ):
         return None  # (NaN or inf keys: the dense path decides, as it always has)
     spread = [len(torch.unique(k[:, j])) for j in range(w)]
     for col in sorted(range(w), key=lambda j: -spread[j]):
-        if spread[col] < 8:
+        if spread[col] < CURVE_MIN_VALUES:
             return None
         got = _fit(k, col, distinct)
         if got is not None:

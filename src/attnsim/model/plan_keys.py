@@ -39,16 +39,12 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode
+from attnsim.model.costs import MAX_CLASS_VALUES, MAX_ROW_SHARE, MIN_DISTINCT_ROWS
 from attnsim.model.hard import hard_selection, hard_threshold
 from attnsim.model.plan_static import _reads, _writes
 from attnsim.model.projection import columns, head_values
 
 __all__ = ["SidePlan", "side_heads", "side_plan", "run", "flops", "one_sided"]
-
-# a batch's dynamic side runs over its distinct rows while these are at most this share of
-# the positions (more distinct rows: the dense scores cost about as much, and run instead)
-MAX_ROW_SHARE = 0.5
-MAX_CLASS_VALUES = 1 << 21  # sequences x classes x (width + pos) per pass of a static-query head
 
 
 @dataclass(frozen=True)
@@ -158,7 +154,7 @@ def run(attn, p: SidePlan, x: torch.Tensor, cache: dict | None = None) -> torch.
 def _too_many(rows: torch.Tensor, positions: int) -> bool:
     """Whether the dynamic side's distinct rows are so many that the dense head costs
     about as much."""
-    return rows.shape[0] > max(8, MAX_ROW_SHARE * positions)
+    return rows.shape[0] > max(MIN_DISTINCT_ROWS, MAX_ROW_SHARE * positions)
 
 
 def _mix_side(cfg, static: str, fixed: torch.Tensor, rows: torch.Tensor, cls, v) -> torch.Tensor:

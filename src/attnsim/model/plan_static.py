@@ -14,8 +14,6 @@ from attnsim.model.patterns import head_keys
 
 __all__ = ["static_directions", "static_heads", "known_patterns", "pattern_keys"]
 
-PAIRS_PER_CHUNK = 1 << 24  # batch x selected pairs x width per pass of a sparse sum
-
 
 def known_patterns(model) -> tuple:
     """Per layer and head, the keys the compiler wrote down for the model's heads

@@ -38,15 +38,12 @@ from typing import ClassVar
 import torch
 
 from attnsim.model import plan_core
+from attnsim.model.costs import FLAT_TERMS, MAX_UNITS, MIN_UNITS
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.plan_static import _mlp_units
 from attnsim.model.projection import add_columns, set_columns
 
 __all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run", "compact"]
-
-MAX_UNITS = 1024  # larger groups (ReLU-realised maps) keep their dense units
-MIN_UNITS = 32  # smaller groups cost less as they are (measured: 20 units, 256 x 11)
-FLAT_TERMS = 4  # a plateau writes at most this many outputs to be run as a scatter
 
 
 @dataclass(frozen=True)

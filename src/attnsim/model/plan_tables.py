@@ -32,6 +32,7 @@ import torch
 
 from attnsim.model import plan_core, plan_static
 from attnsim.model.config import AttentionMode
+from attnsim.model.costs import DIRECT_LOOKUP, PAIRS_PER_CHUNK, UNIQUE_MIN_LENGTH
 from attnsim.model.hard import hard_selection
 from attnsim.model.projection import columns, head_values
 
@@ -48,13 +49,6 @@ __all__ = [
     "row_table_plans",
     "run_rows",
 ]
-
-
-# classes x directions up to which comparing every position with every class costs less
-# than sorting the positions' rows first (measured: 5 classes of 6 directions compare in a
-# fraction of the sort's time, 81 of 82 take several times longer)
-DIRECT_LOOKUP = 256
-UNIQUE_MIN_LENGTH = 41  # positions (BOS included) from which a sorted lookup pays
 
 
 @dataclass(frozen=True)
@@ -378,7 +372,7 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
         return z.gather(1, cls[..., None].expand(b, n, wv))
     onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
     z = torch.empty(b, n, wv, dtype=x.dtype)
-    step = max(1, plan_static.PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
+    step = max(1, PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
     for start in range(0, b, step):
         part = slice(start, start + step)
         oh = onehot[part]  # [rows, pos, class]

@@ -67,7 +67,6 @@ from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_ta
 from attnsim.model.config import AttentionMode
 from attnsim.model.plan_keys import SidePlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
-    PAIRS_PER_CHUNK,
     _mlp_units,
     _reads,
     _writes,

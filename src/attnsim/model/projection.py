@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from attnsim.model.costs import RUNS
+
 __all__ = ["Projection", "head_output", "head_values"]
 
 
@@ -76,9 +78,6 @@ class Projection:
             for cols, fn in parts:
                 out.index_copy_(-1, cols, fn(x))
         return out
-
-
-RUNS = 8  # columns in fewer runs than this are copied run by run (an index is slower)
 
 
 def _block(cols: torch.Tensor) -> slice | None:

@@ -32,13 +32,12 @@ import time
 import torch
 
 from attnsim.model import fused, plan_core, plan_steps, plans
+from attnsim.model.costs import PLANS_KEPT, TABLE_BYTES
 from attnsim.model.plans import EXECUTORS
 from attnsim.model.projection import Projection, add_columns
 from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
 
 __all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
-
-PLANS_KEPT = 32  # execution plans kept per model (one per input length)
 
 
 class LayerState:
@@ -248,9 +247,6 @@ class Runtime:
         if net.cfg.token_width and len(v_cols):
             add_columns(x, v_cols, proj(token_values.to(x.dtype)))
         return x
-
-
-TABLE_BYTES = 8 << 20  # the token-position table is kept up to this size
 
 
 def _embedding_parts(net) -> tuple:

@@ -43,6 +43,7 @@ import torch
 
 from attnsim.model import head_parts, liveness, plan_keys, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.costs import PLANS_KEPT, READS_KEPT
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
@@ -362,7 +363,7 @@ class SparseTransformer:
         key = None if plans is None else id(plans)
         got = cache.get(key)
         if got is None or got[0] is not plans:  # the sublayers' part, once per plan set
-            if len(cache) > 40:
+            if len(cache) > READS_KEPT:
                 cache.clear()
             got = cache[key] = (plans, *liveness.sublayer_reads(self._heads, self._units, plans))
         first, last = dict(got[1]), dict(got[2])
@@ -582,7 +583,7 @@ class SparseTransformer:
             found: list = []
             with torch.no_grad():
                 self._run(ids, None, None, Columns(long_tensor([])), None, found)
-            if len(self._plans) >= 32:  # as the dense model: the oldest length goes
+            if len(self._plans) >= PLANS_KEPT:  # as the dense model: the oldest length goes
                 del self._plans[next(iter(self._plans))]
             self._plans[n] = found
         return self._plans[n]

@@ -16,6 +16,7 @@ import torch
 
 from attnsim.model import plan_core
 from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.costs import ROW_BY_TERM, TERMS_PER_CHUNK
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.patterns import gather_keys
 from attnsim.model.plan_static import pattern_keys
@@ -40,15 +41,6 @@ __all__ = [
     "run_plan",
     "split_qk",
 ]
-
-_TERMS_PER_CHUNK = 1 << 23  # positions x terms per slice of a sparse product
-# rows of at least this many values (batch x positions), held as one tensor (a store in
-# blocks reads rows in slices), are summed term by term, the same products added in the
-# same order, each term a product into one scratch row and an add into its column: a term
-# then moves its row once, where a slice of terms copies them, scales the copy and adds it
-# (measured on U's rows of 18,433 values: 51 against 116 us per term); shorter rows go by
-# slices, where one call per term would cost more than the row (about 3 us)
-ROW_BY_TERM = 1 << 12
 
 
 def long_tensor(xs: Sequence[int]) -> torch.Tensor:
@@ -125,7 +117,7 @@ class Linear:
             return out
         src = slot[self.dirs]
         w = self.weight.to(x.dtype)
-        step = max(1, _TERMS_PER_CHUNK // max(1, b * n))
+        step = max(1, TERMS_PER_CHUNK // max(1, b * n))
         for s in range(0, len(src), step):
             terms = x[src[s : s + step]] * w[s : s + step, None, None]  # [terms, batch, pos]
             out.index_add_(0, self.cols[s : s + step], terms)
@@ -487,7 +479,7 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor
     counts = p.offsets[1:] - p.offsets[:-1]
     rows = torch.repeat_interleave(torch.arange(n), counts)
     z = torch.zeros_like(v)
-    step = max(1, _TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
+    step = max(1, TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
     for at in range(0, len(p.keys), step):  # the terms in parts, added in the same order
         terms = v[:, :, p.keys[at : at + step]]
         if p.weights is not None:

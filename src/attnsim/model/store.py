@@ -6,15 +6,9 @@ import torch
 
 from attnsim.model import zero_rows
 from attnsim.model.block_rows import BlockRows
+from attnsim.model.costs import BLOCKED_ROW_VALUES, BLOCKED_STORE_BYTES
 
 __all__ = ["Store", "BLOCKED_ROW_VALUES", "BLOCKED_STORE_BYTES"]
-
-# a store whose rows would take at least BLOCKED_STORE_BYTES, each row at least
-# BLOCKED_ROW_VALUES values (batch x positions), holds its rows in blocks of positions
-# (block_rows): it then takes memory, resident and reserved, only where writes are
-# non-zero, at the cost of an index per block (a smaller store is faster as one tensor)
-BLOCKED_ROW_VALUES = 1 << 13
-BLOCKED_STORE_BYTES = 2 << 30
 
 
 class Store:

@@ -8,11 +8,11 @@ import sys
 
 import torch
 
+from attnsim.model.costs import HUGE_FROM
 from attnsim.model.projection import _block, add_columns
 
 __all__ = ["Columns", "expand_update", "check_positions", "new_stream", "stamp"]
 
-HUGE_FROM = 1 << 25  # bytes from which a new stream asks for huge pages (Linux)
 _HUGE = 1 << 21
 _libc: list = []
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from attnsim.model.config import ModelConfig
+from attnsim.model.costs import RELU_SLICE_VALUES
 from attnsim.model.hard import HEAD_CHUNK_VALUES, mix
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.projection import Projection, columns
@@ -39,8 +40,6 @@ __all__ = [
     "relu_slices",
     "relu_units",
 ]
-
-RELU_SLICE_VALUES = 1 << 21  # hidden activations per slice of a wide ReLU layer
 
 
 def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
