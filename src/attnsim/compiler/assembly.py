@@ -12,7 +12,6 @@ Glossary: d_model = residual directions, n_ctx = max_seq_len + 1 (BOS first), d_
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -467,7 +466,7 @@ def package(
         nonzero_parameters=nonzero,
         compile_seconds=time.perf_counter() - start,
         attention=options.attention.value,
-        realisations=[dataclasses.asdict(r) for r in lowered.realisations],
+        realisations=[dict(vars(r)) for r in lowered.realisations],  # (flat: no deep copy)
         components=[c.to_dict() for c in table.rows],
         dtype="float64" if model.cfg.dtype == "float64" else "float32",
         dtype_reason="" if chosen is None else chosen.reason,

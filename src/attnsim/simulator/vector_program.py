@@ -79,6 +79,12 @@ class _Builder:
         same.append((gathers.table_of(sop), sop))
         return sop
 
+    def coords_of(self, role: str) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """The positions playing ``role`` and their coordinates, one int array each."""
+        c = self.coords[role]
+        where = np.flatnonzero(c[:, 0] >= 0)
+        return where, tuple(c[where].T)
+
     def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
         """fn(*coords) at the positions playing ``role``, ``default`` elsewhere (the
         coordinates as Python ints, read once per role)."""
@@ -326,9 +332,12 @@ def _encoder(b: _Builder, score_bound: float) -> E.SOp:
         b.sfx = f"/L{ell}" if ell else ""
         x = _encoder_layer(b, x, ell, (colv, not_x, inv_d), score_bound)
     # OUT(i, k) picks column k of its row's result (head c serves the positions of column c)
+    where, (out_i, out_k) = b.coords_of("OUT")
     result = None
     for c in range(D):
-        src = b.at("OUT", lambda i, k, c=c: lay.xpos(i) if k == c else -1)
+        src = np.full(b.L, -1.0)
+        mine = out_k == c
+        src[where[mine]] = [lay.xpos(i) for i in out_i[mine].tolist()]
         got = b.gather_one(f"result{c}", src, x[c])
         result = got if result is None else result + got
     return result.named("U_vector_encoder")
