@@ -162,7 +162,7 @@ class HeadMaps:
         ov = _by_head(heads.ov, heads.ov_w, self.n)
         self.active = [h for h in range(self.n) if len(ov[h][0])]
         self.written = torch.unique(heads.ov[:, 2]) if len(heads.ov) else long_tensor([])
-        written = self.written.numpy()
+        written = self.written.cpu().numpy()  # (the maps' indices live on the CPU, as before)
         self.Q, self.K, self.V, self.O, self.O_at = {}, {}, {}, {}, {}
         shared: dict[tuple, Linear] = {}
         uses: dict[int, int] = {}
@@ -201,7 +201,7 @@ def _t(a: np.ndarray) -> torch.Tensor:
 def _by_head(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[tuple[np.ndarray, ...]]:
     """``(left dirs, right dirs, weights)`` of each head's terms ``[head, left, right]``,
     in their order."""
-    ia, wa = idx.numpy().reshape(-1, 3), w.numpy()
+    ia, wa = idx.cpu().numpy().reshape(-1, 3), w.cpu().numpy()
     order = np.argsort(ia[:, 0], kind="stable")
     ia, wa = ia[order], wa[order]
     bounds = np.searchsorted(ia[:, 0], np.arange(n + 1))
