@@ -34,6 +34,7 @@ __all__ = [
     "UnitMaps",
     "candidate_plan",
     "dense_of",
+    "choose_side",
     "factor_side",
     "dense_head",
     "head_plan",
@@ -137,8 +138,18 @@ def factor_side(terms) -> tuple[bool, list]:
     """
     if not len(terms):
         return True, []
-    lefts, rights, _ = zip(*terms)  # (dicts keep the first-seen order)
-    left, right = dict.fromkeys(lefts), dict.fromkeys(rights)
+    lefts, rights, _ = zip(*terms)
+    return choose_side(lefts, rights)
+
+
+def choose_side(lefts: Sequence, rights: Sequence) -> tuple[bool, list]:
+    """:func:`factor_side` of the terms whose left and right directions are ``lefts`` and
+    ``rights`` (the one rule both storages factor by).
+
+    >>> choose_side([7, 7], [3, 1]), choose_side([5, 6], [2, 2])
+    ((True, [7]), (False, [2]))
+    """
+    left, right = dict.fromkeys(lefts), dict.fromkeys(rights)  # (first-seen order)
     by_left = len(left) <= len(right)
     return by_left, list(left if by_left else right)
 
@@ -208,19 +219,11 @@ def _by_head(idx: torch.Tensor, w: torch.Tensor, n: int) -> list[tuple[np.ndarra
     return [(ia[s:e, 1], ia[s:e, 2], wa[s:e]) for s, e in zip(bounds[:-1], bounds[1:])]
 
 
-def _first_seen(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of ``x`` in first-seen order, and each entry's place among them."""
-    uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    place = np.empty(len(uniq), dtype=np.int64)
-    place[order] = np.arange(len(uniq))
-    return uniq[order], place[inverse.reshape(-1)]
-
-
 def _factor_maps(left: np.ndarray, right: np.ndarray, w: np.ndarray):
-    """A bilinear map ``sum_t w_t e_left e_right^T`` as two factors, as assembly factors it
-    (:func:`factor_side`): one column per distinct direction of the side with fewer (the
-    left on ties), in first-seen order, identity there and the weights on the other side.
+    """A bilinear map ``sum_t w_t e_left e_right^T`` as two factors, by the rule assembly
+    factors it by (:func:`choose_side`): one column per distinct direction of the side with
+    fewer (the left on ties), in first-seen order, identity there and the weights on the
+    other side.
     Returns ``((left dirs, cols, weights), (right dirs, cols, weights), width)``.
 
     >>> (l_d, l_c, l_w), (r_d, r_c, r_w), width = _factor_maps(
@@ -228,9 +231,11 @@ def _factor_maps(left: np.ndarray, right: np.ndarray, w: np.ndarray):
     >>> width, l_d.tolist(), r_d.tolist(), r_c.tolist(), r_w.tolist()  # one query direction
     (1, [7], [3, 1], [0, 0], [2.0, -1.0])
     """
-    by_left = len(set(left.tolist())) <= len(set(right.tolist()))  # (sets: short arrays)
+    by_left, ident = choose_side(left.tolist(), right.tolist())
     key, other = (left, right) if by_left else (right, left)
-    ident, cols = _first_seen(key)
+    place = {d: i for i, d in enumerate(ident)}
+    cols = np.array([place[d] for d in key.tolist()], dtype=np.int64)
+    ident = np.array(ident, dtype=np.int64)
     idf = (ident, np.arange(len(ident), dtype=np.int64), np.ones(len(ident), dtype=w.dtype))
     wf = (other, cols, w)
     return (idf, wf, len(ident)) if by_left else (wf, idf, len(ident))
