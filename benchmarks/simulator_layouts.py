@@ -42,8 +42,9 @@ from _common import Run, fit_exponent, saved_and_loaded, write_json
 from simulator_cost import PeakMemory, time_direct
 
 from attnsim.model import sparse_ops
-from attnsim.model.memory import ModelTooLargeError, memory_limit
+from attnsim.model.memory import ModelTooLargeError, available_memory, memory_limit
 from attnsim.simulator import reference, sampling, universal
+from attnsim.simulator.config import SimulatorConfig, memory_needed
 from attnsim.simulator.layout import Layout
 from attnsim.simulator.stack import EncoderStackSpec
 from attnsim.simulator.to_torch import to_torch
@@ -421,24 +422,27 @@ def minilm_stack(layers: int, seed: int = 0) -> dict:
 
 
 def limit_reason(layout: str, rows: list[dict], d: int) -> str:
-    """Why ``layout`` is not built at ``n = d``: its peak memory (the process's, measured at
-    the two largest sizes built) extrapolated by the growth between them, against this
-    machine's memory."""
+    """Why ``layout`` is not built at ``n = d``: the library's estimate of the memory that
+    building and simulating it needs (:func:`attnsim.simulator.config.memory_needed`, which
+    refuses it where it exceeds the memory available), against this machine's memory, and
+    how the measured peaks grew between the two largest sizes built."""
+    config = SimulatorConfig(d, d, heads_of(d), layer="encoder", max_ff=4 * d, layout_kind=layout)
+    need, limit = memory_needed(config) / 2**30, memory_limit() / 2**30
+    have = min(limit, (available_memory() or memory_limit()) / 2**30)
+    verdict = "refused: more than" if need > have else "within"
+    out = (
+        f"the library's estimate for building and simulating it: about {need:.1f} GiB, "
+        f"{verdict} the {have:.0f} GiB available in this run (this machine: {limit:.0f} GiB)"
+    )
     built = sorted((r for r in rows if r["layout"] == layout), key=lambda r: r["d"])
     if len(built) < 2:
-        return "not built in this run"
+        return out
     a, b = built[-2], built[-1]
     grow = math.log(b["peak_rss_mb"] / a["peak_rss_mb"]) / math.log(b["d"] / a["d"])
-    need = b["peak_rss_mb"] * (d / b["d"]) ** grow / 1024
-    have = memory_limit() / 2**30
-    verdict = "more than" if need > have else "within"
-    if need <= have:
-        verdict = f"beyond this run's builds (n = d <= {b['d']}), {verdict}"
     was, now = a["peak_rss_mb"] / 1024, b["peak_rss_mb"] / 1024
     return (
-        f"peak memory grew as n^{grow:.2f} from n = d = {a['d']} to {b['d']} ({was:.1f} -> "
-        f"{now:.1f} GiB): about {need:.0f} GiB at n = d = {d}: {verdict} this machine's "
-        f"{have:.0f} GiB"
+        f"{out}; measured peaks grew as n^{grow:.2f} from n = d = {a['d']} to {b['d']} "
+        f"({was:.1f} -> {now:.1f} GiB)"
     )
 
 

@@ -303,15 +303,23 @@ def test_causal_programs_in_sparse_storage():
 def test_memory_bound_of_a_sparse_build_is_not_the_dense_scores():
     # a sequence of 65,536 positions: one dense score matrix is 32 GiB, sparse storage
     # needs the input, its channels and the position tables, or its weights while building
-    from attnsim.simulator.config import SimulatorConfig, build_weight_bytes, memory_needed
+    from attnsim.simulator.config import (
+        INPUT_COPIES,
+        SimulatorConfig,
+        build_weight_bytes,
+        memory_needed,
+    )
 
     config = SimulatorConfig(128, 128, 4, layer="encoder", max_ff=512)
     positions = config.layout.length + 1
     assert memory_needed(config, "dense") >= 8 * positions * positions
     sparse = memory_needed(config, "sparse")
-    stream = (2 * config.layout.width + 300) * positions * 8
+    stream = int((INPUT_COPIES * config.layout.width + 300) * positions * 8)
     assert sparse == memory_needed(config) == max(stream, build_weight_bytes(config))
     assert sparse < 2**30
+    # n = d = 384 was killed for memory above 22.6 GiB while simulating: the estimate says so
+    at384 = SimulatorConfig(384, 384, 4, layer="encoder", max_ff=1536, layout_kind="vector")
+    assert memory_needed(at384) > 22.6 * 2**30 > build_weight_bytes(at384)
 
 
 def _count_one_sided(monkeypatch):

@@ -238,7 +238,7 @@ def assemble_sparse(
     True
     """
     basis = Basis(lowered.residual)
-    ix = basis.index
+    ix, at = basis.index, basis.positions()  # (at: the same, without the call per term)
     dtype = options.dtype if dtype is None else dtype
     cfg = model_config(layers, lowered, options, dtype) if cfg is None else cfg
     f64 = torch.float64
@@ -293,8 +293,8 @@ def assemble_sparse(
     embed["pos_at"], embed["pos_at_w"] = pos_at, pos_at_w
     out = []
     for layer in layers:
-        qk = [(h, ix(q), ix(k), w) for h, head in enumerate(layer.heads) for q, k, w in head.qk]
-        ov = [(h, ix(a), ix(b), w) for h, head in enumerate(layer.heads) for a, b, w in head.ov]
+        qk = [(h, at[q], at[k], w) for h, head in enumerate(layer.heads) for q, k, w in head.qk]
+        ov = [(h, at[a], at[b], w) for h, head in enumerate(layer.heads) for a, b, w in head.ov]
         heads = SparseHeads(len(layer.heads), *coo(qk, 3), *coo(ov, 3))
         units = []
         groups = [("relu", layer.relu), ("bilinear", layer.bilinear)]
@@ -303,9 +303,9 @@ def assemble_sparse(
         for kind, us in groups:
             if not us:
                 continue
-            first = [(i, ix(d), c) for i, u in enumerate(us) for d, c in _first_form(u)]
-            second = [(i, ix(d), c) for i, u in enumerate(us) for d, c in _second_form(u)]
-            outs = [(i, ix(d), c) for i, u in enumerate(us) for d, c in u.outputs]
+            first = [(i, at[d], c) for i, u in enumerate(us) for d, c in _first_form(u)]
+            second = [(i, at[d], c) for i, u in enumerate(us) for d, c in _second_form(u)]
+            outs = [(i, at[d], c) for i, u in enumerate(us) for d, c in u.outputs]
             units.append(SparseUnits(kind, len(us), *coo(first, 2), *coo(second, 2), *coo(outs, 2)))
         out.append(SparseLayer(heads, units))
     return SparseTransformer(cfg, out, embed)

@@ -27,11 +27,13 @@ from attnsim.compiler import (
     value_inference,
 )
 from attnsim.compiler import options as opts
+from attnsim.compiler.collector import paused
 from attnsim.compiler.options import CompileOptions
 from attnsim.model.compiled import CompiledModel
 from attnsim.rasp import expr as E
 
 
+@paused
 def compile_program(
     program: E.SOp,
     *,

@@ -451,7 +451,7 @@ def program_errors(vi: ValueInference, nodes: Iterable[E.RASPExpr]) -> list[str]
                 # a position-only map is evaluated whether or not anything reads it (the
                 # interpreter does, for a selector's keys too): a failure is a failure
                 try:
-                    vi.static_values(e)
+                    vi.static_array(e)
                 except Exception as exc:
                     errors.append(
                         f"the position-only S-op {e.label!r} fails on the positions of a "

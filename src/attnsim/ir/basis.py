@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class Basis:
@@ -34,6 +34,10 @@ class Basis:
             return self._index[label]
         except KeyError:
             raise KeyError(f"no residual direction {label!r}") from None
+
+    def positions(self) -> Mapping[str, int]:
+        """Every label's index, as one mapping (for reading many labels in a loop)."""
+        return self._index
 
     def __contains__(self, label: object) -> bool:
         return label in self._index

@@ -201,11 +201,8 @@ class SparseTransformer:
         free = (self.cfg.n_ctx - 1 - listed) * (e["pos_default"] != 0)
         total += int(free.sum()) + int((e["pos_at_w"] != 0).sum())
         for hm, ums in zip(self._heads, self._units):
-            for h in hm.active:
-                for lin in (hm.Q[h], hm.K[h], hm.V[h], hm.O[h]):
-                    total += distinct_nonzero(lin)
-            for um in ums:
-                total += sum(distinct_nonzero(lin) for lin in (um.A, um.B, um.O))
+            maps = [m[h] for h in hm.active for m in (hm.Q, hm.K, hm.V, hm.O)]
+            total += distinct_nonzero(maps + [lin for um in ums for lin in (um.A, um.B, um.O)])
         return total
 
     # -- static analysis -----------------------------------------------------------------

@@ -340,19 +340,34 @@ class Plan:
         return int(self.keys.numel())
 
 
-def distinct_nonzero(lin: Linear) -> int:
-    """Distinct (direction, column) cells with a non-zero summed weight.
+def distinct_nonzero(lins: Sequence[Linear]) -> int:
+    """Distinct (map, direction, column) cells with a non-zero summed weight, over several
+    maps (one pass over all their terms).
 
     >>> lin = Linear(torch.tensor([0, 0, 1]), torch.tensor([0, 0, 1]),
     ...              torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64), 2)
-    >>> distinct_nonzero(lin)  # the two terms of cell (0, 0) cancel
+    >>> distinct_nonzero([lin])  # the two terms of cell (0, 0) cancel
     1
+    >>> distinct_nonzero([lin, lin])  # a map listed twice is counted twice
+    2
     """
-    if not len(lin.dirs):
+    lins = [lin for lin in lins if len(lin.dirs)]
+    if not lins:
         return 0
-    cell = lin.dirs * (lin.width + 1) + lin.cols
-    uniq, inv = torch.unique(cell, return_inverse=True)
-    sums = torch.zeros(len(uniq), dtype=lin.weight.dtype).index_add_(0, inv, lin.weight)
+    dirs = torch.cat([lin.dirs.cpu() for lin in lins])
+    cols = torch.cat([lin.cols.cpu() for lin in lins])
+    weight = torch.cat([lin.weight.cpu() for lin in lins])
+    sizes = torch.tensor([len(lin.dirs) for lin in lins])
+    which = torch.repeat_interleave(torch.arange(len(lins)), sizes)
+    cell = dirs * (int(cols.max()) + 1) + cols
+    # sorted by (map, cell), each cell's terms in their order (two stable sorts)
+    order = torch.argsort(cell, stable=True)
+    order = order[torch.argsort(which[order], stable=True)]
+    cell, which = cell[order], which[order]
+    new = torch.ones(len(cell), dtype=torch.bool)
+    new[1:] = (cell[1:] != cell[:-1]) | (which[1:] != which[:-1])
+    inv = torch.cumsum(new, 0) - 1
+    sums = torch.zeros(int(new.sum()), dtype=weight.dtype).index_add_(0, inv, weight[order])
     return int((sums != 0).sum())
 
 

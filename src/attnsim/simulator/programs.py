@@ -176,10 +176,8 @@ def attention_program(layout: Layout, x_source: E.SOp, score_bound: float) -> E.
     row_pad = agg(
         _gather(_static(layout, "src_row_pad", src_row_pad), "sel_row_pad"), tok, "row_pad"
     )
-    t = (1 - row_pad) * gm[D]
-    for a in range(D):
-        t = t + gx[a] * gm[a]
-    t = t.named("qv")  # q[i,h,b] at R positions, v[j,h,c] at V positions
+    # q[i,h,b] at R positions, v[j,h,c] at V positions
+    t = tree_sum([(1 - row_pad) * gm[D]] + [gx[a] * gm[a] for a in range(D)]).named("qv")
 
     # layer 2: P(i,j,h) gathers q[i,h,:], x_j, v[j,h,:], pad_j and the causal flag
     def at_p(f):
@@ -222,9 +220,7 @@ def attention_program(layout: Layout, x_source: E.SOp, score_bound: float) -> E.
         "flag",
     )
     # a padding key's constant feature is 0 (its other features are): it scores exactly 0
-    score = gq[D] * (1 - pad)
-    for a in range(D):
-        score = score + gq[a] * gxj[a]
+    score = tree_sum([gq[D] * (1 - pad)] + [gq[a] * gxj[a] for a in range(D)])
     score = E.numerical(score.named(SCORE), value_range=(-score_bound, score_bound))
     future = _static(layout, "future", lambda r: float("P" in r and r["P"][1] > r["P"][0]))
     masked = (pad + flag * future).named("masked")  # 0, 1 or 2 (padding and future)
@@ -262,11 +258,11 @@ def attention_program(layout: Layout, x_source: E.SOp, score_bound: float) -> E.
     out_q = _static(layout, "out_query", lambda r: r["X"][0] if "X" in r else -2)
     sel_out = E.Select(out_k, out_q, E.Comparison.EQ).named("sel_out")
     src_b = _static(layout, "src_b", lambda r: layout.bpos(r["X"][1]) if "X" in r else -1)
-    y = agg(_gather(src_b, "sel_b"), tok, "b_O")  # b_O[c] at X positions (i, c)
+    ys = [agg(_gather(src_b, "sel_b"), tok, "b_O")]  # b_O[c] at X positions (i, c)
     for c in range(D):
         onehot = _static(layout, f"is_col{c}", lambda r, c=c: float("X" in r and r["X"][1] == c))
-        y = y + E.SumAggregate(sel_out, pv[c]).named(f"sum_pv{c}") * onehot
-    return y.named("U")
+        ys.append(E.SumAggregate(sel_out, pv[c]).named(f"sum_pv{c}") * onehot)
+    return tree_sum(ys).named("U")
 
 
 def encoder_program(layout: Layout, score_bound: float = DEFAULT_SCORE_BOUND) -> E.SOp:
@@ -355,10 +351,7 @@ def encoder_program(layout: Layout, score_bound: float = DEFAULT_SCORE_BOUND) ->
         f: at_hid(lambda i, m, f=f: layout.flagpos_named(f), f"{f}@hid")
         for f in ("relu", "gelu", "gelu_tanh")
     }
-    pre_act = b1
-    for c in range(D):
-        pre_act = pre_act + gu[c] * w1[c]
-    pre_act = pre_act.named("ffn_pre")
+    pre_act = tree_sum([b1] + [gu[c] * w1[c] for c in range(D)]).named("ffn_pre")
     act = (
         hid_flags["relu"] * E.relu(pre_act)
         + hid_flags["gelu"] * E.gelu(pre_act).named("ffn_gelu")
@@ -368,10 +361,9 @@ def encoder_program(layout: Layout, score_bound: float = DEFAULT_SCORE_BOUND) ->
     hw = [(act * w2[c]).named(f"ffn_hw{c}") for c in range(D)]
     hid_k = _static(layout, "hid_row_key", lambda r: r["HID"][0] if "HID" in r else -1)
     sel_hid = E.Select(hid_k, row_q, E.Comparison.EQ).named("sel_hidden_row")
-    f = at_x(lambda i, c: layout.b2pos(c), "b2")
-    for c in range(D):
-        f = f + E.SumAggregate(sel_hid, hw[c]).named(f"ffn_sum{c}") * is_col[c]
-    f = f.named("ffn")
+    f = [at_x(lambda i, c: layout.b2pos(c), "b2")]
+    f += [E.SumAggregate(sel_hid, hw[c]).named(f"ffn_sum{c}") * is_col[c] for c in range(D)]
+    f = tree_sum(f).named("ffn")
 
     z2 = (u + f + pre * (z1 - u)).named("z2")
     ln_out = layer_norm(z2, 2, "ln_output")
@@ -467,3 +459,13 @@ def map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None
     for ell in range(1, config.n_layers):  # a stack: the same maps in every layer
         ranges.update({f"{k}/L{ell}": v for k, v in list(ranges.items()) if "/" not in k})
     return ranges
+
+
+def tree_sum(xs: list[E.SOp]) -> E.SOp:
+    """``xs[0] + xs[1] + ...`` as a balanced tree of sums: the same linear form, term for
+    term and in the same order, as the sum from the left, but each partial sum's form is
+    copied log2(n) times instead of n times (a chain of 384 sums copies 74,000 terms)."""
+    xs = list(xs)
+    while len(xs) > 1:
+        xs = [xs[i] + xs[i + 1] if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+    return xs[0]

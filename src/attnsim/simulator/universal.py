@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from attnsim.compiler import compile_program
+from attnsim.compiler.collector import paused
 from attnsim.model import memory, zero_rows
 from attnsim.model.compiled import CompiledModel, Resources
 from attnsim.model.transformer import Columns
@@ -473,6 +474,7 @@ class UniversalSimulator:
         return cls(config, model, build_seconds=seconds)
 
 
+@paused
 def build(
     max_n: int | None = None,
     max_d: int | None = None,

@@ -35,7 +35,6 @@ picks column k of its row's result (one head per column), which is where the cod
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -43,7 +42,7 @@ import numpy as np
 
 from attnsim.rasp import expr as E
 from attnsim.rasp import gathers
-from attnsim.simulator.programs import EXP, INV_Z, PHI_EXP, ROW_MAX, SCORE, mask_offset
+from attnsim.simulator.programs import EXP, INV_Z, PHI_EXP, ROW_MAX, SCORE, mask_offset, tree_sum
 from attnsim.simulator.vector_layout import VectorLayout
 
 __all__ = ["vector_program"]
@@ -58,7 +57,8 @@ class _Builder:
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
         self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
-        self._tables: dict[bytes, list[tuple[np.ndarray, E.SOp]]] = {}  # digest -> tables
+        self._tables: dict[int, list[tuple[np.ndarray, E.SOp]]] = {}  # key -> tables
+        self._mix = np.random.default_rng(0).integers(-(2**62), 2**62, size=self.L)
         self._roles: dict[str, tuple] = {}  # role -> its positions and their coordinates
 
     def n(self, name: str) -> str:
@@ -69,9 +69,9 @@ class _Builder:
         """A numerical S-op of the position alone (one S-op per distinct table: the layers
         of a stack share theirs)."""
         tab = np.ascontiguousarray(values, dtype=np.float64)  # (position_table copies it)
-        # tables found by a digest of their bytes and compared in full (a key of the bytes
+        # tables found by a key of their bits and compared in full (a key of the bytes
         # themselves would be another copy of every table: gigabytes at 128 tokens)
-        same = self._tables.setdefault(hashlib.blake2b(tab.data, digest_size=16).digest(), [])
+        same = self._tables.setdefault(_bits_key(tab, self._mix), [])
         for other, sop in same:
             if np.array_equal(other.view(np.int64), tab.view(np.int64)):  # bit for bit
                 return sop
@@ -111,11 +111,20 @@ class _Builder:
         return self.gather(name, src, [sop])[0].named(self.n(name))
 
 
+def _bits_key(tab: np.ndarray, mix: np.ndarray) -> int:
+    """A key of a float64 table's bits: their dot product with fixed random 64-bit words,
+    wrapping (a table's bits are 150 KB at 18,000 positions; this reads them once, 20x
+    faster than a cryptographic digest, and equal keys are compared in full anyway).
+
+    >>> mix = np.array([3, 5])
+    >>> _bits_key(np.array([0.0, 1.0]), mix) == _bits_key(np.array([-0.0, 1.0]), mix)
+    False
+    """
+    return int(tab.view(np.int64) @ mix[: len(tab)])
+
+
 def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
-    out = xs[0] * ys[0]
-    for x, y in zip(xs[1:], ys[1:]):
-        out = out + x * y
-    return out
+    return tree_sum([x * y for x, y in zip(xs, ys)])
 
 
 def vector_program(lay: VectorLayout, score_bound: float) -> E.SOp:
@@ -246,9 +255,9 @@ def _rotary(b: _Builder, xa: list[E.SOp], qkv: E.SOp, ell: int) -> E.SOp:
         for i in range(N)
     ]
     is_v = b.table("qkv_is_v", b.at("QKV", lambda i, r, t: float(t == 2), 0.0))
-    cos = (_sum([g[0] for g in got]) + is_v).named(b.n("rot_cos"))
-    sin = _sum([g[1] for g in got]).named(b.n("rot_sin"))
-    sign = (1 - 2 * _sum([g[2] for g in got])).named(b.n("rot_sign"))
+    cos = (tree_sum([g[0] for g in got]) + is_v).named(b.n("rot_cos"))
+    sin = tree_sum([g[1] for g in got]).named(b.n("rot_sin"))
+    sign = (1 - 2 * tree_sum([g[2] for g in got])).named(b.n("rot_sign"))
     return (qkv * cos + sign * (partner * sin)).named(b.n("qkv_rot"))
 
 
@@ -326,21 +335,20 @@ def _encoder(b: _Builder, score_bound: float) -> E.SOp:
     # the d real columns and 1/d, shared by the layers
     colv = b.gather("colv", b.at("X", lambda i: lay.colvpos), ch[:D])
     not_x = b.table("not_x", b.at("X", lambda i: 0.0, 1.0))
-    inv_d = E.reciprocal(_sum(colv) + not_x).named("inv_d")
+    inv_d = E.reciprocal(tree_sum(colv) + not_x).named("inv_d")
     x = ch[:D]
     for ell in range(lay.layers):
         b.sfx = f"/L{ell}" if ell else ""
         x = _encoder_layer(b, x, ell, (colv, not_x, inv_d), score_bound)
     # OUT(i, k) picks column k of its row's result (head c serves the positions of column c)
     where, (out_i, out_k) = b.coords_of("OUT")
-    result = None
+    got = []
     for c in range(D):
         src = np.full(b.L, -1.0)
         mine = out_k == c
         src[where[mine]] = [lay.xpos(i) for i in out_i[mine].tolist()]
-        got = b.gather_one(f"result{c}", src, x[c])
-        result = got if result is None else result + got
-    return result.named("U_vector_encoder")
+        got.append(b.gather_one(f"result{c}", src, x[c]))
+    return tree_sum(got).named("U_vector_encoder")
 
 
 def _encoder_layer(
@@ -363,7 +371,7 @@ def _encoder_layer(
         gain = b.gather(f"{name}_gain", b.at("X", lambda i: lay.lnpos(slot, 0, ell)), ch[:D])
         bias = b.gather(f"{name}_bias", b.at("X", lambda i: lay.lnpos(slot, 1, ell)), ch[:D])
         eps = b.gather_one(f"{name}_eps", at_x, ch[lay.param(f"eps_{name[3:]}")])
-        mean = (_sum(z) * inv_d).named(b.n(f"{name}_mean"))
+        mean = (tree_sum(z) * inv_d).named(b.n(f"{name}_mean"))
         if lay.modern:  # an RMSNorm does not centre (0 * mean = 0)
             mean = (mean * kind[f"centre_{name[3:]}"]).named(b.n(f"{name}_mean_used"))
         cen = [((z[c] - mean) * colv[c]).named(b.n(f"{name}_centred{c}")) for c in range(D)]
@@ -440,10 +448,3 @@ def _gated(b: _Builder, ug: list[E.SOp], pre_act: E.SOp, act: E.SOp, ell: int) -
     up = _dot(ug, w3).named(b.n("ffn_up"))
     gate = (gated * up + (1 - gated)).named(b.n("ffn_gate"))
     return (act * gate).named(b.n("ffn_gated"))
-
-
-def _sum(xs: Sequence[E.SOp]) -> E.SOp:
-    out = xs[0]
-    for x in xs[1:]:
-        out = out + x
-    return out

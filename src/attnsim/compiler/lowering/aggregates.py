@@ -55,7 +55,7 @@ def lower_aggregate(ctx: Context, e: E.Aggregate) -> Rep:
     default = e.default
     if numeric_value:
         d = ctx.new_dir(label if e.reduction == "mean" else f"{label}@mean")
-        ctx.bounds[d] = ctx.form_bound(vform)  # a mean is no larger than what it averages
+        ctx.bounds[d] = ctx.form_bound(vform, e.sop)  # a mean is no larger than what it averages
         ov = tuple((k, d, v) for k, v in vform.items())
         rep = Rep("num", stage, form={d: 1.0})
     else:

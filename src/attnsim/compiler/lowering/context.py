@@ -87,6 +87,7 @@ class Context:
         self.static_arrays: dict[int, np.ndarray] = {}  # uid -> a static side's values [L]
         self.key_indexes: dict[int, Any] = {}  # uid -> model.patterns.KeyIndex of a static key
         self._known_bounds: dict[str, float] = {}  # dir_bound's answers that stay
+        self._sop_bounds: dict[int, float] = {}  # form_bound's finite answers, by S-op
         # direction -> the first representation holding it (what dir_bound reads), kept as
         # representations are made: ("cat",) or ("num", uid, coefficient)
         self._rep_dirs: dict[str, tuple] = {}
@@ -217,9 +218,17 @@ class Context:
                     self._cat_dirs_seen.add(uid)
                     self._index(self._cat_dirs, uid, r)
 
-    def form_bound(self, form: Mapping[str, float]) -> float:
-        """A bound on ``|sum c * d|`` over ``form``, term by term."""
-        return sum(abs(c) * self.dir_bound(d) for d, c in form.items())
+    def form_bound(self, form: Mapping[str, float], of: E.SOp | None = None) -> float:
+        """A bound on ``|sum c * d|`` over ``form``, term by term; ``of``: the S-op whose
+        form it is, to keep a finite bound for it (a lowered S-op's form does not change,
+        and a finite bound of a direction is final: U gathers one 385-term form 2,000
+        times)."""
+        got = None if of is None else self._sop_bounds.get(of.uid)
+        if got is None:
+            got = sum(abs(c) * self.dir_bound(d) for d, c in form.items())
+            if of is not None and math.isfinite(got):
+                self._sop_bounds[of.uid] = got
+        return got
 
     def check_exact_scores(self, label: str, terms: tuple, extra: tuple = ()) -> None:
         """Records a need for float64 unless float32 computes the scores exactly: every
@@ -269,10 +278,7 @@ class Context:
 
 def union(afters: Iterable[After]) -> After:
     """Every slot of several ``After`` sets (the later of several values)."""
-    out: frozenset = frozenset()
-    for a in afters:
-        out = out | a
-    return out
+    return frozenset().union(*afters)
 
 
 # -- calling the program's functions ---------------------------------------------------------
