@@ -91,6 +91,11 @@ ONE_HOT_MIN_WIDTH = 16
 # a feature-major weight that reads (or writes) more than this share of the residual rows
 # multiplies all of them (the others add exact zeros) rather than gathering its rows first
 DENSE_SHARE = 0.75
+# ... and a model no wider than DENSE_WIDTH multiplies all of them always: gathering rows
+# costs more per call than the products it saves (measured one process, both ways in turn,
+# batch 256: hist, count, shift_by and frac_prevs at length 5, d_model 11-13, 1.07-1.21x
+# faster; count at length 10, d_model 17, 0.87x: there gathering is faster)
+DENSE_WIDTH = 16
 
 # -- break-even points: the plan executor (model.plan_core, model.plan_keys, ...) ------------
 

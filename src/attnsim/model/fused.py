@@ -41,6 +41,7 @@ from attnsim.model.config import AttentionMode
 from attnsim.model.costs import (
     BROADCAST_VALUES,
     DENSE_SHARE,
+    DENSE_WIDTH,
     FUSED_CONST_WORK,
     FUSED_MAX_D_MODEL,
     FUSED_MAX_POSITIONS,
@@ -197,7 +198,7 @@ def _reading(W: torch.Tensor) -> tuple:
     reads = torch.nonzero((W != 0).any(dim=0)).flatten()
     if not len(reads):  # reads nothing: one row of zero weights keeps the shapes
         reads = torch.zeros(1, dtype=torch.long)
-    if len(reads) > DENSE_SHARE * W.shape[1]:
+    if W.shape[1] <= DENSE_WIDTH or len(reads) > DENSE_SHARE * W.shape[1]:
         return W.detach().contiguous(), None
     return W[:, reads].detach().contiguous(), reads
 
@@ -205,7 +206,7 @@ def _reading(W: torch.Tensor) -> tuple:
 def _writing(W: torch.Tensor) -> tuple:
     """``W [d_model, width]`` as ``(W on the residual rows it writes, those rows or None)``."""
     writes = torch.nonzero((W != 0).any(dim=1)).flatten()
-    if len(writes) > DENSE_SHARE * W.shape[0]:
+    if W.shape[0] <= DENSE_WIDTH or len(writes) > DENSE_SHARE * W.shape[0]:
         return W.detach().contiguous(), None
     return W[writes].detach().contiguous(), writes
 
