@@ -369,12 +369,13 @@ BUILD_BYTES_PER_POSITION_D = {
     ("vector", "attention"): 60,
     ("vector", "layer"): 100,  # encoder and decoder layers
 }
-# A simulation of the vector layout holds its input (``[pos, width]``, as float64) about
-# this many times over at its peak, the built model included: measured at the encoder layer
-# n = d = 256 (2.0 GiB of input; 6.7 GiB peak while simulating, sampled every 20 ms), the
-# MiniLM layer on 128 tokens (2.25 GiB; 7.3 GiB, build and simulate) and n = d = 384 (6.75
-# GiB of input; killed for memory above 22.6 GiB while simulating, on the 23.5 GiB
-# machine): 3.35, 3.2 and more than 3.35. Counted at 3.25, with the position tables.
+# A simulation of the vector layout peaks at about this many times the size of its input
+# sequence as dense float64 (``pos width``; a measure of the sequence, not one copy of it:
+# the packed input takes pages only where it is non-zero), the built model included:
+# measured at the encoder layer n = d = 256 (2.0 GiB of input; 6.7 GiB peak while
+# simulating, sampled every 20 ms), the MiniLM layer on 128 tokens (2.25 GiB; 7.3 GiB, build
+# and simulate) and n = d = 384 (6.75 GiB; killed for memory above 22.6 GiB while
+# simulating, on the 23.5 GiB machine): 3.35, 3.2 and more than 3.35. Counted at 3.25.
 INPUT_COPIES = 3.25
 # a stack of layers: 6 MiniLM layers peaked at 8.1 GiB against 2.9 GiB for one (each further
 # layer about 0.36 of the first); counted at 0.3 of the first
@@ -386,10 +387,10 @@ def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     ``BUILD_BYTES_PER_POSITION_D`` and ``INPUT_COPIES``). Dense weights: one head's scores
     ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse at the sizes where this
     matters): the larger of U's weights while building (bytes per position and unit of
-    max_d, by layout; more for a stack of layers) and a simulation: U's input
-    (``pos width``) about ``INPUT_COPIES`` times over (the packed input, its channels in the
-    stream, what the pass computes from them) plus the position tables its compiler holds
-    (at least 100 tables, three copies each: ``300 pos``).
+    max_d, by layout; more for a stack of layers) and a simulation: ``INPUT_COPIES`` times
+    the size of U's input as dense values (``pos width``: the packed input, its channels in
+    the stream, the rows the pass computes, the built model) plus the position tables its
+    compiler holds (at least 100 tables, three copies each: ``300 pos``).
 
     >>> config = SimulatorConfig(2, 2)
     >>> positions, item = config.layout.length + 1, 8
@@ -463,8 +464,8 @@ def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
         )
     else:
         basis = (
-            f"a simulation: its input about {INPUT_COPIES} times over (packed, its channels in the "
-            "stream, what the pass computes from them), and the compiler's position tables"
+            f"a simulation: about {INPUT_COPIES} times its input's size as dense values, "
+            "measured, and the compiler's position tables"
         )
     advice = "lower max_n, max_d or max_heads"
     if not config.is_vector:
