@@ -36,7 +36,12 @@ class Basis:
             raise KeyError(f"no residual direction {label!r}") from None
 
     def positions(self) -> Mapping[str, int]:
-        """Every label's index, as one mapping (for reading many labels in a loop)."""
+        """Every label's index, as one mapping (for reading many labels in a loop; the
+        basis's own: read it, do not change it).
+
+        >>> Basis(["bos", "x"]).positions()["x"]
+        1
+        """
         return self._index
 
     def __contains__(self, label: object) -> bool:

@@ -464,8 +464,21 @@ def map_ranges(config: SimulatorConfig) -> dict[str, tuple[float, float]] | None
 def tree_sum(xs: list[E.SOp]) -> E.SOp:
     """``xs[0] + xs[1] + ...`` as a balanced tree of sums: the same linear form, term for
     term and in the same order, as the sum from the left, but each partial sum's form is
-    copied log2(n) times instead of n times (a chain of 384 sums copies 74,000 terms)."""
+    copied log2(n) times instead of n times (a chain of 384 sums copies 74,000 terms).
+
+    >>> from attnsim import rasp
+    >>> x = rasp.numerical(rasp.Map(float, rasp.tokens))
+    >>> parts = [x * k for k in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    >>> rasp.evaluate(tree_sum(parts), [[1, 2]])  # 15 x, as (x + 2x) + (3x + 4x) + 5x
+    [[15.0, 30.0]]
+    >>> tree_sum([])
+    Traceback (most recent call last):
+    ...
+    ValueError: tree_sum needs at least one S-op to add, got none
+    """
     xs = list(xs)
+    if not xs:
+        raise ValueError("tree_sum needs at least one S-op to add, got none")
     while len(xs) > 1:
         xs = [xs[i] + xs[i + 1] if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
     return xs[0]
