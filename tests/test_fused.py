@@ -154,7 +154,7 @@ def test_layers_of_one_key_gathers_run_as_gathers(attention):
         (library.make_reverse(rasp.tokens), list("abcd")),
     ):
         m = compile_program(program, vocab=vocab, max_seq_len=8, attention=attention)
-        gathers = fused._gathers(m.runtime, 9)
+        gathers = fused._patterns(m.runtime, 9)
         assert (gathers[-1] is not None) == (attention == "hard")
         xs = [[random.Random(i).choice(vocab) for _ in range(8)] for i in range(30)]
         ids, vals = m.encode(xs)
@@ -173,6 +173,39 @@ def test_layers_of_one_key_gathers_run_as_gathers(attention):
         for n in (5, 10)
     )
     assert fused.applies(rev5.runtime, 6) and not fused.applies(rev10.runtime, 11)
+
+
+def test_layers_of_fixed_keys_run_as_their_mean():
+    # frac_prevs' head reads the keys up to the query, pair_balance's too: on every input of
+    # a length the same keys, so feature-major the layer is the values' product by the 0/1
+    # selection over the counts (no scores), the dense stream to rounding
+    for program, vocab in (
+        (library.make_frac_prevs(rasp.tokens == "x"), list("xyz")),
+        (library.make_pair_balance(rasp.tokens, "(", ")"), list("()a")),
+    ):
+        m = compile_program(program, vocab=vocab, max_seq_len=10)
+        patterns = fused._patterns(m.runtime, 11)
+        fixed = [p for p in patterns if isinstance(p, tuple)]
+        assert fixed, "a layer of fixed keys"
+        for select, count in fixed:
+            assert set(select.unique().tolist()) <= {0.0, 1.0}
+            assert torch.equal(count, select.sum(dim=3, keepdim=True)) and bool((count >= 1).all())
+        xs = [[random.Random(i).choice(vocab) for _ in range(10)] for i in range(40)]
+        ids, vals = m.encode(xs)
+        assert_close(*streams_both_ways(m, ids, vals, "fused"))
+        m.executor = "fused"
+        try:
+            assert all(fp.same_row(g, w) for g, w in zip(m.run(xs), rasp.evaluate(program, xs)))
+        finally:
+            m.executor = "auto"
+    # softmax heads keep their scores (the plans fix hard heads only)
+    soft = compile_program(
+        library.make_frac_prevs(rasp.tokens == "x"),
+        vocab=list("xyz"),
+        max_seq_len=10,
+        attention="softmax",
+    )
+    assert all(p is None for p in fused._patterns(soft.runtime, 11))
 
 
 def test_changed_weights_are_prepared_again():

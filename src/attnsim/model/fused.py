@@ -15,7 +15,9 @@ active head over ``[query, key]`` (hard attention's mean over the keys within th
 of the best score, or softmax), then every ReLU, bilinear and declared unit, each product
 over the residual rows its weights read and write. A layer whose every head selects one key
 per query on every input of the length (its plan, hard attention) takes that key's value,
-as the dense mean of one value is. Only the order in which a sum's terms are added differs,
+as the dense mean of one value is; a layer whose every head's keys are so fixed, more than
+one per query, takes their mean as the product of the values by the 0/1 selection over the
+count (no scores). Only the order in which a sum's terms are added differs,
 so outputs agree with the dense forward to rounding (exactly, where every partial sum is
 exact, as in integer-valued programs).
 A runtime (:class:`attnsim.model.runtime.Runtime`) with ``executor="fused"`` runs every
@@ -91,13 +93,13 @@ def applies(rt, n: int) -> bool:
     """Whether the plan executor runs an input of ``n`` positions (BOS included)
     feature-major: short inputs of a model whose work there is small, unless its plans make
     the heads cheaper. The rule, calibrated on tracr's library at lengths 5 to 20 (one
-    thread, batch 256): a layer whose every head is a one-key gather on its plan runs as
-    gathers feature-major too (no ``[query, key]`` work); heads that only add a constant
-    (``ConstPlan``) go planned, unless the rest are such gathers and the pass is under
-    ``FUSED_CONST_WORK`` multiply-adds per sequence; with other heads the plans run as gathers,
-    feature-major only while the whole pass is under ``FUSED_STATIC_WORK`` and those heads' dense
-    ``[query, key]`` work under ``FUSED_STATIC_QUADRATIC``; otherwise while the pass is under
-    ``FUSED_MAX_WORK``.
+    thread, batch 256): a layer whose every head has fixed keys on its plan (a one-key
+    gather, or a mean over fixed keys) runs so feature-major too (no scores); heads that
+    only add a constant (``ConstPlan``) go planned, unless the rest have such fixed keys and
+    the pass is under ``FUSED_CONST_WORK`` multiply-adds per sequence; with other heads the
+    plans run as gathers, feature-major only while the whole pass is under
+    ``FUSED_STATIC_WORK`` and those heads' dense ``[query, key]`` work under
+    ``FUSED_STATIC_QUADRATIC``; otherwise while the pass is under ``FUSED_MAX_WORK``.
 
     >>> from attnsim import compile_program, library, rasp
     >>> from attnsim.model.runtime import Runtime
@@ -117,28 +119,31 @@ def _applies(rt, n: int) -> bool:
         return False
     got = rt.fused.setdefault("choice", {})
     if n not in got:
-        got[n] = _cheaper(rt, n, _layers(rt), _gathers(rt, n))
+        got[n] = _cheaper(rt, n, _layers(rt), _patterns(rt, n))
     return got[n]
 
 
-def _cheaper(rt, n: int, layers: list, gathers: list) -> bool:
+def _cheaper(rt, n: int, layers: list, patterns: list) -> bool:
     net = rt.net
     scale = 2 if net.cfg.dtype == "float64" else 1
     work, d = 0, net.cfg.d_model
-    for (att, units), gathered in zip(layers, gathers):
+    for (att, units), fixed in zip(layers, patterns):
         if att is not None:
             H, wq, wv, qkv, W_O = att
             # the dense products' sizes (the rule was calibrated on them); a layer of
-            # gathers has no [query, key] work
+            # gathers has no [query, key] work, one of fixed keys the values' mean only
             work += n * d * (qkv[0].shape[0] + W_O[0].shape[1])
-            work += 0 if gathered is not None else H * (2 * wq + 2 * wv) * n * n
+            if fixed is None:
+                work += H * (2 * wq + 2 * wv) * n * n
+            elif isinstance(fixed, tuple):
+                work += H * wv * n * n
         work += sum(n * d * (w_in[0].shape[0] + w_out[0].shape[1]) for _, w_in, w_out in units)
     work *= scale
     plans = rt.plans(n) or [() for _ in net.blocks]
     quadratic, const, other = 0, 0, 0
-    for block, layer_plans, gathered in zip(net.blocks, plans, gathers):
+    for block, layer_plans, fixed in zip(net.blocks, plans, patterns):
         heads, qk, ov = block.attn._plan()
-        if gathered is not None:  # gathers feature-major too
+        if fixed is not None:  # fixed keys feature-major too
             continue
         done = set()
         for p in layer_plans:
@@ -150,8 +155,8 @@ def _cheaper(rt, n: int, layers: list, gathers: list) -> bool:
                 done.add(p.head)
         other += len(set(heads.tolist()) - done)
     if const and not quadratic and not other:  # constants (the plans add them), gathers
-        gathered = any(g is not None for g in gathers)
-        return gathered and work <= FUSED_CONST_WORK
+        fixed = any(g is not None for g in patterns)
+        return fixed and work <= FUSED_CONST_WORK
     if quadratic:
         return work <= FUSED_STATIC_WORK and quadratic <= FUSED_STATIC_QUADRATIC
     return work <= FUSED_MAX_WORK
@@ -226,21 +231,29 @@ def _write(W: tuple, z: torch.Tensor, x: torch.Tensor) -> None:
         x.index_add_(0, writes, _mm(w, z))
 
 
-def _gathers(rt, n: int) -> list:
-    """Per layer, ``[head, pos]`` the one key each query selects on every input of ``n``
-    positions where the plans say so for every active head of the layer (hard attention),
-    else None; kept per length until the weights change."""
+def _patterns(rt, n: int) -> list:
+    """Per layer, what the plans fix of its heads on every input of ``n`` positions (hard
+    attention), kept per length until the weights change: ``keys [head, pos]`` where every
+    active head selects one key per query (a gather); ``(select [head, 1, query, key],
+    count [head, 1, query, 1])`` where every active head's keys are fixed (the mean over
+    them: a product by the 0/1 selection, divided by the count); else None."""
     net = rt.net
-    got = rt.fused.setdefault("gathers", {})
+    got = rt.fused.setdefault("patterns", {})
     if n not in got:
         plans = rt.plans(n) if net.cfg.attention is AttentionMode.HARD else None
         plans = plans or [() for _ in net.blocks]
-        out = []
+        out: list = []
         for block, layer_plans in zip(net.blocks, plans):
             heads = block.attn._plan()[0].tolist()
-            found = {p.head: p.keys for p in layer_plans if p.kind == "head" and p.gather}
-            ok = heads and all(h in found for h in heads)
-            out.append(torch.stack([found[h] for h in heads]) if ok else None)
+            found = {p.head: p for p in layer_plans if p.kind == "head"}
+            if not heads or not all(h in found for h in heads):
+                out.append(None)
+            elif all(found[h].gather for h in heads):
+                out.append(torch.stack([found[h].keys for h in heads]))
+            else:
+                select = torch.stack([found[h].dense(net.dtype) != 0 for h in heads])
+                select = select.to(net.dtype)[:, None]  # [head, 1, query, key]
+                out.append((select, select.sum(dim=3, keepdim=True)))
         got[n] = out
     return got[n]
 
@@ -256,18 +269,27 @@ def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (W @ x.reshape(x.shape[0], -1)).view(W.shape[0], *x.shape[1:])
 
 
-def _attention(cfg, att: tuple, x: torch.Tensor, keys: torch.Tensor | None = None) -> None:
+def _attention(cfg, att: tuple, x: torch.Tensor, pattern=None) -> None:
     """Adds the attention sublayer's output to the stream ``x [d_model, pos, batch]``;
-    ``keys [head, pos]``: every head of the layer selects that one key per query on every
-    input of this length (its plan, hard attention), so its mean is that key's value."""
+    ``pattern``: the layer's heads' keys, fixed on every input of this length (their plans,
+    hard attention, :func:`_patterns`): one key per query (its mean is that key's value) or
+    a 0/1 selection and its counts (the mean is their product by the values over the count):
+    no scores needed."""
     H, wq, wv, qkv, W_O = att
     _, n, b = x.shape
-    proj = _read(qkv, x)
-    v = proj[2 * H * wq :].view(H, wv, n, b)
-    if keys is not None:  # the mean of one value is that value: no scores needed
-        z = torch.stack([v[h].index_select(1, keys[h]) for h in range(H)])
+    if pattern is not None:  # the values only
+        w, reads = qkv
+        v = _mm(w[2 * H * wq :], x if reads is None else x.index_select(0, reads))
+        v = v.view(H, wv, n, b)
+        if isinstance(pattern, tuple):  # the sum over the selected keys, over their count
+            select, count = pattern
+            z = torch.matmul(select, v).div_(count)
+        else:  # the mean of one value is that value
+            z = torch.stack([v[h].index_select(1, pattern[h]) for h in range(H)])
         _write(W_O, z.reshape(H * wv, n, b), x)
         return
+    proj = _read(qkv, x)
+    v = proj[2 * H * wq :].view(H, wv, n, b)
     q = proj[: H * wq].view(H, wq, n, b)
     k = proj[H * wq : 2 * H * wq].view(H, wq, n, b)
     if H * max(wq, wv) * b * n * n <= BROADCAST_VALUES:  # [H, query, key, B]
@@ -355,14 +377,14 @@ def forward(
         x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
     if streams:
         _capture(streams, 0, x.permute(2, 1, 0))
-    gathers, layers = _gathers(rt, n), _layers(rt)  # kept: made outside inference mode
+    patterns, layers = _patterns(rt, n), _layers(rt)  # kept: made outside inference mode
     # the sublayers' temporaries need no version counters or view tracking: inference
     # mode, where nothing records gradients; the stream x stays an ordinary tensor (it is
     # only written in place there), as do the copies _capture takes
     with torch.inference_mode(not torch.is_grad_enabled()):
         for i, (att, units) in enumerate(layers):
             if att is not None:
-                _attention(cfg, att, x, gathers[i])
+                _attention(cfg, att, x, patterns[i])
             if streams:
                 with torch.inference_mode(False):
                     _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
