@@ -171,11 +171,38 @@ def test_only_a_large_store_is_blocked():
     assert not short.blocked
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 999), (1, 1, 1001), (1, 2, 1000), (2, 1, 1000), (1000,)])
-def test_an_add_of_the_wrong_shape_is_refused(shape):
-    """Values over another number of positions, batch or rows would land in the wrong
-    blocks: refused, naming both shapes, and nothing is written."""
+@pytest.mark.parametrize(
+    "shape, at",
+    [
+        ((1, 1, 1001), 0),
+        ((1, 1, 999), 2),
+        ((1, 1, 5), -1),
+        ((1, 2, 1000), 0),
+        ((2, 1, 1000), 0),
+        ((1000,), 0),
+    ],
+)
+def test_an_add_of_the_wrong_shape_is_refused(shape, at):
+    """Values past the positions, over another batch or number of rows would land in the
+    wrong blocks: refused, naming both shapes, and nothing is written."""
     rows = BlockRows(3, 1, 1000, torch.float64)
-    with pytest.raises(ValueError, match=r"\[1, 1, 1000\], got"):
-        rows.add(torch.tensor([1]), torch.ones(shape, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"at \+ w <= 1000 .*got"):
+        rows.add(torch.tensor([1]), torch.ones(shape, dtype=torch.float64), at)
     assert rows.held == 0 and float(rows[torch.arange(3)].abs().sum()) == 0.0
+
+
+def test_adds_and_reads_on_windows_are_those_of_whole_rows():
+    """A write on positions at .. at + w - 1 (across block edges, into the partial last
+    block) and a read of any window give what whole rows of numpy give."""
+    rng = np.random.default_rng(3)
+    n = 3 * BLOCK + 17
+    rows = BlockRows(4, 2, n, torch.float64)
+    want = np.zeros((4, 2, n))
+    for at, w in [(0, n), (5, 9), (BLOCK - 3, 7), (2 * BLOCK, BLOCK), (n - 20, 20), (7, 3)]:
+        v = rng.standard_normal((2, 2, w)) * (rng.random((2, 2, w)) < 0.5)
+        idx = rng.choice(4, size=2, replace=False)
+        rows.add(torch.from_numpy(idx), torch.from_numpy(v), at)
+        want[idx, :, at : at + w] += v
+    for lo, hi in [(0, n), (3, 700), (BLOCK, 2 * BLOCK), (n - 1, n), (10, 10)]:
+        got = rows.window(torch.arange(4), lo, hi).numpy()
+        assert np.array_equal(got, want[:, :, lo:hi])

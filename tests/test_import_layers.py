@@ -254,6 +254,7 @@ EXECUTION = {
     "attnsim.model.plan_costs",
     "attnsim.model.sparse",
     "attnsim.model.sparse_ops",
+    "attnsim.model.sparse_plans",
 }
 
 

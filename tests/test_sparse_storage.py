@@ -416,10 +416,10 @@ def test_sparse_units_run_once_per_distinct_input_row(monkeypatch):
 def test_planned_means_in_parts_add_their_terms_in_the_same_order(monkeypatch):
     """run_plan gathers a head's selected keys in parts of a bounded size (U's sums over
     282,000 positions would gather gigabytes at once): the same sums, bit for bit."""
-    from attnsim.model import sparse_ops
+    from attnsim.model import sparse_plans
 
     ran = []
-    real = sparse_ops.run_plan
+    real = sparse_plans.run_plan
     monkeypatch.setattr(
         "attnsim.model.sparse.run_plan", lambda *a: ran.append(a[1].gather) or real(*a)
     )
@@ -429,7 +429,7 @@ def test_planned_means_in_parts_add_their_terms_in_the_same_order(monkeypatch):
     xs = ["".join(rng.choice(list("ab"), size=12)) for _ in range(16)]
     ids, vals = m.encode(xs)
     whole = m.model(ids, vals)
-    monkeypatch.setattr(sparse_ops, "TERMS_PER_CHUNK", 7)
+    monkeypatch.setattr(sparse_plans, "TERMS_PER_CHUNK", 7)
     m.model._plans.clear()
     parts = m.model(ids, vals)
     assert torch.equal(parts, whole)

@@ -15,7 +15,7 @@ from attnsim.model.config import ModelConfig
 from attnsim.model.patterns import StaticPattern, gather_keys, head_keys
 from attnsim.model.plan_static import pattern_keys
 from attnsim.model.sparse import SparseTransformer
-from attnsim.model.sparse_ops import pattern_plan, plan_of
+from attnsim.model.sparse_plans import pattern_plan, plan_of
 from attnsim.rasp import library
 from attnsim.simulator import universal
 

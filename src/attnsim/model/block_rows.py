@@ -103,8 +103,21 @@ class BlockRows:
         return out
 
     def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
-        _, b, n = self.shape
-        ids = self.table[idx].flatten()
+        return self.window(idx, 0, self.shape[2])
+
+    def window(self, idx: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """Rows ``idx`` on positions ``lo .. hi - 1``: ``[len(idx), batch, hi - lo]`` (only
+        the blocks there are read).
+
+        >>> r = BlockRows(rows=2, batch=1, n=1000, dtype=torch.float64)
+        >>> v = torch.zeros(1, 1, 1000, dtype=torch.float64); v[0, 0, 700] = 2.0
+        >>> r.add(torch.tensor([1]), v)
+        >>> r.window(torch.tensor([1]), 699, 702).flatten().tolist()
+        [0.0, 2.0, 0.0]
+        """
+        b = self.shape[1]
+        j0, j1 = lo // BLOCK, -(-hi // BLOCK)
+        ids = self.table[idx, j0:j1].flatten()
         parts = self._split(ids)
         if parts[0][1] is None:
             got = parts[0][0].index_select(0, ids)
@@ -112,54 +125,56 @@ class BlockRows:
             got = torch.empty(len(ids), b, BLOCK, dtype=self.dtype, device=self.device)
             for chunk, at, off in parts:
                 got.index_copy_(0, at, chunk.index_select(0, off))
-        out = got.view(len(idx), self.nb, b, BLOCK).permute(0, 2, 1, 3)
-        out = out.reshape(len(idx), b, self.nb * BLOCK)
-        return out[:, :, :n]  # (a view: the last block's unused positions are not copied)
+        out = got.view(len(idx), j1 - j0, b, BLOCK).permute(0, 2, 1, 3)
+        out = out.reshape(len(idx), b, (j1 - j0) * BLOCK)
+        return out[:, :, lo - j0 * BLOCK : hi - j0 * BLOCK]  # (a view)
 
-    def add(self, rows: torch.Tensor, values: torch.Tensor) -> None:
-        """Adds ``values [len(rows), batch, n]`` to the distinct ``rows``, block by block
-        where a block of ``values`` is non-zero (a NaN counts as non-zero)."""
-        if values.dim() != 3 or values.shape[1:] != self.shape[1:] or len(values) != len(rows):
+    def add(self, rows: torch.Tensor, values: torch.Tensor, at: int = 0) -> None:
+        """Adds ``values [len(rows), batch, w]`` to the distinct ``rows`` on positions ``at
+        .. at + w - 1``, block by block where a block of ``values`` is non-zero (a NaN
+        counts as non-zero)."""
+        k, b, w = values.shape if values.dim() == 3 else (-1, -1, -1)
+        if k != len(rows) or b != self.shape[1] or at < 0 or at + w > self.shape[2]:
             raise ValueError(
-                f"BlockRows.add: values must be [len(rows), batch, n] = [{len(rows)}, "
-                f"{self.shape[1]}, {self.shape[2]}], got {list(values.shape)}; write values "
-                "over every position of these rows"
+                f"BlockRows.add: values must be [len(rows), batch, w] = [{len(rows)}, "
+                f"{self.shape[1]}, w] with at + w <= {self.shape[2]} (at = {at}), got "
+                f"{list(values.shape)}"
             )
-        k, b, n = values.shape
-        full = n // BLOCK
-        head = values[:, :, : full * BLOCK].unflatten(2, (full, BLOCK))  # [k, b, full, BLOCK]
-        nz = head.ne(0).any(3).any(1)  # [k, full]
-        tail = values[:, :, full * BLOCK :]
-        if self.nb > full:
-            nz = torch.cat([nz, tail.ne(0).any(2).any(1)[:, None]], 1)
+        j0, j1 = at // BLOCK, -(-(at + w) // BLOCK)
+        if at % BLOCK or w != (j1 - j0) * BLOCK:  # zeros to whole blocks (past n: unread)
+            whole = values.new_zeros(k, b, (j1 - j0) * BLOCK)
+            whole[:, :, at - j0 * BLOCK : at - j0 * BLOCK + w] = values
+            values = whole
+        blocks = values.unflatten(2, (j1 - j0, BLOCK))  # [k, b, blocks, BLOCK]
+        nz = blocks.ne(0).any(3).any(1)  # [k, blocks]
         if not bool(nz.any()):
             return
-        tbl = self.table[rows]
+        tbl = self.table[rows, j0:j1]
         new = nz & (tbl == 0)
         m = int(new.sum())
         if m:
             tbl[new] = self._take(m)
-            self.table[rows] = tbl
+            self.table[rows, j0:j1] = tbl
         ks, js = torch.nonzero(nz, as_tuple=True)
-        whole = js < full
-        if not bool(whole.all()):  # the partial last block
-            last, r = tbl[ks[~whole], js[~whole]], n - full * BLOCK
-            for chunk, at, off in self._split(last):
-                rows_at = ks[~whole] if at is None else ks[~whole][at]
-                chunk[off, :, :r] += tail[rows_at]
-            ks, js = ks[whole], js[whole]
-        vals = head[ks, :, js]  # [m, b, BLOCK]
-        for chunk, at, off in self._split(tbl[ks, js]):
-            chunk.index_add_(0, off, vals if at is None else vals[at])
+        vals = blocks[ks, :, js]  # [m, b, BLOCK]
+        fresh = new[ks, js]  # a new block takes its values whole (it held anything)
+        for chunk, part, off in self._split(tbl[ks, js]):
+            v, f = (vals, fresh) if part is None else (vals[part], fresh[part])
+            if bool(f.all()):
+                chunk.index_copy_(0, off, v)
+            elif not bool(f.any()):
+                chunk.index_add_(0, off, v)
+            else:
+                chunk.index_copy_(0, off[f], v[f])
+                chunk.index_add_(0, off[~f], v[~f])
 
     def _take(self, m: int) -> torch.Tensor:
-        """``m`` zeroed blocks from the free list (new chunks where it is short)."""
+        """``m`` blocks from the free list (new chunks where it is short), their content
+        left as it is: :meth:`add` writes them whole."""
         while m > self.top:
             self._add_chunk()
         got = self.free[self.top - m : self.top].clone()
         self.top -= m
-        for chunk, _, off in self._split(got):
-            chunk[off] = 0.0
         self.peak = max(self.peak, self.held)
         return got
 

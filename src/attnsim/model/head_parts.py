@@ -9,7 +9,7 @@ positions]``, plus the layer's buffer of written directions: at 262,144 position
 them and adds its output into the stream, so a head needs a part's memory, not its width's.
 An MLP's units are independent of each other in the same way: :func:`run_units` computes
 a few units at a time (the vector layout's products have one unit per channel), and
-:func:`write_channels` writes vector tokens into the stream a few channels at a time.
+:func:`write_channels` writes vector tokens into the stream a few positions at a time.
 
 Writing into the stream while the sublayer runs is only right when nothing the sublayer
 runs reads a direction it writes (:func:`writes_apart`); in a compiled model that always holds
@@ -94,7 +94,10 @@ def run_units(store, ums: list[UnitMaps], i: int, u, static=None, step=None) -> 
     if step not in cache:
         cache[step] = [_units_part(u, a, min(a + step, um.n)) for a in range(0, um.n, step)]
     for a, part in zip(range(0, um.n, step), cache[step]):
-        act = part.activation(store.data, store.slot)
+        lo, hi = store.span(part.read_dirs)  # a unit of 0 inputs gives 0
+        if hi <= lo:
+            continue
+        act = part.activation(store.view(lo, hi), store.slot)
         if static is not None:  # dynamic units add 0; only the static directions are kept
             ok = static[0][a : a + part.n, None, None]
             act = torch.where(ok, act, torch.zeros((), dtype=act.dtype))
@@ -102,7 +105,7 @@ def run_units(store, ums: list[UnitMaps], i: int, u, static=None, step=None) -> 
         if static is not None:
             keep = static[1][dirs]
             out, dirs = out[keep], dirs[keep]
-        store.write(dirs, out)
+        store.write(dirs, out, lo)
     return True
 
 
@@ -168,7 +171,8 @@ def parts(hm: HeadMaps, h: int, step: int) -> list[tuple[Linear, Linear, torch.T
 
 def write_channels(store, vals: torch.Tensor, vec: torch.Tensor, w: torch.Tensor) -> None:
     """Adds vector tokens ``vals [batch, pos, width]`` to ``store``: channel ``vec[t, 0]``
-    times ``w[t]`` into direction ``vec[t, 1]``, a part of the terms at a time.
+    times ``w[t]`` into direction ``vec[t, 1]``, on a slab of positions at a time (a part's
+    worth of terms; a slab of zeros adds nothing and is skipped).
 
     >>> from attnsim.model.sparse_ops import Store
     >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 1})
@@ -179,9 +183,12 @@ def write_channels(store, vals: torch.Tensor, vec: torch.Tensor, w: torch.Tensor
     [[1.0, 2.0], [13.0, 26.0]]
     """
     b, n, _ = vals.shape
-    step = columns_per_part(b, n, vals.element_size())
-    for a in range(0, len(vec), step):
-        ks, cs = vec[a : a + step, 0], vec[a : a + step, 1]
-        dirs, inv = torch.unique(cs, return_inverse=True)
-        terms = vals[..., ks].permute(2, 0, 1) * w[a : a + step, None, None]
-        store.write(dirs, torch.zeros(len(dirs), b, n, dtype=vals.dtype).index_add_(0, inv, terms))
+    dirs, inv = torch.unique(vec[:, 1], return_inverse=True)
+    step = columns_per_part(b, max(1, len(vec)), vals.element_size())  # positions a part
+    for at in range(0, n, step):  # a slab of positions at a time (its channels contiguous)
+        slab = vals[:, at : at + step]
+        if not bool(slab.ne(0).any()):
+            continue  # (an input's zero regions: nothing to add)
+        terms = slab[..., vec[:, 0]].permute(2, 0, 1) * w[:, None, None]  # [terms, b, pos]
+        out = torch.zeros(len(dirs), b, slab.shape[1], dtype=vals.dtype)
+        store.write(dirs, out.index_add_(0, inv, terms), at)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from attnsim.model import head_parts, liveness, plan_keys, plan_static
+from attnsim.model import head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import PLANS_KEPT, READS_KEPT
 from attnsim.model.positions import PositionTable
@@ -51,19 +51,20 @@ from attnsim.model.sparse_ops import (
     Linear,
     Store,
     UnitMaps,
-    candidate_plan,
-    dense_head,
     dense_of,
     distinct_nonzero,
-    head_plan,
     long_tensor,
-    pattern_plan,
-    rows_last,
-    run_candidates,
-    run_plan,
     split_qk,
     unit_output,
     unit_writes,
+)
+from attnsim.model.sparse_plans import (
+    candidate_plan,
+    head_plan,
+    mixed,
+    pattern_plan,
+    run_plan,
+    whole_head,
 )
 from attnsim.model.stream import check_positions
 from attnsim.model.transformer import Columns
@@ -489,15 +490,17 @@ class SparseTransformer:
     def _attention(self, store, li: int, n: int, plans, mask, run=None) -> None:
         """Layer li's attention, head by head, added to the stream (``mask``: the static
         pass, where only heads whose pattern and values are static run, and of those the
-        ones in ``run[0]``, :meth:`_static_work`)."""
+        ones in ``run[0]``, :meth:`_static_work`). A planned head runs on the span of the
+        rows its values read (:meth:`Store.span`) and writes on the span of the queries
+        whose keys lie there (:func:`run_plan`)."""
         hm, cfg = self._heads[li], self.cfg
         if not hm.active:
             return
-        x, slot = store.data, store.slot
-        out = None  # the heads' writes where they wait for the last head
+        slot = store.slot
+        held: list = []  # the heads' writes where they wait for the last head
         static_mask = self._analysis()["masks"][2 * li]
-        values: dict[int, torch.Tensor] = {}
-        step = head_parts.columns_per_part(x.shape[1], n, x.element_size())
+        values: dict[int, tuple | None] = {}
+        step = head_parts.columns_per_part(store.data.shape[1], n, store.data.element_size())
         apart = mask is None and head_parts.writes_apart(hm)
         for h in hm.active:
             p = None if plans is None else plans.get(h)
@@ -510,51 +513,44 @@ class SparseTransformer:
                 continue  # the static pass runs the static heads with static values only
             if apart and p is not None and p.gap is None and hm.V[h].width > step:
                 for vp, op, dirs in head_parts.parts(hm, h, step):  # a wide planned head
-                    z = run_plan(cfg, p, vp(x, slot), n)
-                    store.write(dirs, op(z, torch.arange(z.shape[0])))
-                    x = store.data  # the same rows (a grown store copies them)
+                    got = mixed(cfg, p, store, vp, n)
+                    if got is not None:
+                        store.write(dirs, op(got[0], torch.arange(got[0].shape[0])), got[1])
                 continue
             lin = hm.V[h]  # a value map that serves several heads is computed once
-            v = values.get(id(lin))
-            if v is None:
-                v = lin(x, slot)
-                if id(lin) in hm.shared_values:
-                    values[id(lin)] = v
             if p is not None and p.gap is None:
-                z = run_plan(cfg, p, v, n)
-            else:
-                z = None
-                if p is not None and self._misses.get((li, h), 0) < 2:  # certify first
-                    parts = split_qk(hm, h, x, slot, static_mask)
-                    z = run_candidates(cfg, p, *(rows_last(t) for t in parts), rows_last(v))
-                    if z is None:
-                        self._misses[(li, h)] = self._misses.get((li, h), 0) + 1
-                if z is None:
-                    q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
-                    side = ("side", li, h)  # after two misses it stops trying
-                    if self._misses.get(side, 0) < 2:
-                        qd, kd = hm.Q[h].dirs, hm.K[h].dirs
-                        z = plan_keys.one_sided(cfg, static_mask, qd, kd, q, k, rows_last(v))
-                        self._misses[side] = self._misses.get(side, 0) + (z is None)
-                    if z is None:
-                        z = dense_head(cfg, q, k, rows_last(v))
-                z = z.permute(2, 0, 1)
+                if id(lin) in values:
+                    v = values[id(lin)]
+                else:
+                    lo, hi = store.span(lin.dirs)
+                    v = (lin(store.view(lo, hi), slot), lo) if hi > lo else None
+                    if id(lin) in hm.shared_values:
+                        values[id(lin)] = v
+                got = None if v is None else run_plan(cfg, p, v[0], n, v[1])
+                if got is None:
+                    continue  # its values are 0 where its queries read: it adds 0
+                z, at = got
+            else:  # on whole rows
+                z, at = whole_head(cfg, hm, h, p, store, static_mask, (self._misses, li)), 0
             z = hm.O[h](z, torch.arange(z.shape[0]))
             if apart:  # straight to the stream: no head of this layer reads what it writes
-                store.write(hm.written[hm.O_at[h]], z)
-                x = store.data  # the same rows (a grown store copies them)
+                store.write(hm.written[hm.O_at[h]], z, at)
                 continue
-            if out is None:
-                out = torch.zeros(len(hm.written), x.shape[1], n, dtype=x.dtype)
-            out[hm.O_at[h]] += z
-        if out is not None:
+            held.append((hm.O_at[h], z, at))
+        if held:  # on the span of the heads' writes
+            lo = min(at for _, _, at in held)
+            hi = max(at + z.shape[2] for _, z, at in held)
+            out = torch.zeros(len(hm.written), store.data.shape[1], hi - lo, dtype=self.dtype)
+            for rows, z, at in held:
+                out[rows, :, at - lo : at - lo + z.shape[2]] += z
             keep = slice(None) if mask is None else mask[hm.written]
-            store.write(hm.written[keep], out[keep])
+            store.write(hm.written[keep], out[keep], lo)
 
     def _mlp(self, store, li: int, mask, run=None) -> None:
         """Layer li's MLP added to the stream (``mask``: the static pass, where units that
-        read static directions only run, in the groups ``run[1]``, :meth:`_static_work`)."""
-        x, slot = store.data, store.slot
+        read static directions only run, in the groups ``run[1]``, :meth:`_static_work`),
+        on the span of the rows its units read (a unit of 0 inputs gives 0)."""
+        slot = store.slot
         ok_all = self._analysis()["units"][li]
         for i, (um, ok, u) in enumerate(zip(self._units[li], ok_all, self.layers[li].units)):
             if not um.n or (run is not None and i not in run[1]):
@@ -562,13 +558,17 @@ class SparseTransformer:
             static = None if mask is None else (ok, mask)  # the static pass: these only
             if head_parts.run_units(store, self._units[li], i, u, static):
                 continue  # wide: in parts
+            lo, hi = store.span(um.read_dirs)
+            if hi <= lo:
+                continue
+            x = store.view(lo, hi)
             if mask is None:  # once per distinct input row where the rows repeat
-                store.write(um.written, unit_output(um, store.data, slot))
+                store.write(um.written, unit_output(um, x, slot), lo)
                 continue
             act = um.activation(x, slot)  # the static pass: dynamic units add 0
             act = torch.where(ok[:, None, None], act, torch.zeros((), dtype=act.dtype))
             keep = mask[um.written]
-            store.write(um.written[keep], um.O(act, torch.arange(um.n))[keep])
+            store.write(um.written[keep], um.O(act, torch.arange(um.n))[keep], lo)
 
     # -- plans ---------------------------------------------------------------------------
     def plans(self, n: int) -> list | None:

@@ -8,18 +8,14 @@ Streams are column-major here: ``[slots, batch, pos]``, one contiguous row per d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from attnsim.model import plan_core
-from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import ROW_BY_TERM, TERMS_PER_CHUNK
 from attnsim.model.native import NATIVE_FUNCTIONS
-from attnsim.model.patterns import gather_keys
-from attnsim.model.plan_static import pattern_keys
 from attnsim.model.store import Store
 from attnsim.model.transformer import Transformer
 
@@ -29,17 +25,11 @@ if TYPE_CHECKING:  # the storage classes, for annotations only
 __all__ = [
     "HeadMaps",
     "Linear",
-    "Plan",
     "Store",
     "UnitMaps",
-    "candidate_plan",
     "dense_of",
     "choose_side",
     "factor_side",
-    "dense_head",
-    "head_plan",
-    "run_candidates",
-    "run_plan",
     "split_qk",
 ]
 
@@ -263,6 +253,7 @@ class UnitMaps:
         # outputs read the units' activations (columns 0..n-1)
         self.O = Linear(u.outputs[:, 0], where[u.outputs[:, 1]], u.outputs_w, len(written))
         self.reads = set(u.inputs[:, 1].tolist()) | set(u.second[:, 1].tolist())
+        self.read_dirs = torch.tensor(sorted(self.reads), dtype=torch.long)
         self.unit_reads: list[set[int]] = [set() for _ in range(u.n_units)]
         ks, ds = torch.cat([u.inputs, u.second]).T.tolist() if self.n else ([], [])
         for k, d in zip(ks, ds):
@@ -315,29 +306,6 @@ def unit_output(um: UnitMaps, x: torch.Tensor, slot: torch.Tensor) -> torch.Tens
     small = torch.cat([torch.zeros(1, rows.shape[0], dtype=x.dtype), rows.T])[:, None]
     out = um.O(um.activation(small, local), torch.arange(um.n))  # [written, 1, distinct]
     return out[:, 0, inverse].view(-1, b, n)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`.
-
-    A gather (one key per query) keeps only the queries whose key is not ``fill`` (most
-    queries of a gather that serves one role read BOS): ``queries`` and their ``keys``, no
-    offsets.
-    """
-
-    offsets: torch.Tensor | None
-    keys: torch.Tensor
-    weights: torch.Tensor | None
-    gather: bool
-    gap: torch.Tensor | None = None  # candidate heads: see plans.HeadPlan
-    key_bound: torch.Tensor | None = None
-    queries: torch.Tensor | None = None  # gathers: the queries listed in keys
-    fill: int = 0  # gathers: the key of every other query
-
-    @property
-    def nnz(self) -> int:
-        return int(self.keys.numel())
 
 
 def distinct_nonzero(lins: Sequence[Linear]) -> int:
@@ -415,143 +383,6 @@ def split_qk(hm: HeadMaps, h: int, x, slot, mask):
         for m in (st, ~st):
             parts.append(Linear(lin.dirs[m], lin.cols[m], lin.weight[m], lin.width)(x, slot))
     return tuple(parts)
-
-
-def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
-    """The plan of a head from its queries and keys ``[pos, width]`` (one input); with
-    :func:`run_plan` it mixes values as the dense head does.
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=3, d_vocab=2)
-    >>> pos = torch.arange(3, dtype=torch.float64)[:, None]
-    >>> q, k = torch.cat([2 * (2 - pos), -torch.ones(3, 1)], 1), torch.cat([pos, pos**2], 1)
-    >>> p = head_plan(cfg, q, k)  # query i reads key 2 - i: a gather
-    >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3).flatten().tolist()
-    (True, [3.0, 2.0, 1.0])
-    """
-    return plan_of(*plan_core.select_keys(cfg, q, k))
-
-
-def plan_of(offsets, keys, weights, gather: bool) -> Plan:
-    """A :class:`Plan` from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
-    softmax, ``weights [nnz]``); ``gather``: one key per query.
-
-    >>> p = plan_of(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 0]), None, True)
-    >>> p.fill, p.queries.tolist(), p.keys.tolist()  # BOS, the most read key, is the fill
-    (0, [1], [2])
-    """
-    if not gather:
-        return Plan(offsets, keys, weights, False)
-    fill = int(torch.bincount(keys).argmax())
-    queries = torch.nonzero(keys != fill).flatten()
-    return Plan(None, keys[queries], None, True, queries=queries, fill=fill)
-
-
-def pattern_plan(pattern, n: int, causal: bool) -> Plan:
-    """The plan of a head whose keys the compiler wrote down (a
-    :class:`~attnsim.model.patterns.StaticPattern`) for ``n`` positions: a gather made from
-    the pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
-    else from every query's keys.
-
-    >>> from attnsim.model.patterns import StaticPattern
-    >>> p = pattern_plan(StaticPattern.equality([1.0, 0.0], [0.0, 1.0]), 3, False)
-    >>> p.gather, p.fill, p.queries.tolist(), p.keys.tolist()  # BOS reads BOS: the fill
-    (True, 0, [1, 2], [2, 1])
-    """
-    got = gather_keys(pattern, n, causal)
-    if got is not None:
-        fill, queries, keys = got
-        keys, queries = torch.from_numpy(keys), torch.from_numpy(queries)
-        return Plan(None, keys, None, True, queries=queries, fill=fill)
-    offsets, keys = pattern_keys(pattern, n, causal)
-    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
-
-
-def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
-    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None
-    (:func:`attnsim.model.plan_core.candidate_keys`).
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=4, d_vocab=2)
-    >>> q = torch.ones(4, 1, dtype=torch.float64)
-    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
-    >>> p = candidate_plan(cfg, q, k)  # every query's candidate: key 1, 9 above the rest
-    >>> p.keys.tolist(), p.gap.tolist()
-    ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
-    """
-    got = plan_core.candidate_keys(cfg, q, k)
-    if got is None:
-        return None
-    offsets, keys, gap, key_bound = got
-    return Plan(offsets, keys, None, False, gap, key_bound)
-
-
-def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int) -> torch.Tensor:
-    """A planned head's mixed values ``[w, batch, pos]`` from its values ``v`` (the same
-    shape): a gather, or the mean (hard) or weighted sum (softmax) over each query's keys.
-    See :func:`head_plan` for an example."""
-    if p.gather:
-        z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
-        z[:, :, p.queries] = v[:, :, p.keys]
-        return z
-    counts = p.offsets[1:] - p.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)
-    z = torch.zeros_like(v)
-    step = max(1, TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
-    for at in range(0, len(p.keys), step):  # the terms in parts, added in the same order
-        terms = v[:, :, p.keys[at : at + step]]
-        if p.weights is not None:
-            terms = terms * p.weights[at : at + step].to(v.dtype)
-        z.index_add_(2, rows[at : at + step], terms)
-    if cfg.attention is AttentionMode.HARD:
-        z = z / counts.to(v.dtype)
-    return z
-
-
-def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
-    """A candidate head on its candidate keys, or None when the certificate fails
-    (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``.
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=4, d_vocab=2)
-    >>> q, k = torch.ones(4, 1, dtype=torch.float64), torch.tensor([[0.0], [9.0], [0.0], [0.0]])
-    >>> p = candidate_plan(cfg, q, k.double())
-    >>> v, none = torch.arange(4.0, dtype=torch.float64)[None, :, None], torch.zeros(1, 4, 1)
-    >>> run_candidates(cfg, p, q[None], none.double(), k.double()[None], none.double(), v)
-    tensor([[[1.],
-             [1.],
-             [1.],
-             [1.]]], dtype=torch.float64)
-    """
-    return plan_core.candidate_mean(
-        cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
-    )
-
-
-def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """One head over ``[query, key]`` in row chunks: ``q, k [batch, pos, w]``, ``v [batch,
-    pos, wv]`` -> ``[batch, pos, wv]`` (:func:`attnsim.model.plan_core.mix` per chunk).
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=2, d_vocab=2)
-    >>> q = k = torch.ones(1, 2, 1, dtype=torch.float64)  # every key ties: the mean
-    >>> dense_head(cfg, q, k, torch.tensor([[[1.0], [3.0]]], dtype=torch.float64)).flatten()
-    tensor([2., 2.], dtype=torch.float64)
-    """
-    b, n, _ = q.shape
-    z = torch.zeros_like(v)
-    step = max(1, plan_core.ROWS_PER_CHUNK // max(1, b * n))
-    for start in range(0, n, step):
-        scores = q[:, start : start + step] @ k.transpose(1, 2)  # [batch, rows, key]
-        if cfg.causal:
-            r = torch.arange(start, start + scores.shape[1])[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
-        z[:, start : start + step] = plan_core.mix(cfg, scores, v)[1]
-    return z
 
 
 def dense_of(sp):

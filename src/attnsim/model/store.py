@@ -11,11 +11,51 @@ from attnsim.model.costs import BLOCKED_ROW_VALUES, BLOCKED_STORE_BYTES
 __all__ = ["Store", "BLOCKED_ROW_VALUES", "BLOCKED_STORE_BYTES"]
 
 
+def _add_rows(window: torch.Tensor, rows, values, fresh) -> None:
+    """Adds ``values`` to ``window[rows]`` (a view of the store's rows): a new row (``fresh``,
+    0 before) takes the values (0 + v = v; a -0.0 stays -0.0, equal to the sum's +0.0)."""
+    if len(rows) == 1:  # one row: a slice, no index
+        row = window[int(rows[0])]
+        row.copy_(values[0]) if bool(fresh[0]) else row.add_(values[0])
+        return
+    if bool(fresh.all()):
+        window[rows] = values
+    elif not bool(fresh.any()):
+        window.index_put_((rows,), values, accumulate=True)
+    else:
+        window[rows[fresh]] = values[fresh]
+        window.index_put_((rows[~fresh],), values[~fresh], accumulate=True)
+
+
+class _Window:
+    """Rows in blocks on positions ``lo .. hi - 1``, read like a tensor where the sparse
+    maps need it: ``w[idx]`` (rows ``idx``), ``shape``, ``dtype``, ``element_size()``."""
+
+    def __init__(self, data: BlockRows, lo: int, hi: int) -> None:
+        self.data, self.lo, self.hi = data, lo, hi
+        self.shape = torch.Size((data.shape[0], data.shape[1], hi - lo))
+        self.dtype = data.dtype
+
+    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.data.window(idx, self.lo, self.hi)
+
+    def element_size(self) -> int:
+        return self.data.element_size()
+
+
 class Store:
     """The live columns of the stream, column-major: ``data [slots, batch, pos]``,
     direction d in row ``slot[d]``; row 0 always holds 0 (directions that hold nothing read
     it). A direction gets a row when first written and gives it back once the stage
     ``last[d]`` has run.
+
+    Each row is 0 outside its **span**, the positions ``lo[row] <= p < hi[row]`` its writes
+    reached (a write keeps only the positions from its first to its last non-zero value,
+    and a released row is zeroed there): most of U's rows are non-zero on a few positions
+    of thousands, so a sublayer reads, computes and writes on the span of the rows it reads
+    (:meth:`span`, :meth:`view`), not on every position. Rows in blocks
+    (:class:`~attnsim.model.block_rows.BlockRows`) keep spans the same way (a read of a
+    span reads its blocks only).
 
     >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 1, 2: 3})
     >>> st.write(torch.tensor([0, 1, 2]), torch.ones(3, 1, 2, dtype=torch.float64))
@@ -35,21 +75,56 @@ class Store:
         full = size * b * n * torch.empty((), dtype=dtype).element_size()
         self.blocked = b * n >= BLOCKED_ROW_VALUES and full >= BLOCKED_STORE_BYTES
         self.data = self._alloc(size)  # rows from the start (a run knows its peak)
+        self.lo = torch.zeros(self.data.shape[0], dtype=torch.long)  # each row's span
+        self.hi = torch.zeros(self.data.shape[0], dtype=torch.long)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
 
     def _alloc(self, size: int) -> torch.Tensor:
-        """``size`` rows, row 0 (and in blocks, every row) zero."""
+        """``size`` rows of zeros (whose pages take memory only once written, where the
+        system allows: :func:`attnsim.model.zero_rows.zeros`)."""
         if self.blocked:
             return BlockRows(size, self.b, self.n, self.dtype)
-        data = torch.empty(size, self.b, self.n, dtype=self.dtype)  # a row is written whole
-        data[0] = 0.0  # when taken: the pages of rows never taken are never touched
-        return data
+        return zero_rows.zeros((size, self.b, self.n), self.dtype)
 
-    def write(self, dirs: torch.Tensor, values: torch.Tensor) -> None:
-        """Adds ``values [len(dirs), batch, pos]`` to the directions ``dirs`` (distinct);
-        a direction nothing reads later is dropped."""
+    def span(self, dirs: torch.Tensor) -> tuple[int, int]:
+        """``(lo, hi)``: every row of ``dirs`` is 0 outside positions ``lo .. hi - 1``
+        (``(0, 0)`` when all are 0; the whole row for rows in blocks).
+
+        >>> st = Store(1, 6, d=3, dtype=torch.float64, last={0: 1, 1: 1})
+        >>> st.write(torch.tensor([0]), torch.tensor([[[0.0, 2.0, 0.0, 3.0, 0.0, 0.0]]]).double())
+        >>> st.span(torch.tensor([0])), st.span(torch.tensor([1])), st.span(torch.tensor([0, 1]))
+        ((1, 4), (0, 0), (1, 4))
+        """
+        rows = self.slot[dirs]
+        lo, hi = self.lo[rows], self.hi[rows]
+        live = hi > lo
+        if not bool(live.any()):
+            return 0, 0
+        return int(lo[live].min()), int(hi[live].max())
+
+    def view(self, lo: int, hi: int) -> torch.Tensor:
+        """The rows on positions ``lo .. hi - 1``: ``[slots, batch, hi - lo]`` (a view; the
+        whole rows, also for rows in blocks, when that is all of them)."""
+        if lo == 0 and hi == self.n:
+            return self.data
+        if self.blocked:
+            return _Window(self.data, lo, hi)
+        return self.data[:, :, lo:hi]
+
+    def write(self, dirs: torch.Tensor, values: torch.Tensor, at: int = 0) -> None:
+        """Adds ``values [len(dirs), batch, w]`` to the directions ``dirs`` (distinct) on
+        positions ``at .. at + w - 1`` (0 elsewhere); a direction nothing reads later is
+        dropped, and only the positions from the first to the last non-zero value are
+        written (a write of zeros takes no row).
+
+        >>> st = Store(1, 5, d=2, dtype=torch.float64, last={0: 1, 1: 1})
+        >>> v = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]]], dtype=torch.float64)
+        >>> st.write(torch.tensor([0, 1]), v, at=2)
+        >>> st.read(torch.tensor([0, 1]))[:, 0].tolist(), int(st.slot[1])  # 1 takes no row
+        ([[0.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]], 0)
+        """
         listed = dirs.tolist()
         keep = [i for i, c in enumerate(listed) if c in self.last]
         if not keep:
@@ -57,25 +132,37 @@ class Store:
         if len(keep) < len(dirs):
             dirs, values = dirs[keep], values[keep]
             listed = [listed[i] for i in keep]
-        new = self.take(listed)
+        nz = values.ne(0)  # (a NaN counts)
+        nz = (nz[:, 0] if nz.shape[1] == 1 else nz.any(1)).view(torch.uint8)  # [rows, pos]
+        hit, first = nz.max(1)  # each row's span: its first to its last non-zero value
+        if not bool(hit.all()):  # rows of zeros: left as they are (no row, or 0 added)
+            if not bool(hit.any()):
+                return
+            idx = torch.nonzero(hit).flatten()
+            dirs, values, nz, first = dirs[idx], values[idx], nz[idx], first[idx]
+            listed = [listed[i] for i in idx.tolist()]
+        w = values.shape[2]
+        end = w - nz.flip(1).argmax(1)
+        fresh = torch.zeros(len(listed), dtype=torch.bool)
+        fresh[self.take(listed)] = True
         rows = self.slot[dirs]
-        if self.blocked:  # only the blocks where something is added (free blocks are 0)
-            self.data.add(rows, values)
-            return
-        if len(new) == len(listed):  # every row new: the values are the rows (0 + v = v;
-            self.data[rows] = values  # a -0.0 stays -0.0, equal to the sum's +0.0)
-            return
-        if new:  # the new rows take their values, the others add them
-            fresh = torch.as_tensor(new, dtype=torch.long)
-            self.data[rows[fresh]] = values[fresh]
-            old = torch.as_tensor(sorted(set(range(len(listed))) - set(new)), dtype=torch.long)
-            rows, values = rows[old], values[old]
-        self.data.index_put_((rows,), values, accumulate=True)
+        if self.blocked:  # (only the non-zero blocks are written)
+            a, z = int(first.min()), int(end.max())
+            self.data.add(rows, values[:, :, a:z], at + a)
+        else:
+            spans, group = torch.unique(first * (w + 1) + end, return_inverse=True)
+            for g, key in enumerate(spans.tolist()):  # the rows of one span at a time
+                a, z = divmod(key, w + 1)
+                m = None if len(spans) == 1 else torch.nonzero(group == g).flatten()
+                r, v, f = (rows, values, fresh) if m is None else (rows[m], values[m], fresh[m])
+                _add_rows(self.data[:, :, at + a : at + z], r, v[:, :, a:z], f)
+        lo, hi = self.lo[rows], self.hi[rows]
+        self.lo[rows] = torch.where(fresh, at + first, torch.minimum(lo, at + first))
+        self.hi[rows] = torch.where(fresh, at + end, torch.maximum(hi, at + end))
 
     def take(self, dirs: list[int]) -> list[int]:
         """Gives a row to each of ``dirs`` (distinct, each read later) that holds none yet;
-        returns their places in ``dirs``. A new row's content is undefined in a store of one
-        tensor (its writer sets all of it) and zero in blocks.
+        returns their places in ``dirs``. A new row is zero.
 
         >>> st = Store(1, 2, d=3, dtype=torch.float64, last={0: 4, 1: 4})
         >>> st.write(torch.tensor([0]), torch.ones(1, 1, 2, dtype=torch.float64))
@@ -100,22 +187,44 @@ class Store:
         size = max(old * 2, old + k - len(self.free) + 64)
         if self.blocked:
             self.data.grow_rows(size)
+            self._grow_spans(size)
             self.free = list(range(size - 1, old - 1, -1)) + self.free
             return
         before = self.data
         data = self._alloc(size)
-        taken = self.slot[self.slot > 0]  # the rows in use (free rows are zero or unused)
+        taken = self.slot[self.slot > 0]  # the rows in use (free rows are zero)
         data[taken] = before[taken]
         self.data = data
+        self._grow_spans(size)
         self.free = list(range(size - 1, old - 1, -1)) + self.free
+
+    def _grow_spans(self, size: int) -> None:
+        more = torch.zeros(size - len(self.lo), dtype=torch.long)
+        self.lo, self.hi = torch.cat([self.lo, more]), torch.cat([self.hi, more])
+
+    def _clear(self, rows: list[int]) -> None:
+        """Zeroes these rows (on their spans; in blocks, their blocks go back)."""
+        if self.blocked:
+            self.data.clear(rows)
+        elif rows:
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            spans, group = torch.unique(
+                self.lo[idx] * (self.n + 1) + self.hi[idx], return_inverse=True
+            )
+            for g, key in enumerate(spans.tolist()):  # the rows of one span at a time
+                a, z = divmod(key, self.n + 1)
+                if z > a:
+                    same = idx if len(spans) == 1 else idx[group == g]
+                    self.data[:, :, a:z].index_fill_(0, same, 0.0)
+        self.lo[rows] = 0
+        self.hi[rows] = 0
 
     def release(self, stage: int) -> None:
         """Frees the rows of the directions whose last reader ran before this stage."""
         for s in [s for s in self.by_stage if s < stage]:
             dirs = self.by_stage.pop(s)
             rows = self.slot[dirs].tolist()
-            if self.blocked:  # back to zero, their blocks to the free list
-                self.data.clear(rows)
+            self._clear(rows)  # back to zero
             self.free.extend(rows)
             self.slot[dirs] = 0
 
@@ -133,14 +242,20 @@ class Store:
         for s in {self.last[c] for c in dirs}:
             self.by_stage[s] = [c for c in self.by_stage[s] if c not in gone]
         rows = self.slot[dirs].tolist()
-        if self.blocked:  # (otherwise a row is zeroed when taken)
-            self.data.clear(rows)
+        self._clear(rows)
         self.free.extend(rows)
         self.slot[dirs] = 0
 
     def read(self, cols: torch.Tensor) -> torch.Tensor:
-        """``[len(cols), batch, pos]`` (0 for a direction that holds nothing)."""
-        return self.data[self.slot[cols]]
+        """``[len(cols), batch, pos]`` (0 for a direction that holds nothing), read on the
+        span of these rows."""
+        lo, hi = self.span(cols)
+        if lo == 0 and hi == self.n:
+            return self.data[self.slot[cols]]
+        out = torch.zeros(len(cols), self.b, self.n, dtype=self.dtype)
+        if hi > lo:
+            out[:, :, lo:hi] = self.view(lo, hi)[self.slot[cols]]
+        return out
 
     def live_rows(self) -> torch.Tensor:
         """The rows in use now (row 0 excluded).

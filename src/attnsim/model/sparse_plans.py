@@ -1,0 +1,255 @@
+"""Heads whose keys the sparse storage knows before it runs them: their plans (the keys
+each query selects, found once per input length), and running them on the stream's spans.
+
+A plan is a gather (one key per query: the queries that do not read the ``fill`` key are
+listed with their keys) or a list of keys per query (CSR) whose values are averaged (hard
+attention) or weighted (softmax); a candidate plan adds the gap its run-time certificate
+checks. :func:`run_plan` mixes a head's values on the positions where they can be non-zero
+(the span of the rows they read, see :class:`attnsim.model.store.Store`) and returns the
+mixed values on the span of the queries that read those positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnsim.model import plan_core, plan_keys
+from attnsim.model.config import AttentionMode, ModelConfig
+from attnsim.model.costs import TERMS_PER_CHUNK
+from attnsim.model.patterns import gather_keys
+from attnsim.model.plan_static import pattern_keys
+from attnsim.model.sparse_ops import rows_last, split_qk
+
+__all__ = [
+    "Plan",
+    "candidate_plan",
+    "dense_head",
+    "head_plan",
+    "mixed",
+    "pattern_plan",
+    "plan_of",
+    "run_candidates",
+    "run_plan",
+    "whole_head",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`.
+
+    A gather (one key per query) keeps only the queries whose key is not ``fill`` (most
+    queries of a gather that serves one role read BOS): ``queries`` and their ``keys``, no
+    offsets.
+    """
+
+    offsets: torch.Tensor | None
+    keys: torch.Tensor
+    weights: torch.Tensor | None
+    gather: bool
+    gap: torch.Tensor | None = None  # candidate heads: see plans.HeadPlan
+    key_bound: torch.Tensor | None = None
+    queries: torch.Tensor | None = None  # gathers: the queries listed in keys
+    fill: int = 0  # gathers: the key of every other query
+
+    @property
+    def nnz(self) -> int:
+        return int(self.keys.numel())
+
+
+def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
+    """The plan of a head from its queries and keys ``[pos, width]`` (one input); with
+    :func:`run_plan` it mixes values as the dense head does.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> pos = torch.arange(3, dtype=torch.float64)[:, None]
+    >>> q, k = torch.cat([2 * (2 - pos), -torch.ones(3, 1)], 1), torch.cat([pos, pos**2], 1)
+    >>> p = head_plan(cfg, q, k)  # query i reads key 2 - i: a gather
+    >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3)[0].flatten().tolist()
+    (True, [3.0, 2.0, 1.0])
+    """
+    return plan_of(*plan_core.select_keys(cfg, q, k))
+
+
+def plan_of(offsets, keys, weights, gather: bool) -> Plan:
+    """A :class:`Plan` from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
+    softmax, ``weights [nnz]``); ``gather``: one key per query.
+
+    >>> p = plan_of(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 0]), None, True)
+    >>> p.fill, p.queries.tolist(), p.keys.tolist()  # BOS, the most read key, is the fill
+    (0, [1], [2])
+    """
+    if not gather:
+        return Plan(offsets, keys, weights, False)
+    fill = int(torch.bincount(keys).argmax())
+    queries = torch.nonzero(keys != fill).flatten()
+    return Plan(None, keys[queries], None, True, queries=queries, fill=fill)
+
+
+def pattern_plan(pattern, n: int, causal: bool) -> Plan:
+    """The plan of a head whose keys the compiler wrote down (a
+    :class:`~attnsim.model.patterns.StaticPattern`) for ``n`` positions: a gather made from
+    the pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
+    else from every query's keys.
+
+    >>> from attnsim.model.patterns import StaticPattern
+    >>> p = pattern_plan(StaticPattern.equality([1.0, 0.0], [0.0, 1.0]), 3, False)
+    >>> p.gather, p.fill, p.queries.tolist(), p.keys.tolist()  # BOS reads BOS: the fill
+    (True, 0, [1, 2], [2, 1])
+    """
+    got = gather_keys(pattern, n, causal)
+    if got is not None:
+        fill, queries, keys = got
+        keys, queries = torch.from_numpy(keys), torch.from_numpy(queries)
+        return Plan(None, keys, None, True, queries=queries, fill=fill)
+    offsets, keys = pattern_keys(pattern, n, causal)
+    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
+
+
+def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
+    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None
+    (:func:`attnsim.model.plan_core.candidate_keys`).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q = torch.ones(4, 1, dtype=torch.float64)
+    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
+    >>> p = candidate_plan(cfg, q, k)  # every query's candidate: key 1, 9 above the rest
+    >>> p.keys.tolist(), p.gap.tolist()
+    ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
+    """
+    got = plan_core.candidate_keys(cfg, q, k)
+    if got is None:
+        return None
+    offsets, keys, gap, key_bound = got
+    return Plan(offsets, keys, None, False, gap, key_bound)
+
+
+def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
+    """A planned head's mixed values from its values ``v [w, batch, span]`` on positions
+    ``at .. at + span - 1`` (0 elsewhere): ``(z [w, batch, m], z_at)``, the mixed values on
+    positions ``z_at .. z_at + m - 1`` (0 elsewhere), or None where they are 0 at every
+    position. A gather takes each listed query's key (and the ``fill`` key for the others):
+    only the queries whose keys lie in the span are written; a mean (hard) or weighted sum
+    (softmax) over each query's keys runs on every position.
+
+    >>> p = plan_of(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 0, 1, 2]), None, True)
+    >>> z, z_at = run_plan(None, p, torch.tensor([[[5.0, 7.0]]]), 4, at=1)  # keys 1, 2 only
+    >>> z.flatten().tolist(), z_at  # queries 2 and 3 read keys 1 and 2; 0, 1 read key 0
+    ([5.0, 7.0], 2)
+    """
+    w = v.shape[2]
+    if p.gather and not at <= p.fill < at + w:  # the other queries read 0
+        inside = (p.keys >= at) & (p.keys < at + w)
+        queries = p.queries[inside]
+        if not len(queries):
+            return None
+        lo = int(queries.min())
+        z = v.new_zeros(v.shape[0], v.shape[1], int(queries.max()) + 1 - lo)
+        z[:, :, queries - lo] = v[:, :, p.keys[inside] - at]
+        return z, lo
+    if at or w != n:  # on every position
+        v = torch.zeros(v.shape[0], v.shape[1], n, dtype=v.dtype).index_copy_(
+            2, torch.arange(at, at + w), v
+        )
+    if p.gather:
+        z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
+        z[:, :, p.queries] = v[:, :, p.keys]
+        return z, 0
+    counts = p.offsets[1:] - p.offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(n), counts)
+    z = torch.zeros_like(v)
+    step = max(1, TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
+    for start in range(0, len(p.keys), step):  # the terms in parts, added in the same order
+        terms = v[:, :, p.keys[start : start + step]]
+        if p.weights is not None:
+            terms = terms * p.weights[start : start + step].to(v.dtype)
+        z.index_add_(2, rows[start : start + step], terms)
+    if cfg.attention is AttentionMode.HARD:
+        z = z / counts.to(v.dtype)
+    return z, 0
+
+
+def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):
+    """:func:`run_plan` of the values ``lin`` (a :class:`attnsim.model.sparse_ops.Linear`)
+    computes from ``store`` on the span of the rows it reads (None where those are 0)."""
+    lo, hi = store.span(lin.dirs)
+    if hi <= lo:
+        return None
+    return run_plan(cfg, p, lin(store.view(lo, hi), store.slot), n, lo)
+
+
+def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
+    """A candidate head on its candidate keys, or None when the certificate fails
+    (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q, k = torch.ones(4, 1, dtype=torch.float64), torch.tensor([[0.0], [9.0], [0.0], [0.0]])
+    >>> p = candidate_plan(cfg, q, k.double())
+    >>> v, none = torch.arange(4.0, dtype=torch.float64)[None, :, None], torch.zeros(1, 4, 1)
+    >>> run_candidates(cfg, p, q[None], none.double(), k.double()[None], none.double(), v)
+    tensor([[[1.],
+             [1.],
+             [1.],
+             [1.]]], dtype=torch.float64)
+    """
+    return plan_core.candidate_mean(
+        cfg, p.offsets, p.keys, p.gap, p.key_bound, q_s, q_d, k_s, k_d, v
+    )
+
+
+def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One head over ``[query, key]`` in row chunks: ``q, k [batch, pos, w]``, ``v [batch,
+    pos, wv]`` -> ``[batch, pos, wv]`` (:func:`attnsim.model.plan_core.mix` per chunk).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=2, d_vocab=2)
+    >>> q = k = torch.ones(1, 2, 1, dtype=torch.float64)  # every key ties: the mean
+    >>> dense_head(cfg, q, k, torch.tensor([[[1.0], [3.0]]], dtype=torch.float64)).flatten()
+    tensor([2., 2.], dtype=torch.float64)
+    """
+    b, n, _ = q.shape
+    z = torch.zeros_like(v)
+    step = max(1, plan_core.ROWS_PER_CHUNK // max(1, b * n))
+    for start in range(0, n, step):
+        scores = q[:, start : start + step] @ k.transpose(1, 2)  # [batch, rows, key]
+        if cfg.causal:
+            r = torch.arange(start, start + scores.shape[1])[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > r, float("-inf"))
+        z[:, start : start + step] = plan_core.mix(cfg, scores, v)[1]
+    return z
+
+
+def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask, misses):
+    """Head ``h`` of the maps ``hm`` (a :class:`attnsim.model.sparse_ops.HeadMaps`) on
+    whole rows, ``[w, batch, pos]``: on its candidate keys where the certificate holds
+    (``p``, a candidate plan), else as a one-sided head, else dense; ``misses = (counts,
+    layer)``: after two failed tries at a head, the candidates (or the one-sided way) are
+    not tried again."""
+    counts, li = misses
+    x, slot = store.data, store.slot
+    v = hm.V[h](x, slot)
+    z = None
+    if p is not None and counts.get((li, h), 0) < 2:  # certify first
+        parts = split_qk(hm, h, x, slot, static_mask)
+        z = run_candidates(cfg, p, *(rows_last(t) for t in parts), rows_last(v))
+        if z is None:
+            counts[(li, h)] = counts.get((li, h), 0) + 1
+    if z is None:
+        q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
+        side = ("side", li, h)
+        if counts.get(side, 0) < 2:
+            qd, kd = hm.Q[h].dirs, hm.K[h].dirs
+            z = plan_keys.one_sided(cfg, static_mask, qd, kd, q, k, rows_last(v))
+            counts[side] = counts.get(side, 0) + (z is None)
+        if z is None:
+            z = dense_head(cfg, q, k, rows_last(v))
+    return z.permute(2, 0, 1)
