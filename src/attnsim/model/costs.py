@@ -41,7 +41,8 @@ MAX_CLASS_VALUES = 1 << 21
 # a head group's [head, width, query, key, batch] values the feature-major executor
 # broadcasts at once (model.fused)
 BROADCAST_VALUES = 1 << 21
-# positions x terms per slice of a sparse product (model.sparse_ops)
+# positions x terms per slice of a sparse product or a planned mean (model.sparse_ops,
+# model.sparse_plans)
 TERMS_PER_CHUNK = 1 << 23
 # the most one part of a sparse head's values takes; a narrower head runs whole
 # (model.head_parts)
