@@ -12,6 +12,7 @@ mixed values on the span of the queries that read those positions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -57,6 +58,13 @@ class Plan:
     @property
     def nnz(self) -> int:
         return int(self.keys.numel())
+
+    @cached_property
+    def by_key(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A gather's listed keys in ascending order and their queries (found once): the
+        queries whose keys lie in a span are one slice."""
+        order = torch.argsort(self.keys, stable=True)
+        return self.keys[order], self.queries[order]
 
 
 def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
@@ -145,18 +153,19 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     """
     w = v.shape[2]
     if p.gather and not at <= p.fill < at + w:  # the other queries read 0
-        inside = (p.keys >= at) & (p.keys < at + w)
-        queries = p.queries[inside]
-        if not len(queries):
+        keys, queries = p.by_key
+        i, j = torch.searchsorted(keys, torch.tensor([at, at + w])).tolist()
+        if i == j:
             return None
+        keys, queries = keys[i:j], queries[i:j]
         lo = int(queries.min())
         z = v.new_zeros(v.shape[0], v.shape[1], int(queries.max()) + 1 - lo)
-        z[:, :, queries - lo] = v[:, :, p.keys[inside] - at]
+        z[:, :, queries - lo] = v[:, :, keys - at]
         return z, lo
     if at or w != n:  # on every position
-        v = torch.zeros(v.shape[0], v.shape[1], n, dtype=v.dtype).index_copy_(
-            2, torch.arange(at, at + w), v
-        )
+        whole = v.new_zeros(v.shape[0], v.shape[1], n)
+        whole[:, :, at : at + w] = v
+        v = whole
     if p.gather:
         z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
         z[:, :, p.queries] = v[:, :, p.keys]

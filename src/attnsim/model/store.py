@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from attnsim.model import zero_rows
@@ -75,18 +76,19 @@ class Store:
         full = size * b * n * torch.empty((), dtype=dtype).element_size()
         self.blocked = b * n >= BLOCKED_ROW_VALUES and full >= BLOCKED_STORE_BYTES
         self.data = self._alloc(size)  # rows from the start (a run knows its peak)
-        self.lo = torch.zeros(self.data.shape[0], dtype=torch.long)  # each row's span
-        self.hi = torch.zeros(self.data.shape[0], dtype=torch.long)
+        self.lo = np.zeros(self.data.shape[0], dtype=np.int64)  # each row's span
+        self.hi = np.zeros(self.data.shape[0], dtype=np.int64)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
 
     def _alloc(self, size: int) -> torch.Tensor:
-        """``size`` rows of zeros (whose pages take memory only once written, where the
-        system allows: :func:`attnsim.model.zero_rows.zeros`)."""
+        """``size`` rows of zeros (every row is taken at the run's peak, so all its memory
+        is written; zeroed at once it comes in large pages, where fresh zero pages faulted
+        in one by one cost up to half the pass of a small U: measured at U(64, 64, 1))."""
         if self.blocked:
             return BlockRows(size, self.b, self.n, self.dtype)
-        return zero_rows.zeros((size, self.b, self.n), self.dtype)
+        return torch.zeros((size, self.b, self.n), dtype=self.dtype)
 
     def span(self, dirs: torch.Tensor) -> tuple[int, int]:
         """``(lo, hi)``: every row of ``dirs`` is 0 outside positions ``lo .. hi - 1``
@@ -97,10 +99,10 @@ class Store:
         >>> st.span(torch.tensor([0])), st.span(torch.tensor([1])), st.span(torch.tensor([0, 1]))
         ((1, 4), (0, 0), (1, 4))
         """
-        rows = self.slot[dirs]
+        rows = self.slot[dirs].numpy()
         lo, hi = self.lo[rows], self.hi[rows]
         live = hi > lo
-        if not bool(live.any()):
+        if not live.any():
             return 0, 0
         return int(lo[live].min()), int(hi[live].max())
 
@@ -134,6 +136,9 @@ class Store:
             listed = [listed[i] for i in keep]
         nz = values.ne(0)  # (a NaN counts)
         nz = (nz[:, 0] if nz.shape[1] == 1 else nz.any(1)).view(torch.uint8)  # [rows, pos]
+        if len(listed) == 1:
+            self._write_row(dirs, values, nz[0], at)
+            return
         hit, first = nz.max(1)  # each row's span: its first to its last non-zero value
         if not bool(hit.all()):  # rows of zeros: left as they are (no row, or 0 added)
             if not bool(hit.any()):
@@ -146,19 +151,34 @@ class Store:
         fresh = torch.zeros(len(listed), dtype=torch.bool)
         fresh[self.take(listed)] = True
         rows = self.slot[dirs]
+        a, z = int(first.min()), int(end.max())  # one write over the rows' spans
         if self.blocked:  # (only the non-zero blocks are written)
-            a, z = int(first.min()), int(end.max())
             self.data.add(rows, values[:, :, a:z], at + a)
+        else:  # (zeros between a row's span and the others' are added as zeros)
+            _add_rows(self.data[:, :, at + a : at + z], rows, values[:, :, a:z], fresh)
+        r, f = rows.numpy(), fresh.numpy()
+        a, z = first.numpy() + at, end.numpy() + at
+        self.lo[r] = np.where(f, a, np.minimum(self.lo[r], a))
+        self.hi[r] = np.where(f, z, np.maximum(self.hi[r], z))
+
+    def _write_row(self, dirs: torch.Tensor, values: torch.Tensor, nz: torch.Tensor, at: int):
+        """:meth:`write` of one direction (``nz``: where its values are non-zero, uint8)."""
+        hit, first = nz.max(0)
+        if not int(hit):
+            return
+        w = values.shape[2]
+        a, z = int(first), w - int(nz.flip(0).argmax())
+        fresh = bool(self.take(dirs.tolist()))
+        row = int(self.slot[dirs[0]])
+        if self.blocked:
+            self.data.add(self.slot[dirs], values[:, :, a:z], at + a)
         else:
-            spans, group = torch.unique(first * (w + 1) + end, return_inverse=True)
-            for g, key in enumerate(spans.tolist()):  # the rows of one span at a time
-                a, z = divmod(key, w + 1)
-                m = None if len(spans) == 1 else torch.nonzero(group == g).flatten()
-                r, v, f = (rows, values, fresh) if m is None else (rows[m], values[m], fresh[m])
-                _add_rows(self.data[:, :, at + a : at + z], r, v[:, :, a:z], f)
-        lo, hi = self.lo[rows], self.hi[rows]
-        self.lo[rows] = torch.where(fresh, at + first, torch.minimum(lo, at + first))
-        self.hi[rows] = torch.where(fresh, at + end, torch.maximum(hi, at + end))
+            part = self.data[row, :, at + a : at + z]
+            part.copy_(values[0, :, a:z]) if fresh else part.add_(values[0, :, a:z])
+        a, z = at + a, at + z
+        if not fresh:
+            a, z = min(a, int(self.lo[row])), max(z, int(self.hi[row]))
+        self.lo[row], self.hi[row] = a, z
 
     def take(self, dirs: list[int]) -> list[int]:
         """Gives a row to each of ``dirs`` (distinct, each read later) that holds none yet;
@@ -199,23 +219,23 @@ class Store:
         self.free = list(range(size - 1, old - 1, -1)) + self.free
 
     def _grow_spans(self, size: int) -> None:
-        more = torch.zeros(size - len(self.lo), dtype=torch.long)
-        self.lo, self.hi = torch.cat([self.lo, more]), torch.cat([self.hi, more])
+        more = np.zeros(size - len(self.lo), dtype=np.int64)
+        self.lo, self.hi = np.concatenate([self.lo, more]), np.concatenate([self.hi, more])
 
     def _clear(self, rows: list[int]) -> None:
         """Zeroes these rows (on their spans; in blocks, their blocks go back)."""
         if self.blocked:
             self.data.clear(rows)
         elif rows:
-            idx = torch.as_tensor(rows, dtype=torch.long)
-            spans, group = torch.unique(
+            idx = np.asarray(rows, dtype=np.int64)
+            spans, group = np.unique(
                 self.lo[idx] * (self.n + 1) + self.hi[idx], return_inverse=True
             )
             for g, key in enumerate(spans.tolist()):  # the rows of one span at a time
                 a, z = divmod(key, self.n + 1)
                 if z > a:
-                    same = idx if len(spans) == 1 else idx[group == g]
-                    self.data[:, :, a:z].index_fill_(0, same, 0.0)
+                    same = idx if len(spans) == 1 else idx[group.reshape(-1) == g]
+                    self.data[:, :, a:z].index_fill_(0, torch.from_numpy(same), 0.0)
         self.lo[rows] = 0
         self.hi[rows] = 0
 
