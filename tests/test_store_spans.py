@@ -104,3 +104,21 @@ def test_a_gather_on_a_span_equals_the_whole_row_gather(fill):
             z, z_at = got
             full[:, :, z_at : z_at + z.shape[2]] = z
         assert torch.equal(full, want)
+
+
+@pytest.mark.parametrize(
+    "shape, at",
+    [((1, 1, 5), 4), ((1, 1, 3), -1), ((1, 2, 3), 0), ((2, 1, 3), 0), ((3,), 0)],
+)
+@pytest.mark.parametrize("blocked", [False, True])
+def test_a_write_outside_the_stream_is_refused(shape, at, blocked, monkeypatch):
+    """Values past the positions, before position 0, of another batch or another number
+    of rows than directions: refused, naming both shapes, and nothing is written."""
+    if blocked:
+        monkeypatch.setattr(store_mod, "BLOCKED_ROW_VALUES", 1)
+        monkeypatch.setattr(store_mod, "BLOCKED_STORE_BYTES", 1)
+    st_ = Store(1, 8, d=2, dtype=torch.float64, last={0: 1, 1: 1})
+    assert st_.blocked == blocked
+    with pytest.raises(ValueError, match=r"values must be \[len\(dirs\), batch, w\].*got"):
+        st_.write(torch.tensor([0]), torch.ones(shape, dtype=torch.float64), at)
+    assert int(st_.slot[0]) == 0 and float(st_.read(torch.arange(2)).abs().sum()) == 0.0

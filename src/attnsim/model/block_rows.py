@@ -138,7 +138,8 @@ class BlockRows:
             raise ValueError(
                 f"BlockRows.add: values must be [len(rows), batch, w] = [{len(rows)}, "
                 f"{self.shape[1]}, w] with at + w <= {self.shape[2]} (at = {at}), got "
-                f"{list(values.shape)}"
+                f"{list(values.shape)}: pass one row of values per row, over positions of "
+                "these rows"
             )
         j0, j1 = at // BLOCK, -(-(at + w) // BLOCK)
         if at % BLOCK or w != (j1 - j0) * BLOCK:  # zeros to whole blocks (past n: unread)
@@ -157,7 +158,7 @@ class BlockRows:
             self.table[rows, j0:j1] = tbl
         ks, js = torch.nonzero(nz, as_tuple=True)
         vals = blocks[ks, :, js]  # [m, b, BLOCK]
-        fresh = new[ks, js]  # a new block takes its values whole (it held anything)
+        fresh = new[ks, js]  # a new block takes its values whole (whatever it held before)
         for chunk, part, off in self._split(tbl[ks, js]):
             v, f = (vals, fresh) if part is None else (vals[part], fresh[part])
             if bool(f.all()):

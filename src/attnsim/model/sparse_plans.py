@@ -186,7 +186,17 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
 
 def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):
     """:func:`run_plan` of the values ``lin`` (a :class:`attnsim.model.sparse_ops.Linear`)
-    computes from ``store`` on the span of the rows it reads (None where those are 0)."""
+    computes from ``store`` on the span of the rows it reads (None where those are 0).
+
+    >>> from attnsim.model.sparse_ops import Linear, Store
+    >>> st = Store(1, 6, d=1, dtype=torch.float64, last={0: 1})
+    >>> st.write(torch.tensor([0]), torch.tensor([[[4.0]]], dtype=torch.float64), at=2)
+    >>> lin = Linear(torch.tensor([0]), torch.tensor([0]), torch.ones(1, dtype=torch.float64), 1)
+    >>> p = plan_of(torch.arange(7), torch.tensor([0, 0, 0, 0, 0, 2]), None, True)
+    >>> z, at = mixed(None, p, st, lin, 6)  # query 5 reads key 2; the others BOS (0 there)
+    >>> z.flatten().tolist(), at
+    ([4.0], 5)
+    """
     lo, hi = store.span(lin.dirs)
     if hi <= lo:
         return None
@@ -242,7 +252,21 @@ def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask,
     whole rows, ``[w, batch, pos]``: on its candidate keys where the certificate holds
     (``p``, a candidate plan), else as a one-sided head, else dense; ``misses = (counts,
     layer)``: after two failed tries at a head, the candidates (or the one-sided way) are
-    not tried again."""
+    not tried again.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> from attnsim.model.sparse import SparseHeads
+    >>> from attnsim.model.sparse_ops import HeadMaps, Store
+    >>> cfg = ModelConfig(n_layers=1, d_model=3, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> w = torch.ones(1, dtype=torch.float64)  # scores 0 everywhere: the mean of the values
+    >>> qk, ov = torch.tensor([[0, 0, 0]]), torch.tensor([[0, 1, 2]])  # values: 1 -> 2
+    >>> hm = HeadMaps(SparseHeads(1, qk, 0 * w, ov, w))
+    >>> st = Store(1, 3, d=3, dtype=torch.float64, last={0: 1, 1: 1})
+    >>> st.write(torch.tensor([1]), torch.tensor([[[3.0, 6.0, 9.0]]], dtype=torch.float64))
+    >>> whole_head(cfg, hm, 0, None, st, torch.zeros(3, dtype=torch.bool), ({}, 0)).flatten()
+    tensor([6., 6., 6.], dtype=torch.float64)
+    """
     counts, li = misses
     x, slot = store.data, store.slot
     v = hm.V[h](x, slot)

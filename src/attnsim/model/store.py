@@ -83,16 +83,16 @@ class Store:
         self.peak = 1
 
     def _alloc(self, size: int) -> torch.Tensor:
-        """``size`` rows of zeros (every row is taken at the run's peak, so all its memory
-        is written; zeroed at once it comes in large pages, where fresh zero pages faulted
-        in one by one cost up to half the pass of a small U: measured at U(64, 64, 1))."""
+        """``size`` rows of zeros (zeroed at once, in large pages: fresh zero pages faulted
+        in one by one cost up to half the pass of a small U, measured at U(64, 64, 1); the
+        rows are zeroed whether or not a run takes them all)."""
         if self.blocked:
             return BlockRows(size, self.b, self.n, self.dtype)
         return torch.zeros((size, self.b, self.n), dtype=self.dtype)
 
     def span(self, dirs: torch.Tensor) -> tuple[int, int]:
         """``(lo, hi)``: every row of ``dirs`` is 0 outside positions ``lo .. hi - 1``
-        (``(0, 0)`` when all are 0; the whole row for rows in blocks).
+        (``(0, 0)`` when all are 0).
 
         >>> st = Store(1, 6, d=3, dtype=torch.float64, last={0: 1, 1: 1})
         >>> st.write(torch.tensor([0]), torch.tensor([[[0.0, 2.0, 0.0, 3.0, 0.0, 0.0]]]).double())
@@ -107,8 +107,15 @@ class Store:
         return int(lo[live].min()), int(hi[live].max())
 
     def view(self, lo: int, hi: int) -> torch.Tensor:
-        """The rows on positions ``lo .. hi - 1``: ``[slots, batch, hi - lo]`` (a view; the
-        whole rows, also for rows in blocks, when that is all of them)."""
+        """The rows on positions ``lo .. hi - 1``, indexed by row as the store's data: a
+        view ``[slots, batch, hi - lo]`` (for rows in blocks, an object whose ``[rows]``
+        reads only the blocks there).
+
+        >>> st = Store(1, 6, d=2, dtype=torch.float64, last={0: 1})
+        >>> st.write(torch.tensor([0]), torch.tensor([[[5.0, 7.0]]], dtype=torch.float64), at=3)
+        >>> st.view(*st.span(torch.tensor([0])))[st.slot[torch.tensor([0])]].flatten().tolist()
+        [5.0, 7.0]
+        """
         if lo == 0 and hi == self.n:
             return self.data
         if self.blocked:
@@ -127,6 +134,14 @@ class Store:
         >>> st.read(torch.tensor([0, 1]))[:, 0].tolist(), int(st.slot[1])  # 1 takes no row
         ([[0.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]], 0)
         """
+        k, b, w = values.shape if values.dim() == 3 else (-1, -1, -1)
+        if k != len(dirs) or b != self.b or at < 0 or at + w > self.n:
+            raise ValueError(
+                f"Store.write: values must be [len(dirs), batch, w] = [{len(dirs)}, {self.b}, "
+                f"w] on positions at .. at + w - 1 inside 0 .. {self.n - 1}; got "
+                f"{list(values.shape)} at {at}: pass one row of values per direction, over "
+                "positions of this stream"
+            )
         listed = dirs.tolist()
         keep = [i for i, c in enumerate(listed) if c in self.last]
         if not keep:
@@ -136,9 +151,6 @@ class Store:
             listed = [listed[i] for i in keep]
         nz = values.ne(0)  # (a NaN counts)
         nz = (nz[:, 0] if nz.shape[1] == 1 else nz.any(1)).view(torch.uint8)  # [rows, pos]
-        if len(listed) == 1:
-            self._write_row(dirs, values, nz[0], at)
-            return
         hit, first = nz.max(1)  # each row's span: its first to its last non-zero value
         if not bool(hit.all()):  # rows of zeros: left as they are (no row, or 0 added)
             if not bool(hit.any()):
@@ -160,25 +172,6 @@ class Store:
         a, z = first.numpy() + at, end.numpy() + at
         self.lo[r] = np.where(f, a, np.minimum(self.lo[r], a))
         self.hi[r] = np.where(f, z, np.maximum(self.hi[r], z))
-
-    def _write_row(self, dirs: torch.Tensor, values: torch.Tensor, nz: torch.Tensor, at: int):
-        """:meth:`write` of one direction (``nz``: where its values are non-zero, uint8)."""
-        hit, first = nz.max(0)
-        if not int(hit):
-            return
-        w = values.shape[2]
-        a, z = int(first), w - int(nz.flip(0).argmax())
-        fresh = bool(self.take(dirs.tolist()))
-        row = int(self.slot[dirs[0]])
-        if self.blocked:
-            self.data.add(self.slot[dirs], values[:, :, a:z], at + a)
-        else:
-            part = self.data[row, :, at + a : at + z]
-            part.copy_(values[0, :, a:z]) if fresh else part.add_(values[0, :, a:z])
-        a, z = at + a, at + z
-        if not fresh:
-            a, z = min(a, int(self.lo[row])), max(z, int(self.hi[row]))
-        self.lo[row], self.hi[row] = a, z
 
     def take(self, dirs: list[int]) -> list[int]:
         """Gives a row to each of ``dirs`` (distinct, each read later) that holds none yet;
