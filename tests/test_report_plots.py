@@ -134,7 +134,7 @@ def test_simulator_table_and_cost_plot(tmp_path):
     text = st.simulator_table(rows)
     rows = [r for r in rows if r["layout"] == "scalar"]
     assert "| (3, 3, 1) | scalar | 6 |" in text and "| ~13 | 8 |" in text
-    assert "| (3, 3, 1) | vector | 9 |" in text
+    assert "| (3, 3, 1) | vector | 10 |" in text
     fig = plots.simulator_cost(rows, path=tmp_path / "c.png")
     _png(tmp_path / "c.png")
     titles = [ax.get_title() for ax in fig.axes]

@@ -53,6 +53,7 @@ __all__ = [
     "is_real",
     "lookalike",
     "not_in_vocab_message",
+    "one_orderable_kind",
     "value_key",
     "value_text",
 ]
@@ -147,6 +148,18 @@ def distinct_floats(arr: np.ndarray) -> tuple[float, ...]:
     x = np.asarray(arr, dtype=np.float64).reshape(-1) + 0.0  # -0.0 + 0.0 is 0.0
     _, first = np.unique(x, return_index=True, equal_nan=True)  # one NaN
     return tuple(x[np.sort(first)].tolist())
+
+
+def one_orderable_kind(values: list) -> bool:
+    """All numbers (none NaN) or all strings.
+
+    >>> one_orderable_kind([1, 2.5]), one_orderable_kind(["a", 1]), one_orderable_kind([np.nan])
+    (True, False, False)
+    """
+    kinds = set(map(type, values))
+    if all(issubclass(k, (int, float, np.integer, np.floating)) for k in kinds):
+        return not bool(np.isnan(np.asarray(values, dtype=np.float64)).any())
+    return all(issubclass(k, str) for k in kinds)
 
 
 def lookalike(v: Any, values: Iterable[Any]) -> Any:

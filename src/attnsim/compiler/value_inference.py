@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from attnsim.compiler import tracing
+from attnsim.compiler import static_tables, tracing
 from attnsim.compiler.functions import (  # noqa: F401 - call_function, as_read: read here
     UnhashableResultError,
     as_read,
@@ -44,6 +44,7 @@ from attnsim.values import (
     distinct_floats,
     distinct_numbers,
     fits_float,
+    one_orderable_kind,
 )
 
 MAX_TABLE = 20_000  # the most argument combinations a map is enumerated on
@@ -132,6 +133,8 @@ class ValueInference:
     def static_array(self, e: E.RASPExpr) -> np.ndarray | I.Cat:
         """A static S-op at full length: float64 ``[L]`` (the evaluator's own) or a Cat."""
         assert self.is_static(e), e
+        if (col := static_tables.column(e, self.L)) is not None:  # a sparse table: dense
+            return static_tables.dense(col, self.L)  # for the caller alone (not memoised)
         tracing.check_masks(e, self._evaluator.memo, self.L)  # refuses masks that cannot fit
         val = self._evaluator.eval(e)
         return np.asarray(val[0], dtype=np.float64) if isinstance(val, np.ndarray) else val
@@ -157,7 +160,7 @@ class ValueInference:
             kv, qv = self.static_array(sel.keys), self.static_array(sel.queries)
             if not isinstance(kv, np.ndarray):  # categorical: numbers only
                 keys, queries = self.static_values(sel.keys), self.static_values(sel.queries)
-                ok = _one_orderable_kind(keys + queries) and isinstance(keys[0], (int, float))
+                ok = one_orderable_kind(keys + queries) and isinstance(keys[0], (int, float))
                 kv = np.asarray(keys, dtype=np.float64) if ok else None
                 qv = np.asarray(queries, dtype=np.float64) if ok else None
             if kv is not None and not (np.isnan(kv).any() or np.isnan(qv).any()):
@@ -180,6 +183,8 @@ class ValueInference:
 
     def _compute_values(self, e: E.SOp) -> tuple | None:
         num = E.is_numerical(e)
+        if (col := static_tables.column(e, self.L)) is not None:  # a sparse table (not dense)
+            return distinct_floats(static_tables.first_seen(col))
         if self.is_static(e):
             arr = self.static_array(e)
             if num and isinstance(arr, np.ndarray):
@@ -274,7 +279,7 @@ class ValueInference:
             vals = self.values(e)
             vals = None if vals is None else [v for v in vals if v is not None]
             kind = None
-            if vals is not None and _one_orderable_kind(vals):
+            if vals is not None and one_orderable_kind(vals):
                 kind = "string" if vals and isinstance(vals[0], str) else "number"
             self._kinds[e.uid] = kind
         return self._kinds[e.uid]
@@ -498,18 +503,12 @@ def _select_errors(vi: ValueInference, e: E.Select) -> list[str]:
     return []
 
 
-def _one_orderable_kind(values: list) -> bool:
-    """All numbers (none NaN) or all strings."""
-    kinds = set(map(type, values))
-    if all(issubclass(k, (int, float, np.integer, np.floating)) for k in kinds):
-        return not bool(np.isnan(np.asarray(values, dtype=np.float64)).any())
-    return all(issubclass(k, str) for k in kinds)
-
-
 def _non_finite_errors(vi: ValueInference, e: E.Map | E.SequenceMap) -> list[str]:
     """A map whose result is NaN or infinite for some value its inputs can take."""
     inputs = [e.inner] if isinstance(e, E.Map) else list(e.sops)
     op = e._op
+    if static_tables.finite(e, vi.L):  # a sparse table of finite values (not made dense)
+        return []
     if op is not None and op.kind == "position_table" and vi.is_static(e):
         got = vi.static_array(e)  # its value at every position (the interpreter's, kept)
         if isinstance(got, np.ndarray) and bool(np.all(np.isfinite(got))):

@@ -43,12 +43,14 @@ __all__ = [
     "index_constant",
     "index_map",
     "position_table",
+    "column_of",
     "max_of",
     "table_of",
     "read",
     "reader",
     "select_all",
     "select_keys",
+    "sparse_table",
     "sum_into",
     "sum_of",
 ]
@@ -115,16 +117,104 @@ def position_table(values: Sequence[float]) -> rasp.SOp:
     return out
 
 
-def table_of(sop: rasp.SOp) -> np.ndarray | None:
-    """The values of a :func:`position_table` S-op (read-only float64), None for any other.
+def sparse_table(
+    length: int, default: float, at: Sequence[int], values: Sequence[float]
+) -> rasp.SOp:
+    """:func:`position_table` held as its default and the entries that differ: position
+    ``p < length`` holds ``values[k]`` where ``at[k] == p`` and ``default`` elsewhere
+    (positions past the table hold 0). A gather's source index is one value (-1) at most
+    positions, so a long program's tables take the memory of their listed entries, not of
+    every position; the compiler reads them in this form (:func:`column_of`).
 
-    >>> table_of(position_table([0.5, -1.0])).tolist(), table_of(index_map(lambda p: p))
-    ([0.5, -1.0], None)
+    Args:
+        length: positions in the table.
+        default: the value of every position not listed.
+        at: the listed positions, ascending, each once, within ``0 .. length - 1``.
+        values: their values, one each.
+
+    >>> from attnsim import rasp
+    >>> t = sparse_table(4, -1.0, [2], [7.0])
+    >>> rasp.evaluate(t, ["a"] * 5), column_of(t)[2].tolist()
+    ([-1.0, -1.0, 7.0, -1.0, 0.0], [2])
+    >>> sparse_table(3, 0.0, [2, 1], [1.0, 1.0])
+    Traceback (most recent call last):
+    ...
+    ValueError: sparse_table: the listed positions must ascend within 0..2, each once; got [2, 1]
+    """
+    size = int(length)
+    where = np.array(at, dtype=np.int64).reshape(-1)
+    vals = np.array(values, dtype=np.float64).reshape(-1)
+    if where.shape != vals.shape:
+        raise ValueError(
+            f"sparse_table: one value per listed position, got {where.size} positions and "
+            f"{vals.size} values"
+        )
+    if size < 0 or (
+        where.size
+        and (int(where[0]) < 0 or int(where[-1]) >= size or bool(np.any(np.diff(where) <= 0)))
+    ):
+        shown = where[:8].tolist()
+        raise ValueError(
+            f"sparse_table: the listed positions must ascend within 0..{size - 1}, each once; "
+            f"got {shown}{' ...' if where.size > 8 else ''}"
+        )
+    fill = float(default)
+
+    def dense() -> np.ndarray:
+        out = np.full(size, fill, dtype=np.float64)
+        out[where] = vals
+        return out
+
+    def at_one(p: int) -> float:
+        if not 0 <= p < size:
+            return 0.0
+        k = int(np.searchsorted(where, p))
+        return float(vals[k]) if k < where.size and where[k] == p else fill
+
+    def lookup(ps: np.ndarray) -> np.ndarray:
+        ps = np.asarray(ps, dtype=np.int64)
+        k = np.minimum(np.searchsorted(where, ps), max(where.size - 1, 0))
+        hit = (where[k] == ps) if where.size else np.zeros(ps.shape, dtype=bool)
+        inside = (ps >= 0) & (ps < size)
+        got = np.where(hit, vals[k] if where.size else 0.0, fill)
+        return np.where(inside, got, 0.0)
+
+    where.flags.writeable = False
+    vals.flags.writeable = False
+    lookup.column = (size, fill, where, vals)  # (read by column_of)
+    lookup.dense = dense  # (read by table_of)
+    out = rasp.numerical(rasp.Map(at_one, rasp.indices, simplify=False))
+    out._op = rasp.ElementwiseOp("position_table", (), lookup)
+    return out
+
+
+def column_of(sop: rasp.SOp) -> tuple[int, float, np.ndarray, np.ndarray] | None:
+    """``(length, default, at, values)`` of a :func:`sparse_table` S-op (read-only arrays),
+    None for any other (a dense :func:`position_table` too).
+
+    >>> column_of(sparse_table(3, 0.5, [], [])), column_of(position_table([1.0]))
+    ((3, 0.5, array([], dtype=int64), array([], dtype=float64)), None)
     """
     op = getattr(sop, "_op", None)
     if op is None or op.kind != "position_table":
         return None
-    return getattr(op.numpy_fn, "table", None)
+    return getattr(op.numpy_fn, "column", None)
+
+
+def table_of(sop: rasp.SOp) -> np.ndarray | None:
+    """The values of a :func:`position_table` S-op (read-only float64), None for any other;
+    a :func:`sparse_table`'s made dense (a new array on each call).
+
+    >>> table_of(position_table([0.5, -1.0])).tolist(), table_of(index_map(lambda p: p))
+    ([0.5, -1.0], None)
+    >>> table_of(sparse_table(3, -1.0, [1], [4.0])).tolist()
+    [-1.0, 4.0, -1.0]
+    """
+    op = getattr(sop, "_op", None)
+    if op is None or op.kind != "position_table":
+        return None
+    dense = getattr(op.numpy_fn, "dense", None)
+    return dense() if dense is not None else getattr(op.numpy_fn, "table", None)
 
 
 def reader(source: Callable[[int], int] | rasp.SOp) -> rasp.Selector:

@@ -12,7 +12,7 @@ a multiply-add is 2 FLOPs, an elementwise operation 1.
 
 >>> rows = simulator_rows([(2, 2, 1)])
 >>> [(r["layout"], r["layers"], r["attention_layers"]) for r in rows]
-[('scalar', 6, 5), ('vector', 9, 7)]
+[('scalar', 6, 5), ('vector', 10, 9)]
 >>> print(simulator_table(rows).splitlines()[0])  # doctest: +ELLIPSIS
 | build (N, D, H) | layout | layers | attention layers | ...|
 """

@@ -38,19 +38,26 @@ encoder layers (1 unless asked), in order:
  scratch roles (each reads and writes its own residual directions, so roles share
  positions freely; all start at position 0)
  QKV(i,r,t) 3ND    q, k or v [i, r]: one dot product of a row of X~ and a weight row
- ROW(i,t)   3N     the rows Q_i, K_i, V_i, gathered back from QKV (one head per column)
+ ROW(i,t,h) 3NH    the rows Q_i, K_i, V_i, gathered back from QKV (one head per column),
+                   times head h's columns (Q_i also times the score scale)
  P(i,j,h)   N^2 H  one (query, key, head): score, softmax weight, weighted value
+ RM(i,h)    NH     one (query, head): the row's maximum score and its sum Z
  X(i)       N      the row-wise work: o_i, z1, the LayerNorms, the FFN's hidden row
  OUT(i,k)   ND     y[i, k] = o~_i . row k of W_O (and the FFN's output, and the result)
  HID(i,m)   NF     the FFN's hidden unit m of row i
  KP(m,r,t)  2ND    decoder: Linformer's projected keys (t = 0) and values (t = 1), entry r
- ROWP(m,t)  2N     decoder: the projected rows K'_m and V'_m
+ ROWP(m,t,h) 2NH  decoder: the projected rows K'_m and V'_m, times head h's columns
 ```
 
 (*) the score scale entry is 0 for the standard 1/sqrt(d_head), which U computes from the
 HDIM flags; a spec with another scale has it there.
 
-The sequence is ``max(input, 3ND, N^2 H, NF)`` positions long (input = 1 + N + layers
+The roles of a head coordinate (ROW, P, ROWP) put the heads outermost: a row of U's stream
+that holds one column of Q, K or V there is 0 outside the positions of the head owning
+that column (a target's columns each belong to one head), so storage that keeps each
+row's non-zero span holds N^2 of the N^2 H positions of P per column, not all of them.
+
+The sequence is ``max(input, 3ND, N^2 H, 3NH, NF)`` positions long (input = 1 + N + layers
 (1 + 4D + 2H [+ 6 + F + D] [decoder: + 1 + F + 3D + 2N])): it grows like n (d + d_ff), not like
 the parameter count, and the token width like max(d, d_ff) (a decoder's: max(d, d_ff, 2n,
 12)).
@@ -59,7 +66,7 @@ directions).
 
 >>> lay = VectorLayout(2, 4, 2)
 >>> lay.width, lay.length, lay.qkv(1, 3, 2), lay.ppos(1, 0, 1)
-(11, 24, 23, 5)
+(11, 24, 23, 6)
 """
 
 from __future__ import annotations
@@ -205,8 +212,8 @@ class VectorLayout:
     def kppos(self, m: int, r: int, t: int) -> int:
         return (t * self.N + m) * self.D + r
 
-    def rowppos(self, m: int, t: int) -> int:
-        return t * self.N + m
+    def rowppos(self, m: int, t: int, h: int = 0) -> int:
+        return (h * 2 + t) * self.N + m
 
     @property
     def input_length(self) -> int:
@@ -216,11 +223,14 @@ class VectorLayout:
     def qkv(self, i: int, r: int, t: int) -> int:
         return (t * self.N + i) * self.D + r
 
-    def rowpos(self, i: int, t: int) -> int:
-        return t * self.N + i
+    def rowpos(self, i: int, t: int, h: int = 0) -> int:
+        return (h * 3 + t) * self.N + i
 
     def ppos(self, i: int, j: int, h: int) -> int:
-        return (i * self.N + j) * self.H + h
+        return (h * self.N + i) * self.N + j
+
+    def rmpos(self, i: int, h: int) -> int:
+        return h * self.N + i
 
     def outpos(self, i: int, k: int) -> int:
         return i * self.D + k
@@ -232,7 +242,7 @@ class VectorLayout:
     def length(self) -> int:
         """Positions in the sequence (BOS not counted)."""
         N, D, H, F = self.N, self.D, self.H, self.F
-        return max(self.input_length, 3 * N * D, N * N * H, N * D, N * F)
+        return max(self.input_length, 3 * N * D, N * N * H, 3 * N * H, N * D, N * F)
 
     def regions(self) -> list[tuple[str, int, int, str]]:
         """``(name, first position, positions, what)`` of every input region and scratch
@@ -266,15 +276,16 @@ class VectorLayout:
                 ]
         out += [
             ("QKV", 0, 3 * N * D, "scratch: one dot product each"),
-            ("ROW", 0, 3 * N, "scratch: Q_i, K_i, V_i"),
+            ("ROW", 0, 3 * N * H, "scratch: Q_i, K_i, V_i by head"),
             ("P", 0, N * N * H, "scratch: (query, key, head)"),
+            ("RM", 0, N * H, "scratch: (query, head): max, sum"),
             ("OUT", 0, N * D, "scratch: y[i, k], the result"),
         ]
         if F:
             out.append(("HID", 0, N * F, "scratch: hidden unit (i, m)"))
         if self.modern:
             out.append(("KP", 0, 2 * N * D, "scratch: Linformer's projections"))
-            out.append(("ROWP", 0, 2 * N, "scratch: projected rows"))
+            out.append(("ROWP", 0, 2 * N * H, "scratch: projected rows by head"))
         return out
 
     def diagram(self) -> str:
@@ -292,7 +303,7 @@ class VectorLayout:
         """The scratch roles position ``p`` plays, with its coordinates in each.
 
         >>> VectorLayout(2, 4, 2).roles(5)
-        {'QKV': (1, 1, 0), 'ROW': (1, 2), 'P': (1, 0, 1), 'OUT': (1, 1)}
+        {'QKV': (1, 1, 0), 'ROW': (1, 2, 0), 'P': (0, 1, 1), 'OUT': (1, 1)}
         """
         return {
             role: tuple(int(v) for v in c[p])
@@ -304,8 +315,8 @@ class VectorLayout:
     @cached_property
     def coords(self) -> dict[str, np.ndarray]:
         """Role -> ``[length, k]`` int array of each position's coordinates in that role
-        (all -1 where it does not play it): X (i), QKV (i, r, t), ROW (i, t), P (i, j, h),
-        OUT (i, k), HID (i, m)."""
+        (all -1 where it does not play it): X (i), QKV (i, r, t), ROW (i, t, h), P (i, j, h),
+        RM (i, h), OUT (i, k), HID (i, m)."""
         L, N, D, H, F = self.length, self.N, self.D, self.H, self.F
 
         def role(shape: tuple[int, ...], pos) -> np.ndarray:
@@ -318,13 +329,14 @@ class VectorLayout:
         roles = {
             "X": role((N,), lambda i: 1 + i),
             "QKV": role((N, D, 3), lambda i, r, t: (t * N + i) * D + r),
-            "ROW": role((N, 3), lambda i, t: t * N + i),
-            "P": role((N, N, H), lambda i, j, h: (i * N + j) * H + h),
+            "ROW": role((N, 3, H), lambda i, t, h: (h * 3 + t) * N + i),
+            "P": role((N, N, H), lambda i, j, h: (h * N + i) * N + j),
+            "RM": role((N, H), lambda i, h: h * N + i),
             "OUT": role((N, D), lambda i, k: i * D + k),
         }
         if F:
             roles["HID"] = role((N, F), lambda i, m: i * F + m)
         if self.modern:
             roles["KP"] = role((N, D, 2), lambda m, r, t: (t * N + m) * D + r)
-            roles["ROWP"] = role((N, 2), lambda m, t: t * N + m)
+            roles["ROWP"] = role((N, 2, H), lambda m, t, h: (h * 2 + t) * N + m)
         return roles

@@ -10,13 +10,19 @@ The attention part (``a`` = the rows the attention reads, at X(i)):
 1. QKV(i, r, t) gathers row a~_i = [a_i, 1] and weight row r of W_t with its bias
    (two heads); MLP: the dot product ``q/k/v[i, r] = a~_i . w~_t,r`` (D + 1 bilinear units);
    MASK(h) multiplies its column flags by the scale;
-2. ROW(i, t) gathers the D dot products of row i back into one vector (one head per column:
-   the transpose);
-3. P(i, j, h) gathers Q_i, K_j, V_j, head h's scaled and plain column masks, the padding
-   bit of key j and the causal flag; MLP: ``s = sum_c (Q_ic scale M_hc) K_jc`` and
-   ``V_j * M_h`` (the head's columns of V_j);
-4. the row maximum over unmasked keys (one max head), ``e = exp(s - m)``, the row sum Z,
-   ``1/Z`` and ``p V_j M_h``, exactly as in the scalar layout;
+2. ROW(i, t, h) gathers the D dot products of row i back into one vector (one head per
+   column: the transpose) and head h's column mask ``M_h`` (times the scale for Q); MLP:
+   ``Q_i scale M_h``, ``K_i M_h``, ``V_i M_h`` (head h's columns only);
+3. P(i, j, h) gathers those rows of query i and key j, the padding bit of key j and the
+   causal flag; MLP: ``s = sum_c (Q_ic scale M_hc) K_jc M_hc`` (the same bits as without
+   the second mask, which is 0 or 1 where the first factor is 0 or not);
+4. the row maximum over unmasked keys (one max head) and the row sum Z, each computed
+   once per row at RM(i, h) and read back at P(i, j, h) (one gather each), ``e = exp(s -
+   m)``, ``1/Z`` and ``p V_j M_h``, as in the scalar layout;
+
+(the layout puts the heads outermost in ROW and P, so each column of Q, K and V at P is 0
+outside the N^2 positions of its head: storage that keeps each row's non-zero span holds
+1/H of what a row over all of P would);
 5. X(i) sums ``p V_j M_h`` over keys and heads: o_i, the heads' outputs side by side;
 6. OUT(i, k) gathers o~_i and row k of out_proj.weight with b_O[k]: ``y[i, k] = o~_i . w~_k``.
 
@@ -35,8 +41,10 @@ picks column k of its row's result (one head per column), which is where the cod
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,8 +56,34 @@ from attnsim.simulator.vector_layout import VectorLayout
 __all__ = ["vector_program"]
 
 
+@dataclass(frozen=True, eq=False)
+class _Tab:
+    """A table over the positions: ``default`` except ``values`` at ``at`` (ascending)."""
+
+    default: float
+    at: np.ndarray
+    values: np.ndarray
+
+    def key(self) -> bytes:
+        """A digest of its bits (equal digests are compared in full)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.float64(self.default).tobytes())
+        h.update(self.at.tobytes())
+        h.update(self.values.tobytes())
+        return h.digest()
+
+    def same(self, other: _Tab) -> bool:
+        """Bit for bit the same table."""
+        return (
+            np.float64(self.default).view(np.int64) == np.float64(other.default).view(np.int64)
+            and np.array_equal(self.at, other.at)
+            and np.array_equal(self.values.view(np.int64), other.values.view(np.int64))
+        )
+
+
 class _Builder:
-    """Position tables and gathers over one layout."""
+    """Position tables and gathers over one layout (tables held sparse: a default and the
+    positions of one role, never an array over every position)."""
 
     def __init__(self, lay: VectorLayout) -> None:
         self.lay = lay
@@ -57,26 +91,22 @@ class _Builder:
         self.L = lay.length
         self.ch = [E.token_channel(c) for c in range(lay.width)]
         self.sfx = ""  # the layer's suffix of every name: "" for the first, "/L1", ...
-        self._tables: dict[int, list[tuple[np.ndarray, E.SOp]]] = {}  # key -> tables
-        self._mix = np.random.default_rng(0).integers(-(2**62), 2**62, size=self.L)
+        self._tables: dict[bytes, list[tuple[_Tab, E.SOp]]] = {}  # digest -> tables
         self._roles: dict[str, tuple] = {}  # role -> its positions and their coordinates
 
     def n(self, name: str) -> str:
         """``name`` in the current layer."""
         return name + self.sfx
 
-    def table(self, name: str, values: np.ndarray | Sequence[float]) -> E.SOp:
+    def table(self, name: str, tab: _Tab) -> E.SOp:
         """A numerical S-op of the position alone (one S-op per distinct table: the layers
         of a stack share theirs)."""
-        tab = np.ascontiguousarray(values, dtype=np.float64)  # (position_table copies it)
-        # tables found by a key of their bits and compared in full (a key of the bytes
-        # themselves would be another copy of every table: gigabytes at 128 tokens)
-        same = self._tables.setdefault(_bits_key(tab, self._mix), [])
+        same = self._tables.setdefault(tab.key(), [])
         for other, sop in same:
-            if np.array_equal(other.view(np.int64), tab.view(np.int64)):  # bit for bit
+            if other.same(tab):
                 return sop
-        sop = gathers.position_table(tab).named(name)
-        same.append((gathers.table_of(sop), sop))
+        sop = gathers.sparse_table(self.L, tab.default, tab.at, tab.values).named(name)
+        same.append((tab, sop))
         return sop
 
     def coords_of(self, role: str) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
@@ -85,7 +115,7 @@ class _Builder:
         where = np.flatnonzero(c[:, 0] >= 0)
         return where, tuple(c[where].T)
 
-    def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> np.ndarray:
+    def at(self, role: str, fn: Callable[..., int | float], default: float = -1.0) -> _Tab:
         """fn(*coords) at the positions playing ``role``, ``default`` elsewhere (the
         coordinates as Python ints, read once per role)."""
         got = self._roles.get(role)
@@ -94,11 +124,9 @@ class _Builder:
             where = np.flatnonzero(c[:, 0] >= 0)
             got = self._roles[role] = (where, [tuple(r) for r in c[where].tolist()])
         where, rows = got
-        out = np.full(self.L, default, dtype=np.float64)
-        out[where] = [fn(*r) for r in rows]
-        return out
+        return _tab(default, where, [fn(*r) for r in rows])
 
-    def gather(self, name: str, src: np.ndarray, sops: Sequence[E.SOp]) -> list[E.SOp]:
+    def gather(self, name: str, src: _Tab, sops: Sequence[E.SOp]) -> list[E.SOp]:
         """Each position reads ``sops`` at position ``src[p]`` (-1: nothing, 0 read): one
         head for all of them."""
         sel = gathers.reader(self.table(f"src_{name}", src)).named(self.n(f"sel_{name}"))
@@ -107,20 +135,22 @@ class _Builder:
             for k, s in enumerate(sops)
         ]
 
-    def gather_one(self, name: str, src: np.ndarray, sop: E.SOp) -> E.SOp:
+    def gather_one(self, name: str, src: _Tab, sop: E.SOp) -> E.SOp:
         return self.gather(name, src, [sop])[0].named(self.n(name))
 
 
-def _bits_key(tab: np.ndarray, mix: np.ndarray) -> int:
-    """A key of a float64 table's bits: their dot product with fixed random 64-bit words,
-    wrapping (a table's bits are 150 KB at 18,000 positions; this reads them once, 20x
-    faster than a cryptographic digest, and equal keys are compared in full anyway).
+def _tab(default: float, at: np.ndarray | Sequence[int], values: Sequence[float]) -> _Tab:
+    """The table ``default`` except ``values`` at the ascending positions ``at``, the
+    entries whose bits are the default's left out.
 
-    >>> mix = np.array([3, 5])
-    >>> _bits_key(np.array([0.0, 1.0]), mix) == _bits_key(np.array([-0.0, 1.0]), mix)
-    False
+    >>> t = _tab(-1.0, [2, 5, 7], [3.0, -1.0, 4.0])
+    >>> t.at.tolist(), t.values.tolist()
+    ([2, 7], [3.0, 4.0])
     """
-    return int(tab.view(np.int64) @ mix[: len(tab)])
+    at = np.asarray(at, dtype=np.int64).reshape(-1)
+    vals = np.asarray(values, dtype=np.float64).reshape(-1)
+    keep = vals.view(np.int64) != np.float64(default).view(np.int64)
+    return _Tab(float(default), at[keep], vals[keep])
 
 
 def _dot(xs: Sequence[E.SOp], ys: Sequence[E.SOp]) -> E.SOp:
@@ -157,29 +187,33 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     # MASK(h): the head's columns times the score scale: 1/sqrt(d_head) read off the
     # one-hot HDIM flags (a linear form with constant weights), plus the spec's own scale
     # entry (0 for the standard one)
-    at_mask = np.full(b.L, -1.0)
-    at_mask[[lay.maskpos(h, ell) for h in range(H)]] = lay.parampos(ell)
-    own = b.gather_one("scale_own", at_mask, ch[lay.param("scale")])
-    at_mask[[lay.maskpos(h, ell) for h in range(H)]] = [lay.hdimpos(h, ell) for h in range(H)]
-    dims = b.gather("hdim", at_mask, ch[:D])
+    masks = [lay.maskpos(h, ell) for h in range(H)]  # (ascending)
+    own = b.gather_one(
+        "scale_own", _tab(-1, masks, [lay.parampos(ell)] * H), ch[lay.param("scale")]
+    )
+    dims = b.gather("hdim", _tab(-1, masks, [lay.hdimpos(h, ell) for h in range(H)]), ch[:D])
     scale = own
     for c in range(D):
         scale = scale + dims[c] * (1.0 / math.sqrt(c + 1))
     scale = scale.named(b.n("scale"))
     smask = [(ch[c] * scale).named(b.n(f"smask{c}")) for c in range(D)]
 
-    # 2. ROW(i, t): the D dot products of row i back into one vector (one head per column)
+    # 2. ROW(i, t, h): the D dot products of row i back into one vector (one head per
+    # column), times head h's columns (the scaled ones for Q: t = 0)
     row = [
-        b.gather_one(f"row{c}", b.at("ROW", lambda i, t, c=c: lay.qkv(i, c, t)), qkv)
+        b.gather_one(f"row{c}", b.at("ROW", lambda i, t, h, c=c: lay.qkv(i, c, t)), qkv)
         for c in range(D)
     ]
+    sm = b.gather(
+        "row_sm", b.at("ROW", lambda i, t, h: lay.maskpos(h, ell) if t == 0 else -1), smask
+    )
+    um = b.gather("row_m", b.at("ROW", lambda i, t, h: lay.maskpos(h, ell) if t else -1), ch[:D])
+    rowm = [(row[c] * (sm[c] + um[c])).named(b.n(f"row_head{c}")) for c in range(D)]
 
     # 3. P(i, j, h)
-    q = b.gather("p_q", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), row)
-    k = b.gather("p_k", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), row)
-    v = b.gather("p_v", b.at("P", lambda i, j, h: lay.rowpos(j, 2)), row)
-    sm = b.gather("p_sm", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), smask)
-    um = b.gather("p_m", b.at("P", lambda i, j, h: lay.maskpos(h, ell)), ch[:D])
+    q = b.gather("p_q", b.at("P", lambda i, j, h: lay.rowpos(i, 0, h)), rowm)
+    k = b.gather("p_k", b.at("P", lambda i, j, h: lay.rowpos(j, 1, h)), rowm)
+    v = b.gather("p_v", b.at("P", lambda i, j, h: lay.rowpos(j, 2, h)), rowm)
     # the padding bit of key j, read from X(j) (1 minus its 1 in channel B): a gather's
     # output has its own direction, so no constant enters the exponent below (whose rounding,
     # mask_offset * 2^-53, would show in the softmax), and it is 0 where nothing is read
@@ -191,36 +225,37 @@ def _attention(b: _Builder, rows: list[E.SOp], score_bound: float, ell: int = 0)
     causal = b.gather_one(
         "p_causal", b.at("P", lambda i, j, h: lay.parampos(ell)), ch[lay.param("causal")]
     )
-    qs = [(q[c] * sm[c]).named(b.n(f"qs{c}")) for c in range(D)]
-    score = E.numerical(_dot(qs, k).named(b.n(SCORE)), value_range=(-score_bound, score_bound))
-    vm = [(v[c] * um[c]).named(b.n(f"vm{c}")) for c in range(D)]
+    score = E.numerical(_dot(q, k).named(b.n(SCORE)), value_range=(-score_bound, score_bound))
     future = b.table("future", b.at("P", lambda i, j, h: float(j > i), 0.0))
     masked = (pad + causal * future).named(b.n("masked"))
 
-    # 4. softmax over the row (i, h): max over unmasked keys, exponentials, sum, 1/Z
+    # 4. softmax over the row (i, h): max over unmasked keys, exponentials, sum, 1/Z; the
+    # max and the sum once per row, at RM(i, h), then read back at the row's N positions
+    # (a head whose N^2 H queries each read their row's N keys would hold N^3 H keys)
     nrows = lay.N * H
     centre = nrows // 2
     row_k = b.table("row_key", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre))
-    row_q = b.table("row_query", b.at("P", lambda i, j, h: i * H + h - centre, nrows - centre + 1))
+    row_q = b.table("row_query", b.at("RM", lambda i, h: i * H + h - centre, nrows - centre + 1))
     sel_row = E.Select(row_k, row_q, E.Comparison.EQ).named(b.n("sel_row"))
-    zero = b.table("zero", np.zeros(b.L))
+    zero = b.table("zero", _tab(0.0, [], []))
     unmasked = (sel_row & E.Select(masked, zero, E.Comparison.EQ)).named(b.n("sel_row_unmasked"))
-    m = E.numerical(
+    m_row = E.numerical(
         E.Aggregate(E.SelectMax(unmasked, score).named(b.n("sel_max")), score, default=0)
-    )
-    m = m.named(b.n(ROW_MAX))
+    ).named(b.n("row_max_rm"))
+    at_rm = b.at("P", lambda i, j, h: lay.rmpos(i, h))
+    m = b.gather_one("p_max", at_rm, m_row).named(b.n(ROW_MAX))
     e = E.exp(score - m - masked * mask_offset(score_bound)).named(b.n(EXP))
     eps = None
     if lay.modern:  # linear attention where the target has it (flags)
         # the keys a query sees: a padded key may also be a future one (masked is 2 there)
         seen = ((1 - pad) * (1 - causal * future)).named(b.n("seen"))
         e, eps = _linear(b, row, um, seen, e, ell)
-    Z = E.SumAggregate(sel_row, e).named(b.n("Z"))
+    Z = b.gather_one("p_z", at_rm, E.SumAggregate(sel_row, e).named(b.n("Z_rm"))).named(b.n("Z"))
     not_p = b.table("not_p", b.at("P", lambda i, j, h: 0.0, 1.0))
     if eps is not None:
         Z = (Z + eps).named(b.n("Z_eps"))
     inv_z = E.reciprocal(Z + not_p).named(b.n(INV_Z))
-    pv = [((e * vm[c]) * inv_z).named(b.n(f"pv{c}")) for c in range(D)]
+    pv = [((e * v[c]) * inv_z).named(b.n(f"pv{c}")) for c in range(D)]
 
     # 5. X(i): o_i = sum over keys and heads
     o_k = b.table("o_key", b.at("P", lambda i, j, h: i, -1.0))
@@ -266,7 +301,8 @@ def _linformer(
 ) -> tuple[list[E.SOp], list[E.SOp], E.SOp]:
     """Linformer (PARAM2 flag): at KP(m, r, t) the sum over rows j of E[m, j] K[j, r]
     (t = 0) or F[m, j] V[j, r] (t = 1), one head per row j reading QKV(j, r, 1 + t); at
-    ROWP(m, t) the row K'_m or V'_m (one head per column); at P(i, j, h) the keys, values and
+    ROWP(m, t, h) the row K'_m or V'_m (one head per column) on head h's columns; at P(i, j,
+    h) the keys, values and
     padding bits (key j is there when j < k) of the projected rows where the flag is set,
     the usual ones where it is not (``f * new + (1 - f) * old``, exact for a 0/1 flag)."""
     lay, ch, D, N, B = b.lay, b.ch, b.lay.D, b.lay.N, b.lay.B
@@ -277,11 +313,13 @@ def _linformer(
     ]
     proj = _dot(coef, terms).named(b.n("kp"))
     rowp = [
-        b.gather_one(f"rowp{c}", b.at("ROWP", lambda m, t, c=c: lay.kppos(m, c, t)), proj)
+        b.gather_one(f"rowp{c}", b.at("ROWP", lambda m, t, h, c=c: lay.kppos(m, c, t)), proj)
         for c in range(D)
     ]
-    kl = b.gather("p_kl", b.at("P", lambda i, j, h: lay.rowppos(j, 0)), rowp)
-    vl = b.gather("p_vl", b.at("P", lambda i, j, h: lay.rowppos(j, 1)), rowp)
+    um = b.gather("rowp_m", b.at("ROWP", lambda m, t, h: lay.maskpos(h, ell)), ch[:D])
+    rowp = [(rowp[c] * um[c]).named(b.n(f"rowp_head{c}")) for c in range(D)]
+    kl = b.gather("p_kl", b.at("P", lambda i, j, h: lay.rowppos(j, 0, h)), rowp)
+    vl = b.gather("p_vl", b.at("P", lambda i, j, h: lay.rowppos(j, 1, h)), rowp)
     l_pad = (1 - ch[B]).named(b.n("l_pad"))
     pad_l = b.gather_one("p_lpad", b.at("P", lambda i, j, h: lay.lpos(0, j, ell)), l_pad)
     on = b.gather_one(
@@ -296,25 +334,30 @@ def _linformer(
 def _linear(
     b: _Builder, row: list[E.SOp], um: list[E.SOp], seen: E.SOp, e_exp: E.SOp, ell: int
 ) -> tuple[E.SOp, E.SOp]:
-    """Linear attention (PARAM2 flags): at ROW(i, t), t < 2, the feature map ``phi`` of Q_i
-    and K_i (relu, or elu + 1 = ``relu(x) + exp(x - relu(x))``); at P(i, j, h) the weight
-    ``phi(Q_i) . phi(K_j)`` over head h's columns, times ``seen`` (0 for a masked key).
+    """Linear attention (PARAM2 flags): at ROW(i, t, h), t < 2, the feature map ``phi`` of
+    Q_i and K_i (relu, or elu + 1 = ``relu(x) + exp(x - relu(x))``) on head h's columns
+    (``um``: the mask where t > 0; the plain one is gathered here for t = 0); at P(i, j, h)
+    the weight ``phi(Q_i) . phi(K_j)``, times ``seen`` (0 for a masked key).
     Returns the weight U uses (``linear * that + (1 - linear) * e_exp``, exact for a 0/1
     flag) and the term added to the row sum (``linear * linear_eps``)."""
     lay, ch, D = b.lay, b.ch, b.lay.D
     (elu,) = b.gather(
         "row_phi",
-        b.at("ROW", lambda i, t: lay.param2pos(ell) if t < 2 else -1),
+        b.at("ROW", lambda i, t, h: lay.param2pos(ell) if t < 2 else -1),
         [ch[lay.param2("phi_elu")]],
+    )
+    um0 = b.gather(
+        "row_m0", b.at("ROW", lambda i, t, h: lay.maskpos(h, ell) if t == 0 else -1), ch[:D]
     )
     phi = []
     for c in range(D):
         pos = E.relu(row[c]).named(b.n(f"row_pos{c}"))
         neg = E.exp(row[c] - pos).named(b.n(f"{PHI_EXP}{c}"))  # exp(min(x, 0)) <= 1
-        phi.append((pos + elu * neg).named(b.n(f"row_phi{c}")))
-    qp = b.gather("p_qphi", b.at("P", lambda i, j, h: lay.rowpos(i, 0)), phi)
-    kp = b.gather("p_kphi", b.at("P", lambda i, j, h: lay.rowpos(j, 1)), phi)
-    e_lin = _dot([(qp[c] * um[c]).named(b.n(f"qphi_m{c}")) for c in range(D)], kp)
+        phi_c = (pos + elu * neg).named(b.n(f"row_phi{c}"))
+        phi.append((phi_c * (um0[c] + um[c])).named(b.n(f"row_phi_head{c}")))
+    qp = b.gather("p_qphi", b.at("P", lambda i, j, h: lay.rowpos(i, 0, h)), phi)
+    kp = b.gather("p_kphi", b.at("P", lambda i, j, h: lay.rowpos(j, 1, h)), phi)
+    e_lin = _dot(qp, kp)
     e_lin = (e_lin * seen).named(b.n("e_linear"))
     at_p = b.at("P", lambda i, j, h: lay.param2pos(ell))
     linear, eps = b.gather("p_linear", at_p, [ch[lay.param2(k)] for k in ("linear", "linear_eps")])
@@ -344,9 +387,8 @@ def _encoder(b: _Builder, score_bound: float) -> E.SOp:
     where, (out_i, out_k) = b.coords_of("OUT")
     got = []
     for c in range(D):
-        src = np.full(b.L, -1.0)
         mine = out_k == c
-        src[where[mine]] = [lay.xpos(i) for i in out_i[mine].tolist()]
+        src = _tab(-1.0, where[mine], [lay.xpos(i) for i in out_i[mine].tolist()])
         got.append(b.gather_one(f"result{c}", src, x[c]))
     return tree_sum(got).named("U_vector_encoder")
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from attnsim.compiler.lowering import forms, maps, selectors
+from attnsim.compiler.lowering.columns import PositionColumn
 from attnsim.compiler.lowering.context import Context
 from attnsim.compiler.lowering.program import After, Rep, UnsupportedError
 from attnsim.ir import numeric
@@ -119,7 +120,7 @@ def _sum_from_mean(ctx: Context, e: E.Aggregate, label: str, mean: Rep) -> Rep:
             ctx.realised(label, "sum (static count)", "exact", 0)
             return Rep("num", mean.after, form=form)
         cd = ctx.new_dir(ctx.fresh(f"{label}@count"))
-        ctx.static_embed[cd] = counts
+        ctx.static_embed[cd] = PositionColumn.of(counts)  # (most queries: one count)
         ctx.realised(label, "sum (mean x count)", "exact", 1)
         return maps.product(ctx, ctx.fresh(label), mean.form, {cd: 1.0}, mean.after)
     width = E.numerical(E.SelectorWidth(sel)).named(f"{label}@width")

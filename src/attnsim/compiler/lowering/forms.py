@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnsim.compiler import static_tables
 from attnsim.compiler.lowering.columns import PositionColumn
 from attnsim.compiler.lowering.compare import dtype_of
 from attnsim.compiler.lowering.context import FAILED, Context
@@ -333,9 +334,13 @@ def numeric_static(ctx: Context, e: E.SOp) -> dict[str, float]:
     return {key: 1.0}
 
 
-def static_numbers(ctx: Context, e: E.SOp) -> np.ndarray:
+def static_numbers(ctx: Context, e: E.SOp) -> np.ndarray | PositionColumn:
     """A static S-op's values as float64 ``[max_seq_len]`` (a numerical S-op's is the
-    evaluator's array itself: the embedding shares it, read-only)."""
+    evaluator's array itself: the embedding shares it, read-only), or as a
+    :class:`PositionColumn` for a sparse table (never made dense here)."""
+    column = static_tables.column(e, ctx.L)
+    if column is not None:
+        return PositionColumn(*column)
     got = ctx.vi.static_array(e)
     if isinstance(got, np.ndarray):
         return got
@@ -349,7 +354,9 @@ def static_square(ctx: Context, e: E.SOp) -> str:
         ctx.new_dir(key)
         # held as its default and the entries that differ (the values' own array is the
         # evaluator's; a dense square would be another array over every position)
-        ctx.static_embed[key] = PositionColumn.of(static_numbers(ctx, e)).square()
+        col = static_numbers(ctx, e)
+        col = col if isinstance(col, PositionColumn) else PositionColumn.of(col)
+        ctx.static_embed[key] = col.square()
     return key
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnsim.compiler import static_tables
 from attnsim.compiler.lowering import compare, forms
+from attnsim.compiler.lowering.columns import PositionColumn
 from attnsim.compiler.lowering.context import Context
 from attnsim.ir import attention
 from attnsim.model.patterns import KeyIndex, StaticPattern
@@ -32,11 +34,18 @@ def static_score(ctx: Context, sel: E.Selector) -> tuple[tuple, float, frozenset
         sq = forms.static_square(ctx, sel.queries)
         sk = forms.static_square(ctx, sel.keys)
         ctx.roundings[sel.uid] = proof.rounding
-        sides = [_static_numbers(ctx, e) for e in (sel.queries, sel.keys)]
+        queries, keys = (_static_numbers(ctx, e) for e in (sel.queries, sel.keys))
+        keys = np.asarray(keys)  # (a sparse table of keys made dense: kept for the pattern)
         index = ctx.key_indexes.get(sel.keys.uid)
         if index is None:  # once per key S-op: the heads of a program share their keys
-            index = ctx.key_indexes[sel.keys.uid] = KeyIndex.of(sides[1])
-        ctx.patterns[sel.uid] = StaticPattern.equality(*sides, index)  # what scores select
+            index = ctx.key_indexes[sel.keys.uid] = KeyIndex.of(keys)
+        if isinstance(queries, PositionColumn):  # what scores select
+            pattern = StaticPattern.sparse_equality(
+                queries.default, queries.at, queries.values, keys, index
+            )
+        else:
+            pattern = StaticPattern.equality(queries, keys, index)
+        ctx.patterns[sel.uid] = pattern
         return attention.equality_scores(fq, sq, fk, sk, 1.0), 1.0, frozenset()
     # any other static selector (and an equality of integers too large for its scores):
     # a table over positions, exact
@@ -48,10 +57,13 @@ def static_score(ctx: Context, sel: E.Selector) -> tuple[tuple, float, frozenset
     return terms, 1.0, frozenset()
 
 
-def _static_numbers(ctx: Context, e: E.SOp) -> np.ndarray:
+def _static_numbers(ctx: Context, e: E.SOp) -> np.ndarray | PositionColumn:
     """A static integer-valued S-op's value at every position, float64 ``[L]`` (once per
-    S-op: the heads of a program share their sides)."""
+    S-op: the heads of a program share their sides), a sparse table's as its
+    :class:`PositionColumn`."""
     got = ctx.static_arrays.get(e.uid)
+    if got is None and static_tables.column(e, ctx.L) is not None:
+        got = ctx.static_arrays[e.uid] = PositionColumn(*static_tables.column(e, ctx.L))
     if got is None:
         vals = ctx.vi.static_array(e)
         if not isinstance(vals, np.ndarray):  # a categorical column: its table of numbers
