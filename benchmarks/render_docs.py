@@ -475,33 +475,41 @@ def simulator_layouts(data: dict) -> str:
     for r in data.get("minilm_tokens", []):
         if not r.get("built"):
             out += ["", f"On {r['tokens']} tokens: not built ({r['refusal']})."]
-    st = data.get("minilm_stack")
-    if st:
-        out.append("")
-        if st.get("built"):
-            out.append(
-                f"**A stack of {st['layers']} MiniLM-shaped layers in one pass of one U: "
-                f"built** in {fmt(st['build_seconds'])} s and simulated in "
-                f"{fmt(st['simulate_seconds'])} s, error {fmt(st['error_vs_torch'])} against "
-                f"torch's layers applied one after the other (largest |score| "
-                f"{fmt(st['max_abs_score'])}); peak resident memory "
-                f"{fmt(st['peak_rss_mb'] / 1024)} GiB; {st['sequence_length']:,} positions, "
-                f"d_model {st['d_model']:,} of which at most {st['peak_live_columns']:,} alive "
-                f"at once ({fmt(st['stream_mb'])} MB of stream), depth {st['depth']}."
-            )
-        else:
-            out.append(
-                f"**A stack of MiniLM-shaped layers: not built.** After {fmt(st['seconds'])} s "
-                f"the build refused: {st['refusal']}"
-            )
+    for st in (data.get("minilm_stack"), data.get("minilm_stack_tokens")):
+        out += _stack_paragraph(st) if st else []
     out += ["", machine_line(data.get("machine", {}))]
     return "\n".join(out)
+
+
+def _stack_paragraph(st: dict) -> list[str]:
+    """The stack row of the layouts benchmark, as a paragraph (after a blank line)."""
+    out = [""]
+    tokens = f" on {st['tokens']} tokens" if "tokens" in st else ""
+    if st.get("built"):
+        out.append(
+            f"**A stack of {st['layers']} MiniLM-shaped layers{tokens} in one pass of one U: "
+            f"built** in {fmt(st['build_seconds'])} s and simulated in "
+            f"{fmt(st['simulate_seconds'])} s, error {fmt(st['error_vs_torch'])} against "
+            f"torch's layers applied one after the other (largest |score| "
+            f"{fmt(st['max_abs_score'])}); peak resident memory "
+            f"{fmt(st['peak_rss_mb'] / 1024)} GiB; {st['sequence_length']:,} positions, "
+            f"d_model {st['d_model']:,} of which at most {st['peak_live_columns']:,} alive "
+            f"at once ({fmt(st['stream_mb'])} MB of stream), depth {st['depth']}."
+        )
+    elif "refusal" in st:
+        out.append(
+            f"**A stack of MiniLM-shaped layers{tokens}: not built.** After "
+            f"{fmt(st['seconds'])} s the build refused: {st['refusal']}"
+        )
+    else:  # its process ended without a row
+        out.append(f"**A stack of MiniLM-shaped layers: not built.** {st.get('error')}")
+    return out
 
 
 def _loaded_simulate(r: dict) -> str:
     """The loaded U's first simulate (it finds the plans for its length), and whether it gave
     the built U's bits; '-' for results that did not time it."""
-    if "loaded_simulate_seconds" not in r:
+    if r.get("loaded_simulate_seconds") is None:
         return "-"
     same = "same bits" if r.get("loaded_same_bits") else "bits differ"
     return f"{fmt(r['loaded_simulate_seconds'])} ({same})"

@@ -55,9 +55,13 @@ RESULTS = Path(__file__).resolve().parent / "results" / "simulator_layouts.json"
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 # the largest n = d built per layout (default run / --full); past it, the reason is the
 # measured peak memory's growth (see limit_reason)
-BUILT = {"scalar": (64, 128), "vector": (128, 256)}
+BUILT = {"scalar": (64, 128), "vector": (128, 384)}
 MINILM = (12, 384, 12, 1536)
-LONG_TOKENS = (128, 256)  # --full: the MiniLM shape on these input lengths (or its refusal)
+LONG_TOKENS = (128, 256, 512)  # --full: the MiniLM shape on these input lengths (or its refusal)
+# the longest input whose row is run twice more: the saved U's first simulate, and the whole
+# row again under an address-space limit of twice its resident peak (past it: minutes each)
+RERUN_TOKENS = 128
+STACK_TOKENS = 128  # --full: the six-layer stack on this many tokens too
 
 
 def heads_of(d: int) -> int:
@@ -229,9 +233,9 @@ def _peak_virtual_mb() -> float:
 def _minilm_tokens(n: int, seed: int = 0) -> dict:
     """The MiniLM layer shape on ``n`` tokens, in this process: U built, one random layer
     (scores up to |30|) simulated once, against torch's layer; peak memory of the process
-    (resident and address space), U saved and loaded back, and the loaded U's first
-    simulate of the same layer (timed: it finds the plans for this length; the same bits
-    checked)."""
+    (resident and address space), U saved and loaded back, and (up to ``RERUN_TOKENS``)
+    the loaded U's first simulate of the same layer (timed: it finds the plans for this
+    length; the same bits checked)."""
     import shutil
     import tempfile
 
@@ -265,10 +269,12 @@ def _minilm_tokens(n: int, seed: int = 0) -> dict:
         t0 = time.perf_counter()
         loaded = UniversalSimulator.load(folder)
         load = time.perf_counter() - t0
-        t0 = time.perf_counter()  # its first simulate finds the plans for this length
-        again = loaded.simulate(target, X)
-        loaded_simulate = time.perf_counter() - t0
-        same = bool(torch.equal(again, got))
+        loaded_simulate = same = None
+        if n <= RERUN_TOKENS:
+            t0 = time.perf_counter()  # its first simulate finds the plans for this length
+            again = loaded.simulate(target, X)
+            loaded_simulate = time.perf_counter() - t0
+            same = bool(torch.equal(again, got))
         del loaded
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -364,7 +370,7 @@ def minilm_tokens(n: int, address_check: bool = True) -> dict:
             "refusal": row["error"],
         }
     row = {"built": True, **row}
-    if address_check:
+    if address_check and n <= RERUN_TOKENS:
         limit = int(2 * row["peak_rss_mb"] * 2**20)
         got = _in_child(_under_limit, limit, n)
         row["address_limit_mb"] = limit / 2**20
@@ -373,11 +379,12 @@ def minilm_tokens(n: int, address_check: bool = True) -> dict:
     return row
 
 
-def minilm_stack(layers: int, seed: int = 0) -> dict:
+def minilm_stack(layers: int, seed: int = 0, tokens: int | None = None) -> dict:
     """A stack of ``layers`` encoder layers of the MiniLM shape (each with scores up to
     |30| on its own input) simulated by one U in one pass, against torch's layers applied
-    one after the other."""
+    one after the other; on the shape's 12 tokens, or on ``tokens``."""
     n, d, h, f = MINILM
+    n = tokens or n
     w0 = time.perf_counter()
     try:
         U = universal.build(n, d, h, layer="encoder", max_ff=f, n_layers=layers)
@@ -403,6 +410,7 @@ def minilm_stack(layers: int, seed: int = 0) -> dict:
     return {
         "built": True,
         "layers": layers,
+        "tokens": n,
         "sequence_length": r.sequence_length,
         "token_width": U.model.config.token_width,
         "d_model": r.d_model,
@@ -612,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     if stack:
         out["minilm_stack"] = minilm_stack(stack)
         print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)
+    if stack and args.full:  # in a process of its own: its peak memory is the row's
+        out["minilm_stack_tokens"] = _in_child(minilm_stack, stack, 0, STACK_TOKENS)
+        print(f"MiniLM stack on {STACK_TOKENS} tokens: {out['minilm_stack_tokens']}", flush=True)
     tokens = args.tokens if args.tokens is not None else (list(LONG_TOKENS) if args.full else [])
     if tokens:
         out["minilm_tokens"] = []

@@ -118,13 +118,14 @@ class BlockRows:
         b = self.shape[1]
         j0, j1 = lo // BLOCK, -(-hi // BLOCK)
         ids = self.table[idx, j0:j1].flatten()
-        parts = self._split(ids)
-        if parts[0][1] is None:
+        live = torch.nonzero(ids).flatten()  # the blocks held (the others read as zeros)
+        parts = self._split(ids[live])
+        if parts[0][1] is None and len(live) == len(ids):
             got = parts[0][0].index_select(0, ids)
         else:
-            got = torch.empty(len(ids), b, BLOCK, dtype=self.dtype, device=self.device)
+            got = torch.zeros(len(ids), b, BLOCK, dtype=self.dtype, device=self.device)
             for chunk, at, off in parts:
-                got.index_copy_(0, at, chunk.index_select(0, off))
+                got.index_copy_(0, live if at is None else live[at], chunk.index_select(0, off))
         out = got.view(len(idx), j1 - j0, b, BLOCK).permute(0, 2, 1, 3)
         out = out.reshape(len(idx), b, (j1 - j0) * BLOCK)
         return out[:, :, lo - j0 * BLOCK : hi - j0 * BLOCK]  # (a view)

@@ -60,6 +60,12 @@ class Plan:
         return int(self.keys.numel())
 
     @cached_property
+    def rows(self) -> torch.Tensor:
+        """The query of each listed key (CSR plans; found once)."""
+        counts = self.offsets[1:] - self.offsets[:-1]
+        return torch.repeat_interleave(torch.arange(len(counts)), counts)
+
+    @cached_property
     def by_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A gather's listed keys in ascending order and their queries (found once): the
         queries whose keys lie in a span are one slice."""
@@ -152,7 +158,9 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     ([5.0, 7.0], 2)
     """
     w = v.shape[2]
-    if p.gather and not at <= p.fill < at + w:  # the other queries read 0
+    if not p.gather:
+        return _mean(cfg, p, v, n, at)
+    if not at <= p.fill < at + w:  # the other queries read 0
         keys, queries = p.by_key
         i, j = torch.searchsorted(keys, torch.tensor([at, at + w])).tolist()
         if i == j:
@@ -166,22 +174,37 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
         whole = v.new_zeros(v.shape[0], v.shape[1], n)
         whole[:, :, at : at + w] = v
         v = whole
-    if p.gather:
-        z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
-        z[:, :, p.queries] = v[:, :, p.keys]
-        return z, 0
-    counts = p.offsets[1:] - p.offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)
-    z = torch.zeros_like(v)
+    z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
+    z[:, :, p.queries] = v[:, :, p.keys]
+    return z, 0
+
+
+def _mean(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int):
+    """:func:`run_plan` of a mean (hard) or weighted sum (softmax) over each query's keys:
+    only the terms whose keys lie in the span ``at .. at + w - 1`` of ``v`` (the others
+    are 0), written on the queries from the first to the last that has one."""
+    rows, keys, weights = p.rows, p.keys, p.weights
+    if at or v.shape[2] != n:
+        inside = (keys >= at) & (keys < at + v.shape[2])
+        if not bool(inside.all()):
+            kept = torch.nonzero(inside).flatten()
+            if not len(kept):
+                return None
+            rows, keys = rows[kept], keys[kept]
+            weights = None if weights is None else weights[kept]
+        keys = keys - at
+    lo, hi = int(rows[0]), int(rows[-1]) + 1  # (rows ascend)
+    z = v.new_zeros(v.shape[0], v.shape[1], hi - lo)
+    rows = rows - lo
     step = max(1, TERMS_PER_CHUNK // max(1, v.shape[0] * v.shape[1]))
-    for start in range(0, len(p.keys), step):  # the terms in parts, added in the same order
-        terms = v[:, :, p.keys[start : start + step]]
-        if p.weights is not None:
-            terms = terms * p.weights[start : start + step].to(v.dtype)
+    for start in range(0, len(keys), step):  # the terms in parts, added in the same order
+        terms = v[:, :, keys[start : start + step]]
+        if weights is not None:
+            terms = terms * weights[start : start + step].to(v.dtype)
         z.index_add_(2, rows[start : start + step], terms)
     if cfg.attention is AttentionMode.HARD:
-        z = z / counts.to(v.dtype)
-    return z, 0
+        z = z / (p.offsets[lo + 1 : hi + 1] - p.offsets[lo:hi]).to(v.dtype)
+    return z, lo
 
 
 def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):

@@ -359,43 +359,50 @@ def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
 # layout, and the build's peak resident memory follows them. Measured peaks (2 cores,
 # 23.5 GiB; benchmarks/simulator_layouts.py for the encoder layers), in bytes per position
 # per unit of max_d: scalar attention n = d = 128 (one head): 228; scalar encoder 64: 297,
-# 128: 290 (10.0 GiB); vector attention 128 (one head): 72; vector encoder 128: 350, 256: 124
-# (8.0 GiB), the MiniLM layer (n = 12, d = 384): 400. Each constant below lies under every
+# 128: 290 (10.0 GiB); vector attention 128 (one head): 72. The vector layout's position
+# tables are sparse (a default and the listed entries) from RASP to the weights: its encoder
+# builds peak at 18.5 (the MiniLM layer shape on 128 tokens, 1.30 GiB), 8.0 (256 tokens,
+# 2.26 GiB) and 9.3 (n = d = 384, 4 heads, 1.97 GiB). Each constant below lies under every
 # peak of its kind, so no size built there is refused; the scalar layout's n^2.7 growth gets
 # n = d = 400 refused (about 29 GiB by this estimate, about 41 GiB at the measured rate).
 BUILD_BYTES_PER_POSITION_D = {
     ("scalar", "attention"): 160,
     ("scalar", "layer"): 160,  # encoder layers
     ("vector", "attention"): 60,
-    ("vector", "layer"): 100,  # encoder and decoder layers
+    ("vector", "layer"): 8,  # encoder and decoder layers
 }
+# A simulation of the scalar layout peaks at about this many times the size of its input
+# as dense float64 values, plus the compiler's position tables (dense in that layout).
+INPUT_COPIES = 3.25
 # A simulation of the vector layout peaks at about this many times the size of its input
 # sequence as dense float64 (``pos width``; a measure of the sequence, not one copy of it:
-# the packed input takes pages only where it is non-zero), the built model included:
-# measured at the encoder layer n = d = 256 (2.0 GiB of input; 6.7 GiB peak while
-# simulating, sampled every 20 ms), the MiniLM layer on 128 tokens (2.25 GiB; 7.3 GiB, build
-# and simulate) and n = d = 384 (6.75 GiB; killed for memory above 22.6 GiB while
-# simulating, on the 23.5 GiB machine): 3.35, 3.2 and more than 3.35. Counted at 3.25.
-INPUT_COPIES = 3.25
-# a stack of layers: 6 MiniLM layers peaked at 8.1 GiB against 2.9 GiB for one (each further
-# layer about 0.36 of the first); counted at 0.3 of the first
-BUILD_BYTES_PER_EXTRA_LAYER = 0.3
+# the packed input takes memory only where it is non-zero), the built model included:
+# measured (whole process, build and simulate) on the MiniLM layer shape on 128 tokens
+# (2.25 GiB of input; 4.73 GiB peak), 256 tokens (9.0 GiB; 12.53 GiB) and n = d = 384 with
+# 4 heads (6.75 GiB; 12.30 GiB): 2.1, 1.39 and 1.82. Counted at 1.3.
+VECTOR_INPUT_COPIES = 1.3
+# a stack of layers: six MiniLM-shaped layers on 128 tokens peaked at 10.57 GiB while
+# building against 1.30 GiB for one (each further layer about 1.8 of the first); counted at
+# 1.5 of the first
+BUILD_BYTES_PER_EXTRA_LAYER = 1.5
 
 
 def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     """An estimate, from the config alone, of the bytes building and running U need (see
-    ``BUILD_BYTES_PER_POSITION_D`` and ``INPUT_COPIES``). Dense weights: one head's scores
-    ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse at the sizes where this
-    matters): the larger of U's weights while building (bytes per position and unit of
-    max_d, by layout; more for a stack of layers) and a simulation: ``INPUT_COPIES`` times
-    the size of U's input as dense values (``pos width``: the packed input, its channels in
-    the stream, the rows the pass computes, the built model) plus the position tables its
-    compiler holds (at least 100 tables, three copies each: ``300 pos``).
+    ``BUILD_BYTES_PER_POSITION_D``, ``INPUT_COPIES`` and ``VECTOR_INPUT_COPIES``). Dense
+    weights: one head's scores ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse
+    at the sizes where this matters): the larger of U's weights while building (bytes per
+    position and unit of max_d, by layout; more for a stack of layers) and a simulation:
+    in the vector layout ``VECTOR_INPUT_COPIES`` times the size of U's input as dense values
+    (``pos width``: the packed input, its channels in the stream, the rows the pass
+    computes, the built model); in the scalar layout ``INPUT_COPIES`` times its input plus
+    the position tables its compiler holds (at least 100 tables, three copies each: ``300
+    pos``).
 
     >>> config = SimulatorConfig(2, 2)
     >>> positions, item = config.layout.length + 1, 8
-    >>> copies = INPUT_COPIES * config.layout.width
-    >>> memory_needed(config) == int((copies + 300) * positions * item)
+    >>> copies = VECTOR_INPUT_COPIES * config.layout.width
+    >>> memory_needed(config) == max(int(copies * positions * item), build_weight_bytes(config))
     True
     >>> memory_needed(config, "dense") >= item * positions**2  # one [pos, pos] score matrix
     True
@@ -408,7 +415,10 @@ def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     layout = config.layout
     if storage == "dense":
         return attention_bytes(layout.length + 1, 1, item)
-    stream = int((INPUT_COPIES * getattr(layout, "width", 1) + 300) * (layout.length + 1) * item)
+    if config.is_vector:
+        stream = int(VECTOR_INPUT_COPIES * layout.width * (layout.length + 1) * item)
+    else:
+        stream = int((INPUT_COPIES + 300) * (layout.length + 1) * item)
     return max(stream, build_weight_bytes(config))
 
 
@@ -464,7 +474,10 @@ def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
         )
     else:
         basis = (
-            f"a simulation: about {INPUT_COPIES} times its input's size as dense values, "
+            f"a simulation: about {VECTOR_INPUT_COPIES} times its input's size as dense "
+            "values, measured"
+            if config.is_vector
+            else f"a simulation: about {INPUT_COPIES} times its input's size as dense values, "
             "measured, and the compiler's position tables"
         )
     advice = "lower max_n, max_d or max_heads"
