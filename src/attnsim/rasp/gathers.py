@@ -136,10 +136,11 @@ def sparse_table(
     >>> t = sparse_table(4, -1.0, [2], [7.0])
     >>> rasp.evaluate(t, ["a"] * 5), column_of(t)[2].tolist()
     ([-1.0, -1.0, 7.0, -1.0, 0.0], [2])
-    >>> sparse_table(3, 0.0, [2, 1], [1.0, 1.0])
-    Traceback (most recent call last):
-    ...
-    ValueError: sparse_table: the listed positions must ascend within 0..2, each once; got [2, 1]
+    >>> try:
+    ...     sparse_table(3, 0.0, [2, 1], [1.0, 1.0])
+    ... except ValueError as exc:
+    ...     print(str(exc)[:62])
+    sparse_table: the listed positions must ascend within 0..2, ea
     """
     size = int(length)
     where = np.array(at, dtype=np.int64).reshape(-1)
@@ -147,7 +148,7 @@ def sparse_table(
     if where.shape != vals.shape:
         raise ValueError(
             f"sparse_table: one value per listed position, got {where.size} positions and "
-            f"{vals.size} values"
+            f"{vals.size} values; pass one value for each listed position"
         )
     if size < 0 or (
         where.size
@@ -156,7 +157,7 @@ def sparse_table(
         shown = where[:8].tolist()
         raise ValueError(
             f"sparse_table: the listed positions must ascend within 0..{size - 1}, each once; "
-            f"got {shown}{' ...' if where.size > 8 else ''}"
+            f"got {shown}{' ...' if where.size > 8 else ''}; sort them and list each once"
         )
     fill = float(default)
 
