@@ -58,8 +58,9 @@ SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 384)
 BUILT = {"scalar": (64, 128), "vector": (128, 384)}
 MINILM = (12, 384, 12, 1536)
 LONG_TOKENS = (128, 256, 512)  # --full: the MiniLM shape on these input lengths (or its refusal)
-# the longest input whose row is run twice more: the saved U's first simulate, and the whole
-# row again under an address-space limit of twice its resident peak (past it: minutes each)
+# the longest input whose saved U simulates once more (its first simulate, timed); every
+# row on tokens, the stack's too, runs again under an address-space limit of twice its
+# resident peak (the issue's rule)
 RERUN_TOKENS = 128
 STACK_TOKENS = 128  # --full: the six-layer stack on this many tokens too
 
@@ -300,11 +301,11 @@ def _minilm_tokens(n: int, seed: int = 0) -> dict:
     }
 
 
-def _under_limit(limit_bytes: int, n: int) -> dict:
-    """:func:`_minilm_tokens` under an address-space limit (``RLIMIT_AS``): its row, or the
-    error that stopped it."""
+def _under_limit(limit_bytes: int, fn, *args) -> dict:
+    """``fn(*args)`` under an address-space limit (``RLIMIT_AS``): its row, or the error
+    that stopped it."""
     resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-    return {"ok": True, **_minilm_tokens(n)}  # (an error: reported by _in_child)
+    return {"ok": True, **fn(*args)}  # (an error: reported by _in_child)
 
 
 def _in_child(fn, *args) -> dict:
@@ -370,13 +371,19 @@ def minilm_tokens(n: int, address_check: bool = True) -> dict:
             "refusal": row["error"],
         }
     row = {"built": True, **row}
-    if address_check and n <= RERUN_TOKENS:
-        limit = int(2 * row["peak_rss_mb"] * 2**20)
-        got = _in_child(_under_limit, limit, n)
-        row["address_limit_mb"] = limit / 2**20
-        row["under_address_limit"] = bool(got["ok"])
-        row["under_address_limit_error"] = got.get("error")
+    if address_check:
+        _address_check(row, _minilm_tokens, n)
     return row
+
+
+def _address_check(row: dict, fn, *args) -> None:
+    """Runs ``fn(*args)`` again in a child whose address space is limited to twice
+    ``row``'s resident peak; notes the limit and whether it ran there in ``row``."""
+    limit = int(2 * row["peak_rss_mb"] * 2**20)
+    got = _in_child(_under_limit, limit, fn, *args)
+    row["address_limit_mb"] = limit / 2**20
+    row["under_address_limit"] = bool(got.get("ok", True))
+    row["under_address_limit_error"] = got.get("error")
 
 
 def minilm_stack(layers: int, seed: int = 0, tokens: int | None = None) -> dict:
@@ -422,11 +429,22 @@ def minilm_stack(layers: int, seed: int = 0, tokens: int | None = None) -> dict:
         "simulate_seconds": first,
         "peak_extra_mb": mem.extra_mb,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_virtual_mb": _peak_virtual_mb(),
         "peak_live_columns": getattr(U.model.model, "peak_columns", None),
         "stream_mb": _stream_mb(U),
         "max_abs_score": max(scores),
         "error_vs_torch": relative_error(got, inner),
     }
+
+
+def stack_tokens(layers: int, address_check: bool = True) -> dict:
+    """:func:`minilm_stack` on ``STACK_TOKENS`` tokens in a process of its own (its peak
+    memory is the row's), then, with ``address_check``, again under an address-space limit
+    of twice that resident peak."""
+    row = _in_child(minilm_stack, layers, 0, STACK_TOKENS)
+    if address_check and row.get("built"):
+        _address_check(row, minilm_stack, layers, 0, STACK_TOKENS)
+    return row
 
 
 def limit_reason(layout: str, rows: list[dict], d: int) -> str:
@@ -478,18 +496,26 @@ def exponents(rows: list[dict]) -> dict:
 
 def parse_size(text: str) -> tuple[str, int]:
     """What ``--add`` names: ``"vector:384"`` -> ``("vector", 384)``, ``"minilm"`` -> the
-    MiniLM layer shape on its 12 tokens; ValueError with the reason otherwise.
+    MiniLM layer shape on its 12 tokens, ``"tokens:256"`` -> that shape on 256 tokens,
+    ``"stack_tokens"`` -> the six-layer stack on ``STACK_TOKENS``; ValueError with the
+    reason otherwise.
 
     >>> parse_size("vector:384"), parse_size("scalar:64"), parse_size("minilm")
     (('vector', 384), ('scalar', 64), ('minilm', 12))
+    >>> parse_size("tokens:512"), parse_size("stack_tokens")
+    (('tokens', 512), ('stack_tokens', 128))
     """
     if text == "minilm":
         return "minilm", MINILM[0]
+    if text == "stack_tokens":
+        return "stack_tokens", STACK_TOKENS
     layout, _, d = text.partition(":")
+    if layout == "tokens" and d.isdigit() and int(d) > 0:
+        return layout, int(d)
     if layout not in ("scalar", "vector") or not d.isdigit() or int(d) not in SIZES:
         raise ValueError(
-            f"--add takes minilm or LAYOUT:D with LAYOUT scalar or vector and D one of "
-            f"{SIZES}, got {text!r}"
+            f"--add takes minilm, stack_tokens, tokens:N or LAYOUT:D with LAYOUT scalar or "
+            f"vector and D one of {SIZES}, got {text!r}"
         )
     return layout, int(d)
 
@@ -512,6 +538,16 @@ def add_sizes(parser: argparse.ArgumentParser, sizes: list[str], out_path: Path)
         if layout == "minilm":
             out["minilm"] = minilm()
             print(f"MiniLM layer shape {MINILM}: {out['minilm']}", flush=True)
+            continue
+        if layout == "stack_tokens":
+            out["minilm_stack_tokens"] = stack_tokens(6)
+            print(f"MiniLM stack on {d} tokens: {out['minilm_stack_tokens']}", flush=True)
+            continue
+        if layout == "tokens":  # the row of that length replaced, the rows kept in order
+            row = minilm_tokens(d)
+            kept = [r for r in out.get("minilm_tokens", []) if r["tokens"] != d]
+            out["minilm_tokens"] = sorted([*kept, row], key=lambda r: r["tokens"])
+            print(f"MiniLM layer shape on {d} tokens: {row}", flush=True)
             continue
         w0 = time.perf_counter()
         try:
@@ -571,8 +607,9 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=None,
         metavar="LAYOUT:D",
-        help="only build this size (for example vector:384, or minilm for the MiniLM layer "
-        "shape; repeatable) and merge it into the results at --out, which must exist (every "
+        help="only build this size (for example vector:384, minilm for the MiniLM layer "
+        "shape, tokens:256 for that shape on 256 tokens, stack_tokens for the six-layer stack "
+        "on 128; repeatable) and merge it into the results at --out, which must exist (every "
         "other row there is kept)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
@@ -620,8 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     if stack:
         out["minilm_stack"] = minilm_stack(stack)
         print(f"MiniLM stack of {stack}: {out['minilm_stack']}", flush=True)
-    if stack and args.full:  # in a process of its own: its peak memory is the row's
-        out["minilm_stack_tokens"] = _in_child(minilm_stack, stack, 0, STACK_TOKENS)
+    if stack and args.full:
+        out["minilm_stack_tokens"] = stack_tokens(stack, not args.no_address_check)
         print(f"MiniLM stack on {STACK_TOKENS} tokens: {out['minilm_stack_tokens']}", flush=True)
     tokens = args.tokens if args.tokens is not None else (list(LONG_TOKENS) if args.full else [])
     if tokens:

@@ -4,6 +4,7 @@ the position rows only static heads read a few heads at a time. Both against the
 keeps everything: same outputs, same plans, fewer rows."""
 
 import numpy as np
+import pytest
 import torch
 
 from attnsim.model import liveness
@@ -12,8 +13,11 @@ from attnsim.simulator import sampling, universal
 from attnsim.simulator.to_torch import to_torch
 
 
-def _u():
-    return universal.build(4, 4, 2, layer="encoder", max_ff=8, layout="vector", storage="sparse")
+def _u(n_layers=1):
+    extra = {"n_layers": n_layers} if n_layers > 1 else {}
+    return universal.build(
+        4, 4, 2, layer="encoder", max_ff=8, layout="vector", storage="sparse", **extra
+    )
 
 
 def _case(seed=0):
@@ -59,13 +63,19 @@ def test_gather_heads_read_only_their_values_in_a_planned_run():
         )
 
 
-def test_deferred_position_rows_give_the_same_plans(monkeypatch):
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_deferred_position_rows_give_the_same_plans(monkeypatch, n_layers):
     """The static pass with the position rows of static heads written group by group
-    finds exactly the plans it finds with all of them written at the layer's start."""
-    net = _u().model.model
+    finds exactly the plans it finds with all of them written at the layer's start. In a
+    stack, the simulated layers read the same position rows: they are deferred in each
+    layer that reads them (not kept from the first layer to the last)."""
+    net = _u(n_layers).model.model
     n = net.cfg.n_ctx
     deferred = net._deferred()
     assert sum(len(s) for s in deferred) > 0
+    if n_layers > 1:
+        seen = [c for s in deferred for c in s]
+        assert len(seen) > len(set(seen))  # some row deferred in two layers
     with_groups = net.plans(n)
     net._plans.clear()
     net._deferred_rows = [set() for _ in deferred]  # nothing deferred

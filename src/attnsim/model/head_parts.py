@@ -27,7 +27,15 @@ import torch
 from attnsim.model.costs import PART_BYTES
 from attnsim.model.sparse_ops import HeadMaps, Linear, UnitMaps
 
-__all__ = ["PART_BYTES", "columns_per_part", "parts", "run_units", "write_channels", "writes_apart"]
+__all__ = [
+    "PART_BYTES",
+    "check_vector_tokens",
+    "columns_per_part",
+    "parts",
+    "run_units",
+    "write_channels",
+    "writes_apart",
+]
 
 
 def columns_per_part(b: int, n: int, itemsize: int = 8) -> int:
@@ -167,6 +175,31 @@ def parts(hm: HeadMaps, h: int, step: int) -> list[tuple[Linear, Linear, torch.T
         )
     cache[(h, step)] = out
     return out
+
+
+def check_vector_tokens(width: int, token_ids: torch.Tensor, token_values) -> None:
+    """Raises a ValueError unless ``token_values`` is ``[batch, m, width]`` with the batch
+    of ``token_ids [batch, pos]`` and ``m <= pos`` (the positions after read as 0).
+
+    >>> check_vector_tokens(2, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, 2))
+    >>> check_vector_tokens(2, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 5, 2))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: token_values must be [batch, m, 2] ... got [1, 5, 2] for token_ids [1, 4]
+    """
+    if token_values is None or token_values.shape[-1:] != (width,):
+        got = None if token_values is None else list(token_values.shape)
+        raise ValueError(
+            f"this model reads vector tokens of width {width}: pass token_values [batch, "
+            f"pos, {width}], got {got}"
+        )
+    b, n = token_ids.shape
+    if token_values.dim() != 3 or token_values.shape[0] != b or token_values.shape[1] > n:
+        raise ValueError(
+            f"token_values must be [batch, m, {width}] with the batch of token_ids and m <= "
+            f"its {n} positions (the later ones read as 0), got {list(token_values.shape)} "
+            f"for token_ids {list(token_ids.shape)}"
+        )
 
 
 def write_channels(store, vals: torch.Tensor, vec: torch.Tensor, w: torch.Tensor) -> None:

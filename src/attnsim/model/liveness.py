@@ -98,10 +98,12 @@ def rows_needed(embed: dict, heads, units, last: dict, first: dict) -> int:
 
 
 def deferred_rows(heads, units, static_heads: list, pos_dirs: list[int]) -> list[set[int]]:
-    """Per layer, the position rows (their directions) that nothing but that layer's static
-    heads read, as queries or keys. The static pass writes them a few heads at a time while
-    it finds those heads' plans, not all at once at the layer's start (the simulator's
-    gathers have one or two dense position rows per head, thousands per layer).
+    """Per layer, the position rows (their directions) that nothing but static heads read,
+    as queries or keys: each such row is listed at every layer whose static heads read it.
+    The static pass writes them a few heads at a time while it finds those heads' plans, and
+    drops them after, not all at once at their first reader's stage and kept to the last
+    (the simulator's gathers have one or two dense position rows per head, thousands per
+    layer, and a stack's layers read the same rows).
 
     >>> import torch
     >>> from attnsim.model.sparse_ops import HeadMaps
@@ -110,21 +112,26 @@ def deferred_rows(heads, units, static_heads: list, pos_dirs: list[int]) -> list
     ...                  torch.tensor([[0, 2, 3], [1, 2, 3]]), torch.ones(2))
     >>> deferred_rows([HeadMaps(hs)], [[]], [[0]], [0, 1, 4])  # 1: head 1 (not static) too
     [{0}]
+    >>> deferred_rows([HeadMaps(hs)] * 2, [[], []], [[0], [0]], [0, 1, 4])  # in both layers
+    [{0}, {0}]
     """
-    owner: dict[int, int] = {}
+    owners: dict[int, set[int]] = {}
     shared: set[int] = set()
     for li, (hm, ums) in enumerate(zip(heads, units)):
         static = set(static_heads[li])
         for h in hm.active:
             shared.update(hm.reads_v[h])
-            for c in hm.reads_qk[h]:
-                if h not in static or owner.setdefault(c, li) != li:
-                    shared.add(c)
+            if h not in static:
+                shared.update(hm.reads_qk[h])
+            else:
+                for c in hm.reads_qk[h]:
+                    owners.setdefault(c, set()).add(li)
         for um in ums:
             shared.update(um.reads)
     out: list[set[int]] = [set() for _ in heads]
-    for c in set(pos_dirs) & set(owner) - shared:
-        out[owner[c]].add(c)
+    for c in set(pos_dirs) & set(owners) - shared:
+        for li in owners[c]:
+            out[li].add(c)
     return out
 
 

@@ -66,8 +66,7 @@ from attnsim.model.sparse_plans import (
     run_plan,
     whole_head,
 )
-from attnsim.model.stream import check_positions
-from attnsim.model.transformer import Columns
+from attnsim.model.stream import Columns, Forms, check_positions
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
 
@@ -273,7 +272,10 @@ class SparseTransformer:
     ) -> torch.Tensor:
         """As :meth:`Transformer.forward` (no ``cache``: the sparse form has no hooks);
         ``keep``: return only these columns of the final stream ``[batch, pos, len]``
-        (otherwise the whole stream ``[batch, pos, d_model]``)."""
+        (otherwise the whole stream ``[batch, pos, d_model]``). A model that reads vector
+        tokens takes ``token_values [batch, m, token_width]`` for the first ``m <= pos``
+        positions: the tokens after read as 0 (U's long inputs are zero past their first
+        few thousand positions)."""
         if cache is not None:
             raise ValueError(
                 "a model in sparse storage records no hooks (run_with_cache); compile with "
@@ -285,14 +287,8 @@ class SparseTransformer:
                 f"feature-major 'fused' needs dense weights), got {self.executor!r}"
             )
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
-        if self.cfg.token_width and (
-            token_values is None or token_values.shape[-1:] != (self.cfg.token_width,)
-        ):
-            got = None if token_values is None else list(token_values.shape)
-            raise ValueError(
-                f"this model reads vector tokens of width {self.cfg.token_width}: pass "
-                f"token_values [batch, pos, {self.cfg.token_width}], got {got}"
-            )
+        if self.cfg.token_width:
+            head_parts.check_vector_tokens(self.cfg.token_width, token_ids, token_values)
         plans = self.plans(n) if self.executor in ("auto", "plan") else None
         return self._run(token_ids, token_values, streams, keep, plans, None)
 
@@ -328,8 +324,6 @@ class SparseTransformer:
             if li >= static_layers:
                 found.append(self._find_plans(store, li))
                 continue
-            if li:
-                self._positions(store, first, 2 * li, b, n)
             if found is not None:
                 plans_l = self._find_plans(store, li)
                 found.append(plans_l)
@@ -342,9 +336,10 @@ class SparseTransformer:
             self._capture(store, streams, requests, stage)
             self._mlp(store, li, None if masks is None else masks[stage + 1], run)
             store.release(stage + 1)
+            if found is None or li + 1 < static_layers:  # (before a request there reads them)
+                self._positions(store, first, stage + 1, b, n)
             self._capture(store, streams, requests, stage + 1)
         if static_layers == len(self.layers):
-            self._positions(store, first, final, b, n)
             self._positions(store, first, final + 1, b, n)
         if found is None:
             self.peak_columns = store.peak  # the most directions alive at once (this run)
@@ -411,6 +406,9 @@ class SparseTransformer:
         if stage not in requests:
             return
         req = requests[stage]
+        if isinstance(req, Forms):  # one row per form, read a column at a time
+            streams[stage] = req.evaluate(lambda c: store.read(long_tensor([c]))[0])
+            return
         cols = req.cols if isinstance(req, Columns) else torch.arange(self.cfg.d_model)
         streams[stage] = store.read(cols).permute(1, 2, 0).contiguous()
 

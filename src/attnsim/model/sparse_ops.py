@@ -153,7 +153,7 @@ class HeadMaps:
     >>> w = torch.ones(1, dtype=torch.float64)
     >>> heads = SparseHeads(1, torch.tensor([[0, 1, 2]]), w, torch.tensor([[0, 3, 4]]), w)
     >>> hm = HeadMaps(heads)  # head 0: query dir 1, key dir 2; moves dir 3 into dir 4
-    >>> hm.active, hm.reads_qk[0], hm.reads_v[0], hm.writes[0]
+    >>> hm.active, set(hm.reads_qk[0]), set(hm.reads_v[0]), set(hm.writes[0])
     ([0], {1, 2}, {3}, {4})
     """
 
@@ -168,9 +168,20 @@ class HeadMaps:
         shared: dict[tuple, Linear] = {}
         uses: dict[int, int] = {}
         self.qk_width, self.ov_width = {}, {}
-        self.reads_qk: dict[int, set[int]] = {}
-        self.reads_v: dict[int, set[int]] = {}
-        self.writes: dict[int, set[int]] = {}
+        # what each head reads and writes, as sets (frozen: heads with the same directions
+        # share one; a layer of U has thousands of heads that read the same values)
+        self.reads_qk: dict[int, frozenset[int]] = {}
+        self.reads_v: dict[int, frozenset[int]] = {}
+        self.writes: dict[int, frozenset[int]] = {}
+        sets: dict[bytes, frozenset[int]] = {}
+
+        def one(dirs: np.ndarray) -> frozenset[int]:
+            key = np.unique(dirs).tobytes()
+            got = sets.get(key)
+            if got is None:
+                got = sets[key] = frozenset(dirs.tolist())
+            return got
+
         for h in self.active:
             (a_d, a_c, a_w), (b_d, b_c, b_w), w = _factor_maps(*qk[h])
             self.Q[h] = Linear(_t(a_d), _t(a_c), _t(a_w), max(1, w))
@@ -189,9 +200,9 @@ class HeadMaps:
             self.O[h] = Linear(_t(o_c), _t(np.searchsorted(mine, o_d)), _t(o_w), len(mine))
             self.O_at[h] = _t(np.searchsorted(written, mine))
             self.ov_width[h] = w
-            self.reads_qk[h] = set(a_d.tolist()) | set(b_d.tolist())
-            self.reads_v[h] = set(v_d.tolist())
-            self.writes[h] = set(mine.tolist())
+            self.reads_qk[h] = one(np.concatenate([a_d, b_d]))
+            self.reads_v[h] = one(v_d)
+            self.writes[h] = one(mine)
         self.shared_values = {k for k, c in uses.items() if c > 1}  # value maps kept per run
 
 

@@ -11,7 +11,7 @@ import torch
 from attnsim.model.costs import HUGE_FROM
 from attnsim.model.projection import _block, add_columns
 
-__all__ = ["Columns", "expand_update", "check_positions", "new_stream", "stamp"]
+__all__ = ["Columns", "Forms", "expand_update", "check_positions", "new_stream", "stamp"]
 
 _HUGE = 1 << 21
 _libc: list = []
@@ -77,12 +77,68 @@ class Columns:
         self.cols = cols
 
 
+class Forms(Columns):
+    """A request in ``streams``: linear forms of that stage's residual columns, ``[batch,
+    pos, len(forms)]``, not the columns they read (a run keeps one row per form, where
+    :class:`Columns` would keep every column: U's run-time checks read forms of hundreds of
+    columns). Each form is ``(cols, weights)``, summed term by term in its order from 0
+    (``acc + w * x[c]``), as a reader of the columns would sum it.
+
+    >>> x = torch.arange(6, dtype=torch.float64).reshape(1, 2, 3)  # [batch, pos, d]
+    >>> req = Forms([(torch.tensor([0, 2]), torch.tensor([1.0, 10.0]))])
+    >>> streams = {0: req}; _capture(streams, 0, x); streams[0][..., 0].tolist()
+    [[20.0, 53.0]]
+    """
+
+    def __init__(self, forms: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for cols, weights in forms:
+            if cols.shape != weights.shape or cols.dim() != 1 or not len(cols):
+                raise ValueError(
+                    f"a form is (cols, weights), both 1-D, of one length, not empty: got "
+                    f"{tuple(cols.shape)} and {tuple(weights.shape)}"
+                )
+        self.forms = [(c.tolist(), w.tolist()) for c, w in forms]
+        every = sorted({c for cols, _ in self.forms for c in cols})
+        super().__init__(torch.tensor(every, dtype=torch.long))
+
+    @classmethod
+    def named(cls, forms, index: dict) -> Forms:
+        """Forms given as ``[(name, weight), ...]`` each, ``index``: name -> column.
+
+        >>> Forms.named([[("a", 2.0), ("b", -1.0)]], {"a": 0, "b": 3}).forms
+        [([0, 3], [2.0, -1.0])]
+        """
+        return cls(
+            [
+                (
+                    torch.tensor([index[d] for d, _ in form], dtype=torch.long),
+                    torch.tensor([float(w) for _, w in form], dtype=torch.float64),
+                )
+                for form in forms
+            ]
+        )
+
+    def evaluate(self, column) -> torch.Tensor:
+        """The forms from ``column(c)`` (column c, ``[batch, pos]``): ``[batch, pos, k]``."""
+        out = []
+        for cols, weights in self.forms:
+            acc = None
+            for c, w in zip(cols, weights):
+                x = column(c)
+                acc = torch.zeros_like(x) if acc is None else acc
+                acc = acc + w * x
+            out.append(acc)
+        return torch.stack(out, dim=-1)
+
+
 def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
-    """Fills ``streams[stage]`` (when asked for) with a copy of the stream, or of the
-    columns a :class:`Columns` request names."""
+    """Fills ``streams[stage]`` (when asked for) with a copy of the stream, of the columns
+    a :class:`Columns` request names, or the sums a :class:`Forms` request names."""
     if streams is not None and stage in streams:
         req = streams[stage]
-        if isinstance(req, Columns):
+        if isinstance(req, Forms):
+            streams[stage] = req.evaluate(lambda c: x[..., c])
+        elif isinstance(req, Columns):
             streams[stage] = x[..., req.cols.to(x.device)].clone()
         else:
             streams[stage] = x.clone()

@@ -35,8 +35,9 @@ class SequenceLayout:
 
     - ``prepare(config, target, X, causal)``: the target and X checked against the build
       (ValueError with the reason otherwise), as the layout's case;
-    - ``pack(config, cases)``: U's input for a batch of cases, ``[batch, length]`` or
-      ``[batch, length, width]``;
+    - ``pack(config, cases, prefix=False)``: U's input for a batch of cases, ``[batch,
+      length]`` or ``[batch, length, width]`` (``prefix``: the first
+      ``config.layout.input_length`` positions only, where every entry of a case lies);
     - ``unpack(config, out, cases)``: each case's T(X) ``(n, d)`` from U's output ``out``;
     - ``program(config)``: U's RASP program over that input;
     - ``cost(config, storage)``: the bytes building and running U are estimated to need;
@@ -49,6 +50,8 @@ class SequenceLayout:
     >>> case = lay.prepare(config, sampling.random_attention(1, 2, seed=0), torch.ones(2, 2), None)
     >>> tuple(lay.pack(config, [case]).shape) == (1, config.layout.length, config.layout.width)
     True
+    >>> lay.pack(config, [case], prefix=True).shape[1] == config.layout.input_length
+    True
     """
 
     name = ""
@@ -56,7 +59,7 @@ class SequenceLayout:
     def prepare(self, config: SimulatorConfig, target: Any, X: Any, causal: bool | None):
         raise NotImplementedError(self._missing("prepare"))
 
-    def pack(self, config: SimulatorConfig, cases: list) -> torch.Tensor:
+    def pack(self, config: SimulatorConfig, cases: list, prefix: bool = False) -> torch.Tensor:
         raise NotImplementedError(self._missing("pack"))
 
     def unpack(self, config: SimulatorConfig, out: torch.Tensor, cases: list) -> list:
@@ -86,8 +89,9 @@ class Scalar(SequenceLayout):
     def prepare(self, config, target, X, causal):
         return checks.prepare(config, target, X, causal)
 
-    def pack(self, config, cases):
-        return codec.pack_batch(config.layout, cases)  # [batch, length]
+    def pack(self, config, cases, prefix=False):
+        seqs = codec.pack_batch(config.layout, cases)  # [batch, length]
+        return seqs[:, : config.layout.input_length] if prefix else seqs
 
     def unpack(self, config, out, cases):
         return codec.unpack_output(config.layout, out, [c.shape for c in cases])
@@ -109,8 +113,8 @@ class Vector(SequenceLayout):
     def prepare(self, config, target, X, causal):
         return vector_codec.prepare(config, config.layout, target, X, causal)
 
-    def pack(self, config, cases):
-        return vector_codec.pack_batch(config.layout, cases)  # [batch, length, width]
+    def pack(self, config, cases, prefix=False):
+        return vector_codec.pack_batch(config.layout, cases, prefix)  # [batch, length, width]
 
     def unpack(self, config, out, cases):
         return [

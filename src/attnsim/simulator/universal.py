@@ -48,7 +48,7 @@ from attnsim.compiler import compile_program
 from attnsim.compiler.collector import paused
 from attnsim.model import memory, zero_rows
 from attnsim.model.compiled import CompiledModel, Resources
-from attnsim.model.transformer import Columns
+from attnsim.model.stream import Columns, Forms
 from attnsim.rasp import expr as E
 from attnsim.rasp import interpret
 from attnsim.simulator import checks, layouts, programs, saving
@@ -289,8 +289,8 @@ class UniversalSimulator:
     def _prepare(self, target: checks.Target, X: Any, causal: bool | None) -> Any:
         return layouts.of(self.config).prepare(self.config, target, X, causal)
 
-    def _pack(self, cases: list) -> torch.Tensor:
-        return layouts.of(self.config).pack(self.config, cases)
+    def _pack(self, cases: list, prefix: bool = False) -> torch.Tensor:
+        return layouts.of(self.config).pack(self.config, cases, prefix)
 
     def _unpack(self, out: torch.Tensor, cases: list) -> list[torch.Tensor]:
         return layouts.of(self.config).unpack(self.config, out, cases)
@@ -327,7 +327,7 @@ class UniversalSimulator:
         """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each."""
         cases = [self._prepare(target, X, causal) for target, X in items]
         # [batch, length] (vector layout: [batch, length, width]), held by _run alone
-        out = self._run(self._pack(cases))  # [batch, length]
+        out = self._run(self._pack(cases, prefix=True))  # [batch, length]
         results = self._unpack(out, cases)
         for Y in results:
             if not torch.isfinite(Y).all():  # not expected once the checks have passed
@@ -343,14 +343,25 @@ class UniversalSimulator:
         them for all-numerical tokens (id 1 everywhere but BOS, id 0; the values beside).
         Vector layout: sequences ``[batch, length, width]``, values ``[batch, 1 + length,
         width]``."""
-        batch, length = seqs.shape[:2]
-        if length != self.model.max_seq_len:
+        if seqs.shape[1] != self.model.max_seq_len:
             raise ValueError(
-                f"U reads sequences of exactly {self.model.max_seq_len} positions, got {length}"
+                f"U reads sequences of exactly {self.model.max_seq_len} positions, got "
+                f"{seqs.shape[1]}"
             )
+        return self._inputs(seqs)
+
+    def _inputs(self, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`model_inputs` of sequences given as their first positions (the rest 0:
+        ``pack(..., prefix=True)``). A sparse model of vector tokens takes those values only
+        (U on 512 tokens: 3 million positions, its entries in the first few thousand)."""
+        batch, m = seqs.shape[:2]
+        length = self.model.max_seq_len
         ids = torch.ones(batch, 1 + length, dtype=torch.long)
         ids[:, 0] = 0  # BOS
-        vals = zero_rows.zeros((batch, 1 + length, *seqs.shape[2:]), torch.float64)
+        short = seqs.dim() == 3 and self.model.storage == "sparse"
+        vals = zero_rows.zeros(
+            (batch, 1 + (m if short else length), *seqs.shape[2:]), torch.float64
+        )
         zero_rows.copy_written(vals[:, 1:], seqs)  # (a zero tail takes no pages)
         return ids, vals
 
@@ -358,37 +369,27 @@ class UniversalSimulator:
         """U's output ``[batch, length]`` (float64) on encoded sequences ``[batch, length]``,
         after its run-time checks (the compiler's guards on what its maps rely on) pass."""
         model = self.model
-        ids, vals = self.model_inputs(seqs)  # [batch, 1 + length] each
+        ids, vals = self._inputs(seqs)  # [batch, 1 + length]; the values maybe fewer
         del seqs  # (vals holds a copy)
         guards = [g for g in model.guards if not g.on_block]  # U has numerical ones only
-        wanted: dict[int, list[str]] = {}
+        final = 2 * model.config.n_layers  # the stream after the last layer
+        at: dict[int, list] = {}  # stage -> the forms read there: guards, then the output
         for g in guards:
-            wanted.setdefault(g.stage, []).extend(d for d, _ in g.form)
-        keep = {s: sorted(set(ds), key=self._residual_index.get) for s, ds in wanted.items()}
-        streams: dict = {s: self._columns(ds) for s, ds in keep.items()}
-        out_dirs = [d for d, _ in model.output.form]
-        with torch.no_grad():  # guarded stages and the output: their columns only
-            resid = model.runtime(ids, vals, streams=streams, keep=self._columns(out_dirs))
-        resid = resid.cpu()  # (the model may run on another device; U reads on CPU)
-        streams = {s: v.cpu() if isinstance(v, torch.Tensor) else v for s, v in streams.items()}
+            at.setdefault(g.stage, []).append(g.form)
+        at.setdefault(final, []).append(model.output.form)
+        index = self._residual_index
+        streams: dict = {s: Forms.named(forms, index) for s, forms in at.items()}
+        with torch.no_grad():  # one row per form, no columns kept
+            model.runtime(
+                ids, vals, streams=streams, keep=Columns(torch.zeros(0, dtype=torch.long))
+            )
+        got = {s: v.cpu() for s, v in streams.items()}  # (the model may run elsewhere)
         for g in guards:
-            where = {d: i for i, d in enumerate(keep[g.stage])}
-            vals_g = self._read(streams[g.stage][:, 1:], g.form, where)
-            checks.check_guard(self.config, g, vals_g)
-        where = {d: i for i, d in enumerate(out_dirs)}
-        return self._read(resid[:, 1:], model.output.form, where).to(torch.float64)
+            checks.check_guard(self.config, g, got[g.stage][:, 1:, at[g.stage].index(g.form)])
+        return got[final][:, 1:, -1].to(torch.float64)
 
     def _columns(self, dirs: list[str]) -> Columns:
         return Columns(torch.tensor([self._residual_index[d] for d in dirs], dtype=torch.long))
-
-    def _read(self, resid: torch.Tensor, form, index: dict | None = None) -> torch.Tensor:
-        """A linear form of residual directions: ``[batch, pos, d_model]`` -> ``[batch, pos]``
-        (``index``: direction -> column, when ``resid`` holds some columns only)."""
-        index = self._residual_index if index is None else index
-        acc = torch.zeros(resid.shape[:-1], dtype=resid.dtype)
-        for direction, w in form:
-            acc = acc + w * resid[..., index[direction]]
-        return acc
 
     def interpret(
         self, target: checks.Target, X: Any, *, causal: bool | None = None

@@ -130,8 +130,10 @@ def _check_attention(layout: VectorLayout, attention: Any) -> None:
         )
 
 
-def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
-    """The token array ``[length, width]`` of one case (entries copied, nothing computed).
+def pack(layout: VectorLayout, case: Case, prefix: bool = False) -> torch.Tensor:
+    """The token array ``[length, width]`` of one case (entries copied, nothing computed);
+    with ``prefix``, its first ``layout.input_length`` positions only (every entry of a
+    case lies there; the scratch positions after are 0).
 
     Raises:
         ValueError: the case's attention is merged (this layout reads its factors).
@@ -139,7 +141,8 @@ def pack(layout: VectorLayout, case: Case) -> torch.Tensor:
     _check_attention(layout, case.attention)
     lay, X = layout, case.X
     n, d = X.shape
-    out = zero_rows.zeros((lay.length, lay.width), DTYPE)  # pages only where written
+    rows = lay.input_length if prefix else lay.length
+    out = zero_rows.zeros((rows, lay.width), DTYPE)  # pages only where written
     out[lay.xpos(0) : lay.xpos(n), :d] = X
     out[lay.xpos(0) : lay.xpos(n), lay.B] = 1.0
     if case.layer is not None:
@@ -269,8 +272,9 @@ def _pack_layer(
         out[lay.w3pos(0, ell) : lay.w3pos(f, ell), B] = ffn.b3
 
 
-def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:
-    """``[batch, length, width]`` for several cases.
+def pack_batch(layout: VectorLayout, cases: list[Case], prefix: bool = False) -> torch.Tensor:
+    """``[batch, length, width]`` for several cases (``prefix``: ``[batch, input_length,
+    width]``, as :func:`pack`).
 
     >>> from attnsim.simulator import sampling
     >>> lay = VectorLayout(2, 4, 2)
@@ -279,8 +283,8 @@ def pack_batch(layout: VectorLayout, cases: list[Case]) -> torch.Tensor:
     (2, 24, 11)
     """
     if len(cases) == 1:  # no copy (U's largest sequences take gigabytes)
-        return pack(layout, cases[0])[None]
-    return torch.stack([pack(layout, c) for c in cases])
+        return pack(layout, cases[0], prefix)[None]
+    return torch.stack([pack(layout, c, prefix) for c in cases])
 
 
 def unpack_output(layout: VectorLayout, out: torch.Tensor, n: int, d: int) -> torch.Tensor:
