@@ -496,6 +496,18 @@ def _stack_paragraph(st: dict) -> list[str]:
             f"d_model {st['d_model']:,} of which at most {st['peak_live_columns']:,} alive "
             f"at once ({fmt(st['stream_mb'])} MB of stream), depth {st['depth']}."
         )
+        if "peak_virtual_mb" in st:
+            out[-1] += f" Peak address space {fmt(st['peak_virtual_mb'] / 1024)} GiB."
+        if "under_address_limit" in st:
+            how = (
+                "ran again"
+                if st["under_address_limit"]
+                else f"stopped ({st['under_address_limit_error']})"
+            )
+            out[-1] += (
+                f" Under an address-space limit of twice its resident peak "
+                f"({fmt(st['address_limit_mb'] / 1024)} GiB) it {how}."
+            )
     elif "refusal" in st:
         out.append(
             f"**A stack of MiniLM-shaped layers{tokens}: not built.** After "

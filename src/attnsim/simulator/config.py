@@ -361,49 +361,46 @@ def max_score_bound(layout: Layout, dtype: torch.dtype) -> float:
 # per unit of max_d: scalar attention n = d = 128 (one head): 228; scalar encoder 64: 297,
 # 128: 290 (10.0 GiB); vector attention 128 (one head): 72. The vector layout's position
 # tables are sparse (a default and the listed entries) from RASP to the weights: its encoder
-# builds peak at 18.5 (the MiniLM layer shape on 128 tokens, 1.30 GiB), 8.0 (256 tokens,
-# 2.26 GiB) and 9.3 (n = d = 384, 4 heads, 1.97 GiB). Each constant below lies under every
-# peak of its kind, so no size built there is refused; the scalar layout's n^2.7 growth gets
+# builds peak at 16.2 (the MiniLM layer shape on 128 tokens, 1.14 GiB), 7.4 (256 tokens,
+# 2.09 GiB) and 4.8 (512 tokens, 5.45 GiB). Each constant below lies under every peak of
+# its kind, so no size built there is refused; the scalar layout's n^2.7 growth gets
 # n = d = 400 refused (about 29 GiB by this estimate, about 41 GiB at the measured rate).
 BUILD_BYTES_PER_POSITION_D = {
     ("scalar", "attention"): 160,
     ("scalar", "layer"): 160,  # encoder layers
     ("vector", "attention"): 60,
-    ("vector", "layer"): 8,  # encoder and decoder layers
+    ("vector", "layer"): 4,  # encoder and decoder layers
 }
 # A simulation of the scalar layout peaks at about this many times the size of its input
 # as dense float64 values, plus the compiler's position tables (dense in that layout).
 INPUT_COPIES = 3.25
-# A simulation of the vector layout peaks at about this many times the size of its input
-# sequence as dense float64 (``pos width``; a measure of the sequence, not one copy of it:
-# the packed input takes memory only where it is non-zero), the built model included:
-# measured (whole process, build and simulate) on the MiniLM layer shape on 128 tokens
-# (2.25 GiB of input; 4.73 GiB peak), 256 tokens (9.0 GiB; 12.53 GiB) and n = d = 384 with
-# 4 heads (6.75 GiB; 12.30 GiB): 2.1, 1.39 and 1.82. Counted at 1.3.
-VECTOR_INPUT_COPIES = 1.3
-# a stack of layers: six MiniLM-shaped layers on 128 tokens peaked at 10.57 GiB while
-# building against 1.30 GiB for one (each further layer about 1.8 of the first); counted at
-# 1.5 of the first
+# A simulation of the vector layout holds, at its peak, a few groups of max_d + 1 rows of
+# its stream over its widest row-wise role, n (max_ff or max_d, the wider) positions: the
+# feed-forward's hidden products and their factors (its input takes only the positions its
+# entries lie in). Measured (whole process, build and simulate) on the MiniLM layer shape:
+# 256 tokens 6.0 GiB, 5.3 such groups; 512 tokens 12.7 GiB, 5.6 groups. Counted at 3.
+VECTOR_STREAM_GROUPS = 3
+# a stack of layers: six MiniLM-shaped layers on 128 tokens peaked at 6.0 GiB over the whole
+# run, build and simulate, against 3.3 GiB for one layer; counted at 1.5 of the first per
+# further layer, the estimate stays under the whole run's peak
 BUILD_BYTES_PER_EXTRA_LAYER = 1.5
 
 
 def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     """An estimate, from the config alone, of the bytes building and running U need (see
-    ``BUILD_BYTES_PER_POSITION_D``, ``INPUT_COPIES`` and ``VECTOR_INPUT_COPIES``). Dense
+    ``BUILD_BYTES_PER_POSITION_D``, ``INPUT_COPIES`` and ``VECTOR_STREAM_GROUPS``). Dense
     weights: one head's scores ``[pos, pos]`` at a time. Sparse storage (and "auto", sparse
     at the sizes where this matters): the larger of U's weights while building (bytes per
     position and unit of max_d, by layout; more for a stack of layers) and a simulation:
-    in the vector layout ``VECTOR_INPUT_COPIES`` times the size of U's input as dense values
-    (``pos width``: the packed input, its channels in the stream, the rows the pass
-    computes, the built model); in the scalar layout ``INPUT_COPIES`` times its input plus
-    the position tables its compiler holds (at least 100 tables, three copies each: ``300
-    pos``).
+    in the vector layout ``VECTOR_STREAM_GROUPS`` groups of ``max_d + 1`` rows over
+    ``max_n * max(max_ff, max_d)`` positions (:func:`vector_stream_bytes`); in the scalar
+    layout ``INPUT_COPIES`` times its input plus the position tables its compiler holds (at
+    least 100 tables, three copies each: ``300 pos``).
 
     >>> config = SimulatorConfig(2, 2)
-    >>> positions, item = config.layout.length + 1, 8
-    >>> copies = VECTOR_INPUT_COPIES * config.layout.width
-    >>> memory_needed(config) == max(int(copies * positions * item), build_weight_bytes(config))
+    >>> memory_needed(config) == max(vector_stream_bytes(config), build_weight_bytes(config))
     True
+    >>> positions, item = config.layout.length + 1, 8
     >>> memory_needed(config, "dense") >= item * positions**2  # one [pos, pos] score matrix
     True
     >>> memory_needed(SimulatorConfig(400, 400, 1, layout_kind="scalar")) / 2**30 > 28
@@ -416,10 +413,24 @@ def memory_needed(config: SimulatorConfig, storage: str = "auto") -> int:
     if storage == "dense":
         return attention_bytes(layout.length + 1, 1, item)
     if config.is_vector:
-        stream = int(VECTOR_INPUT_COPIES * layout.width * (layout.length + 1) * item)
+        stream = vector_stream_bytes(config)
     else:
         stream = int((INPUT_COPIES + 300) * (layout.length + 1) * item)
     return max(stream, build_weight_bytes(config))
+
+
+def vector_stream_bytes(config: SimulatorConfig) -> int:
+    """The part of :func:`memory_needed` that a simulation in the vector layout takes:
+    ``VECTOR_STREAM_GROUPS`` groups of ``max_d + 1`` rows over ``max_n * max(max_ff,
+    max_d)`` positions.
+
+    >>> minilm = SimulatorConfig(512, 384, 12, layer="encoder", max_ff=1536)
+    >>> round(vector_stream_bytes(minilm) / 2**30, 1)  # 12.7 GiB measured (whole process)
+    6.8
+    """
+    item = 8 if config.dtype == torch.float64 else 4
+    rows = max(config.max_ff or 0, config.max_d) * config.max_n
+    return int(VECTOR_STREAM_GROUPS * (config.max_d + 1) * rows * item)
 
 
 def build_weight_bytes(config: SimulatorConfig) -> int:
@@ -474,8 +485,8 @@ def check_memory(config: SimulatorConfig, storage: str = "auto") -> None:
         )
     else:
         basis = (
-            f"a simulation: about {VECTOR_INPUT_COPIES} times its input's size as dense "
-            "values, measured"
+            f"a simulation: about {VECTOR_STREAM_GROUPS} groups of max_d + 1 rows of its stream "
+            "over n times the feed-forward's width, measured"
             if config.is_vector
             else f"a simulation: about {INPUT_COPIES} times its input's size as dense values, "
             "measured, and the compiler's position tables"

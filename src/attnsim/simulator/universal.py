@@ -358,7 +358,7 @@ class UniversalSimulator:
         length = self.model.max_seq_len
         ids = torch.ones(batch, 1 + length, dtype=torch.long)
         ids[:, 0] = 0  # BOS
-        short = seqs.dim() == 3 and self.model.storage == "sparse"
+        short = bool(self.model.config.token_width) and self.model.storage == "sparse"
         vals = zero_rows.zeros(
             (batch, 1 + (m if short else length), *seqs.shape[2:]), torch.float64
         )
