@@ -425,9 +425,10 @@ def simulator_layouts(data: dict) -> str:
         out += [
             "",
             "**The MiniLM layer shape on longer inputs** (vector layout, sparse storage; each "
-            "row in a process of its own, one simulate after the build; U saved, loaded back "
-            "and simulated once more; peak memory is the process's; then the same run again "
-            "under an address-space limit, `RLIMIT_AS`, of twice that resident peak):",
+            "row in a process of its own, one simulate after the build; U saved and loaded "
+            "back, and on the shorter inputs simulated once more; peak memory is the "
+            "process's; then, where the last column says so, the same run again under an "
+            "address-space limit, `RLIMIT_AS`, of twice that resident peak; '-': not run):",
             "",
             table(
                 [

@@ -318,12 +318,7 @@ def test_memory_bound_of_a_sparse_build_is_not_the_dense_scores():
     assert vector_stream_bytes(config) == stream
     assert sparse == memory_needed(config) == max(stream, build_weight_bytes(config))
     assert sparse < 2**30
-    # the MiniLM layer shape on 256 and 512 tokens peaked at 6.0 and 12.7 GiB (build and
-    # simulate, measured): the estimate lies under both and above a third
-    at256 = SimulatorConfig(256, 384, 12, layer="encoder", max_ff=1536, layout_kind="vector")
-    at512 = SimulatorConfig(512, 384, 12, layer="encoder", max_ff=1536, layout_kind="vector")
-    for c, peak in ((at256, 6.0), (at512, 12.7)):
-        assert peak * 2**30 / 3 < memory_needed(c) < peak * 2**30
+    # (the estimate against the measured peaks: test_bad_inputs_round2_api, from the results)
 
 
 def _count_one_sided(monkeypatch):

@@ -57,6 +57,8 @@ def test_bad_forms_are_refused():
         Forms([(torch.tensor([], dtype=torch.long), torch.tensor([]))])
     with pytest.raises(ValueError, match="1-D"):
         Forms([(torch.tensor([[0]]), torch.tensor([[1.0]]))])
+    with pytest.raises(ValueError, match=r"does not have: \['zz'\]"):
+        Forms.named([[("a", 1.0), ("zz", 2.0)]], {"a": 0})
 
 
 @pytest.mark.parametrize("name", ["make_sort", "make_hist", "make_frac_prevs"])

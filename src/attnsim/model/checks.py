@@ -110,9 +110,26 @@ def read_form(
     resid: torch.Tensor, form: Sequence[tuple[str, float]], index: Mapping[str, int]
 ) -> torch.Tensor:
     """The linear form ``sum w * resid[..., index[d]]`` over ``(d, w)`` in ``form``."""
-    acc = torch.zeros(resid.shape[:-1], dtype=resid.dtype)
-    for d, w in form:
-        acc = acc + w * resid[..., index[d]]
+    if not form:
+        return torch.zeros(resid.shape[:-1], dtype=resid.dtype)
+    return sum_terms(lambda d: resid[..., index[d]], form)
+
+
+def sum_terms(column, terms: Sequence[tuple]) -> torch.Tensor:
+    """``sum w * column(key)`` over ``(key, w)`` in ``terms`` (at least one), term by term
+    in their order from 0: the one summation order every reader of a linear form uses, so
+    that a form read from a run's columns and one a run sums for itself agree bit for bit.
+
+    >>> x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> sum_terms(lambda c: x[:, c], [(0, 2.0), (1, -1.0)]).tolist()
+    [0.0, 2.0]
+    """
+    acc = None
+    for key, w in terms:
+        x = column(key)
+        acc = (torch.zeros_like(x) if acc is None else acc) + w * x
+    if acc is None:
+        raise ValueError("sum_terms needs at least one (key, weight) term, got none")
     return acc
 
 

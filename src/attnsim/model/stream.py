@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from attnsim.model.checks import sum_terms
 from attnsim.model.costs import HUGE_FROM
 from attnsim.model.projection import _block, add_columns
 
@@ -108,6 +109,12 @@ class Forms(Columns):
         >>> Forms.named([[("a", 2.0), ("b", -1.0)]], {"a": 0, "b": 3}).forms
         [([0, 3], [2.0, -1.0])]
         """
+        unknown = sorted({d for form in forms for d, _ in form if d not in index})
+        if unknown:
+            raise ValueError(
+                f"forms read directions the index does not have: {unknown[:5]}; name "
+                "residual directions of the model the request is for"
+            )
         return cls(
             [
                 (
@@ -120,15 +127,7 @@ class Forms(Columns):
 
     def evaluate(self, column) -> torch.Tensor:
         """The forms from ``column(c)`` (column c, ``[batch, pos]``): ``[batch, pos, k]``."""
-        out = []
-        for cols, weights in self.forms:
-            acc = None
-            for c, w in zip(cols, weights):
-                x = column(c)
-                acc = torch.zeros_like(x) if acc is None else acc
-                acc = acc + w * x
-            out.append(acc)
-        return torch.stack(out, dim=-1)
+        return torch.stack([sum_terms(column, zip(c, w)) for c, w in self.forms], dim=-1)
 
 
 def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:
