@@ -225,3 +225,63 @@ def write_channels(store, vals: torch.Tensor, vec: torch.Tensor, w: torch.Tensor
         terms = slab[..., vec[:, 0]].permute(2, 0, 1) * w[:, None, None]  # [terms, b, pos]
         out = torch.zeros(len(dirs), b, slab.shape[1], dtype=vals.dtype)
         store.write(dirs, out.index_add_(0, inv, terms), at)
+
+
+class HeldWrites:
+    """Heads' outputs added to the stream together, each ``(rows, z [len(rows), batch, w],
+    at)`` with ``rows`` indices into the layer's ``written`` directions: summed on the span
+    of the held outputs over the rows they write, then one :meth:`Store.write` (the dense
+    forward sums the heads' outputs before it adds them, too). With ``limit`` (bytes), the
+    held outputs are written as soon as their buffer would pass it (a layer that writes apart
+    from what it reads, :func:`writes_apart`); without, at :meth:`flush` only. ``keep``: a
+    bool per direction of ``written`` (the static pass writes static directions only).
+
+    >>> from attnsim.model.store import Store
+    >>> st = Store(1, 4, d=2, dtype=torch.float64, last={0: 1, 1: 1})
+    >>> held = HeldWrites(st, torch.tensor([0, 1]))
+    >>> one = torch.ones(1, 1, 2, dtype=torch.float64)
+    >>> held.add(torch.tensor([0]), one, 1); held.add(torch.tensor([0]), 2 * one, 2)
+    >>> held.flush(); st.read(torch.tensor([0]))[0, 0].tolist()
+    [0.0, 1.0, 3.0, 2.0]
+    """
+
+    def __init__(self, store, written: torch.Tensor, limit: int | None = None, keep=None):
+        self.store, self.written, self.limit, self.keep = store, written, limit, keep
+        self.held: list = []
+        self.rows = 0
+        self.lo, self.hi = store.n, 0
+
+    def add(self, rows: torch.Tensor, z: torch.Tensor, at: int) -> None:
+        lo, hi = min(self.lo, at), max(self.hi, at + z.shape[2])
+        size = (self.rows + len(rows)) * (hi - lo) * z.shape[1] * z.element_size()
+        if self.held and self.limit is not None and size > self.limit:
+            self.flush()
+            lo, hi = at, at + z.shape[2]
+        self.held.append((rows, z, at))
+        self.rows += len(rows)
+        self.lo, self.hi = lo, hi
+
+    def flush(self) -> None:
+        if not self.held:
+            return
+        lo, held = self.lo, self.held
+        if len(held) == 1:  # as it is
+            self._write(held[0][0], held[0][1], held[0][2])
+            self.held, self.rows, self.lo, self.hi = [], 0, self.store.n, 0
+            return
+        rows = torch.unique(torch.cat([r for r, _, _ in held]))  # ascending
+        place = torch.empty(int(rows[-1]) + 1, dtype=torch.long)
+        place[rows] = torch.arange(len(rows))
+        z0 = held[0][1]
+        out = z0.new_zeros(len(rows), z0.shape[1], self.hi - lo)
+        for r, z, at in held:  # in the heads' order
+            out[place[r], :, at - lo : at - lo + z.shape[2]] += z
+        self.held, self.rows, self.lo, self.hi = [], 0, self.store.n, 0
+        self._write(rows, out, lo)
+
+    def _write(self, rows: torch.Tensor, out: torch.Tensor, at: int) -> None:
+        dirs = self.written[rows]
+        if self.keep is not None:
+            kept = self.keep[dirs]
+            dirs, out = dirs[kept], out[kept]
+        self.store.write(dirs, out, at)

@@ -43,7 +43,7 @@ import torch
 
 from attnsim.model import head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.costs import PLANS_KEPT, READS_KEPT
+from attnsim.model.costs import PART_BYTES, PLANS_KEPT, READS_KEPT
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
@@ -495,11 +495,12 @@ class SparseTransformer:
         if not hm.active:
             return
         slot = store.slot
-        held: list = []  # the heads' writes where they wait for the last head
         static_mask = self._analysis()["masks"][2 * li]
         values: dict[int, tuple | None] = {}
         step = head_parts.columns_per_part(store.data.shape[1], n, store.data.element_size())
         apart = mask is None and head_parts.writes_apart(hm)
+        # the heads' writes, together (a layer that writes apart: a part's bytes at a time)
+        held = head_parts.HeldWrites(store, hm.written, PART_BYTES if apart else None, mask)
         for h in hm.active:
             p = None if plans is None else plans.get(h)
             if mask is not None and (
@@ -530,19 +531,8 @@ class SparseTransformer:
                 z, at = got
             else:  # on whole rows
                 z, at = whole_head(cfg, hm, h, p, store, static_mask, (self._misses, li)), 0
-            z = hm.O[h](z, torch.arange(z.shape[0]))
-            if apart:  # straight to the stream: no head of this layer reads what it writes
-                store.write(hm.written[hm.O_at[h]], z, at)
-                continue
-            held.append((hm.O_at[h], z, at))
-        if held:  # on the span of the heads' writes
-            lo = min(at for _, _, at in held)
-            hi = max(at + z.shape[2] for _, z, at in held)
-            out = torch.zeros(len(hm.written), store.data.shape[1], hi - lo, dtype=self.dtype)
-            for rows, z, at in held:
-                out[rows, :, at - lo : at - lo + z.shape[2]] += z
-            keep = slice(None) if mask is None else mask[hm.written]
-            store.write(hm.written[keep], out[keep], lo)
+            held.add(hm.O_at[h], hm.O[h](z, torch.arange(z.shape[0])), at)
+        held.flush()
 
     def _mlp(self, store, li: int, mask, run=None) -> None:
         """Layer li's MLP added to the stream (``mask``: the static pass, where units that

@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import torch
 
 from attnsim.model import plan_core, plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.costs import TERMS_PER_CHUNK
+from attnsim.model.costs import RUN_POSITIONS, TERMS_PER_CHUNK
 from attnsim.model.patterns import gather_keys
 from attnsim.model.plan_static import pattern_keys
 from attnsim.model.sparse_ops import rows_last, split_qk
@@ -65,12 +66,61 @@ class Plan:
         counts = self.offsets[1:] - self.offsets[:-1]
         return torch.repeat_interleave(torch.arange(len(counts)), counts)
 
+    def runs(self, n: int, listed: bool = False) -> np.ndarray | None:
+        """A gather over ``n`` positions as runs ``[start, end, key, step]`` (queries
+        ``start .. end - 1`` read keys ``key + step * (q - start)``, step 0 or 1; runs may
+        overlap where they agree), when they average at least :data:`RUN_POSITIONS`
+        positions, else None; ``listed``: the runs of the listed queries only (the others
+        read the fill), averaging that many listed queries (found once per ``n``).
+
+        >>> q = torch.arange(100, 300)  # queries 100 .. 299 read keys 1000 .. 1199
+        >>> p = Plan(None, q + 900, None, True, queries=q)
+        >>> p.runs(400).tolist()  # the others read the fill, key 0
+        [[0, 100, 0, 0], [100, 300, 1000, 1], [300, 400, 0, 0]]
+        >>> p.runs(400, listed=True).tolist()
+        [[100, 300, 1000, 1]]
+        >>> Plan(None, q[::2] + 7, None, True, queries=q[::2]).runs(400) is None  # 201 runs
+        True
+        """
+        got = self.__dict__.setdefault("_runs", {})
+        if (n, listed) not in got:
+            runs = _runs(self, n)
+            if listed:
+                runs = runs[(runs[:, 2] != self.fill) | (runs[:, 3] != 0)]
+            size = len(self.queries) if listed else n
+            got[n, listed] = runs if len(runs) * RUN_POSITIONS <= size else None
+        return got[n, listed]
+
     @cached_property
     def by_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A gather's listed keys in ascending order and their queries (found once): the
         queries whose keys lie in a span are one slice."""
         order = torch.argsort(self.keys, stable=True)
         return self.keys[order], self.queries[order]
+
+
+def _runs(p: Plan, n: int) -> np.ndarray:
+    """:meth:`Plan.runs`, whatever their length."""
+    keys = np.full(n, p.fill, dtype=np.int64)
+    keys[p.queries.numpy()] = p.keys.numpy()
+    if n < 2:
+        return np.array([[0, n, p.fill, 0]] if n else [], dtype=np.int64).reshape(-1, 4)
+    step = np.diff(keys)
+    good = (step == 0) | (step == 1)  # pair (i, i + 1) can lie in one run
+    same = np.r_[False, step[1:] == step[:-1]] & np.r_[False, good[:-1]]
+    starts = np.flatnonzero(good & ~same)
+    ends = np.flatnonzero(good & ~np.r_[same[1:], False]) + 2
+    covered = np.zeros(n, dtype=bool)
+    covered[:-1] |= good
+    covered[1:] |= good
+    alone = np.flatnonzero(~covered)
+    runs = np.concatenate(
+        [
+            np.stack([starts, ends, keys[starts], step[starts]], 1),
+            np.stack([alone, alone + 1, keys[alone], np.zeros_like(alone)], 1),
+        ]
+    )
+    return runs[np.argsort(runs[:, 0], kind="stable")]
 
 
 def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
@@ -160,7 +210,11 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     w = v.shape[2]
     if not p.gather:
         return _mean(cfg, p, v, n, at)
-    if not at <= p.fill < at + w:  # the other queries read 0
+    inside = at <= p.fill < at + w
+    runs = p.runs(n, listed=not inside)
+    if runs is not None:  # run by run (where the fill is outside the span: it reads 0)
+        return _copy_runs(v, runs, at)
+    if not inside:  # the other queries read 0
         keys, queries = p.by_key
         i, j = torch.searchsorted(keys, torch.tensor([at, at + w])).tolist()
         if i == j:
@@ -177,6 +231,29 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     z = v[:, :, p.fill : p.fill + 1].expand(*v.shape[:2], n).clone()
     z[:, :, p.queries] = v[:, :, p.keys]
     return z, 0
+
+
+def _copy_runs(v: torch.Tensor, runs: np.ndarray, at: int):
+    """:func:`run_plan` of a gather copied run by run (:meth:`Plan.runs`) from ``v [w,
+    batch, span]`` on positions ``at .. at + span - 1`` (0 elsewhere): ``(z, z_at)`` on the
+    queries from the first to the last that reads inside the span, or None."""
+    w, copies = v.shape[2], []
+    for start, end, key, step in runs.tolist():
+        if not step:  # queries start .. end - 1 read one key
+            if at <= key < at + w:
+                copies.append((start, end, key - at, key - at + 1))
+            continue
+        lo, hi = max(key, at), min(key + end - start, at + w)  # their keys inside the span
+        if lo < hi:
+            q = start + lo - key
+            copies.append((q, q + hi - lo, lo - at, hi - at))
+    if not copies:
+        return None
+    z_at = min(c[0] for c in copies)
+    z = v.new_zeros(v.shape[0], v.shape[1], max(c[1] for c in copies) - z_at)
+    for q, q_end, k, k_end in copies:
+        z[:, :, q - z_at : q_end - z_at] = v[:, :, k:k_end]
+    return z, z_at
 
 
 def _mean(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int):
