@@ -29,6 +29,7 @@ import json
 import math
 import multiprocessing
 import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -65,6 +66,10 @@ RERUN_TOKENS = 128
 # space only (a rerun at 512 tokens would take another quarter of an hour)
 ADDRESS_TOKENS = 256
 STACK_TOKENS = 128  # --full: the six-layer stack on this many tokens too
+# U's warm simulate time: the median of WARM_RUNS passes where one takes under WARM_SHORT_S
+# (the torch layer's time is a median too, benchmarks/simulator_cost.time_direct), else one
+WARM_RUNS = 3
+WARM_SHORT_S = 10.0
 
 
 def heads_of(d: int) -> int:
@@ -101,9 +106,12 @@ def measure(
         t0 = time.perf_counter()
         got = U.simulate(target, X)
         first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    U.simulate(target, X)
-    warm = time.perf_counter() - t0
+    warm: list[float] = []
+    while len(warm) < (WARM_RUNS if not warm or warm[0] < WARM_SHORT_S else 1):
+        t0 = time.perf_counter()  # the median of a few warm passes, as time_direct's
+        U.simulate(target, X)
+        warm.append(time.perf_counter() - t0)
+    warm = statistics.median(warm)
     with torch.no_grad():
         direct = time_direct(lambda: module(X[None]))
     fill = None

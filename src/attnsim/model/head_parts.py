@@ -102,7 +102,7 @@ def run_units(store, ums: list[UnitMaps], i: int, u, static=None, step=None) -> 
     if step not in cache:
         cache[step] = [_units_part(u, a, min(a + step, um.n)) for a in range(0, um.n, step)]
     for a, part in zip(range(0, um.n, step), cache[step]):
-        lo, hi = store.span(part.read_dirs)  # a unit of 0 inputs gives 0
+        lo, hi = part.span(store)  # a unit of 0 inputs gives 0
         if hi <= lo:
             continue
         act = part.activation(store.view(lo, hi), store.slot)

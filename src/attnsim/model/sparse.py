@@ -546,7 +546,7 @@ class SparseTransformer:
             static = None if mask is None else (ok, mask)  # the static pass: these only
             if head_parts.run_units(store, self._units[li], i, u, static):
                 continue  # wide: in parts
-            lo, hi = store.span(um.read_dirs)
+            lo, hi = um.span(store)
             if hi <= lo:
                 continue
             x = store.view(lo, hi)

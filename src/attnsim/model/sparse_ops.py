@@ -87,9 +87,16 @@ class Linear:
 
     def __call__(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """``x [slots, batch, pos]`` (direction d at slot ``slot[d]``) -> ``[width, batch,
-        pos]``."""
+        pos]`` (a copy of consecutive long rows is a view of ``x``: read it, do not write
+        it)."""
         if self.copy is not None:
-            return x[slot[self.copy]]
+            rows = slot[self.copy]
+            _, b, n = x.shape
+            if b * n >= ROW_BY_TERM and isinstance(x, torch.Tensor):  # long rows, in one
+                lo = int(rows[0])  # tensor: consecutive rows are read as they are (a view)
+                if int(rows[-1]) - lo == len(rows) - 1 and bool((rows.diff() == 1).all()):
+                    return x[lo : lo + len(rows)]
+            return x[rows]
         if self.repeat is not None:
             inner, which = self.repeat
             return inner(x, slot)[which]
@@ -269,6 +276,21 @@ class UnitMaps:
         ks, ds = torch.cat([u.inputs, u.second]).T.tolist() if self.n else ([], [])
         for k, d in zip(ks, ds):
             self.unit_reads[k].add(d)
+
+    def span(self, store) -> tuple[int, int]:
+        """``(lo, hi)``: every unit is 0 outside positions ``lo .. hi - 1`` of ``store`` (a
+        :class:`attnsim.model.store.Store`; ``(0, 0)`` when all are): a ReLU unit outside
+        its inputs' span, a declared unit outside its gate's (the gate is 0 there, and so
+        the unit, by definition), a product outside the overlap of its two factors' spans
+        (one factor is 0 there) while the stream holds finite values only (0 times a
+        non-finite value is NaN), else outside its factors' span."""
+        if self.kind == "relu" or (self.kind == "bilinear" and not store.finite):
+            return store.span(self.read_dirs)
+        lo, hi = store.span(self.B.dirs)
+        if self.kind == "bilinear":
+            a_lo, a_hi = store.span(self.A.dirs)
+            lo, hi = max(lo, a_lo), min(hi, a_hi)
+        return (lo, hi) if lo < hi else (0, 0)
 
     def activation(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         a = self.A(x, slot)

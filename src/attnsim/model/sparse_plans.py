@@ -249,10 +249,14 @@ def _copy_runs(v: torch.Tensor, runs: np.ndarray, at: int):
             copies.append((q, q + hi - lo, lo - at, hi - at))
     if not copies:
         return None
-    z_at = min(c[0] for c in copies)
-    z = v.new_zeros(v.shape[0], v.shape[1], max(c[1] for c in copies) - z_at)
-    for q, q_end, k, k_end in copies:
+    copies.sort()
+    z_at, done = copies[0][0], copies[0][0]
+    z = v.new_empty(v.shape[0], v.shape[1], max(c[1] for c in copies) - z_at)
+    for q, q_end, k, k_end in copies:  # (the queries between runs read 0)
+        if q > done:
+            z[:, :, done - z_at : q - z_at] = 0
         z[:, :, q - z_at : q_end - z_at] = v[:, :, k:k_end]
+        done = max(done, q_end)
     return z, z_at
 
 

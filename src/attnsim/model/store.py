@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -76,6 +78,7 @@ class Store:
         full = size * b * n * torch.empty((), dtype=dtype).element_size()
         self.blocked = b * n >= BLOCKED_ROW_VALUES and full >= BLOCKED_STORE_BYTES
         self.data = self._alloc(size)  # rows from the start (a run knows its peak)
+        self.finite = True  # every value written so far is finite (see UnitMaps.span)
         self.lo = np.zeros(self.data.shape[0], dtype=np.int64)  # each row's span
         self.hi = np.zeros(self.data.shape[0], dtype=np.int64)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
@@ -158,6 +161,8 @@ class Store:
             idx = torch.nonzero(hit).flatten()
             dirs, values, nz, first = dirs[idx], values[idx], nz[idx], first[idx]
             listed = [listed[i] for i in idx.tolist()]
+        if self.finite:  # (a sum of finite values may overflow: then False, no harm done)
+            self.finite = math.isfinite(values.sum())
         w = values.shape[2]
         end = w - nz.flip(1).argmax(1)
         fresh = torch.zeros(len(listed), dtype=torch.bool)
