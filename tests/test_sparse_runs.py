@@ -208,3 +208,106 @@ def test_a_copy_of_consecutive_long_rows_is_a_view():
     assert torch.equal(got, x[[1, 3]]) and got.data_ptr() != x[1].data_ptr()
     short = x[:, :, :10].contiguous()  # short rows: a copy
     assert lin(short, slot).data_ptr() != short[2].data_ptr()
+
+
+def _gather_layer(seed: int, heads: int = 12, n: int = 40, dirs: int = 8):
+    """A layer of gather heads (every other one reads a value map another head reads too)
+    over a stream of ``dirs`` directions (0 .. 3 read, 4 .. 7 written), their plans, a store
+    whose values are 0 at every head's fill key, and the heads' (head, read, write) terms."""
+    from attnsim.model.sparse import SparseHeads
+    from attnsim.model.sparse_ops import HeadMaps
+
+    rng = np.random.default_rng(seed)
+    ov, ov_w, plans = [], [], {}
+    shared = [(int(rng.integers(0, 4)), float(rng.integers(1, 4))) for _ in range(3)]
+    for h in range(heads):
+        own = rng.choice(4, size=2, replace=False)
+        reads = [shared[h % 3]] if h % 2 else [(int(d), float(rng.integers(1, 4))) for d in own]
+        for d, w in reads:
+            for o in rng.choice(np.arange(4, dirs), size=int(rng.integers(1, 3)), replace=False):
+                ov.append([h, d, int(o)])
+                ov_w.append(w * float(rng.integers(1, 3)))
+        m = int(rng.integers(1, 10))
+        queries = torch.from_numpy(np.sort(rng.choice(np.arange(1, n), size=m, replace=False)))
+        keys = torch.from_numpy(rng.integers(1, n, size=m))
+        plans[h] = Plan(None, keys, None, True, queries=queries, fill=0)
+    qk = torch.tensor([[h, 0, 0] for h in range(heads)])
+    ov_t, w_t = torch.tensor(ov), torch.tensor(ov_w, dtype=F64)
+    hm = HeadMaps(SparseHeads(heads, qk, torch.ones(heads, dtype=F64), ov_t, w_t))
+    x = rng.integers(-5, 6, size=(4, 1, n)).astype(np.float64)
+    x[:, :, 0] = 0.0  # the fill key
+    store = Store(1, n, d=dirs, dtype=F64, last={d: 9 for d in range(dirs)})
+    store.write(torch.arange(4), torch.from_numpy(x))
+    return hm, plans, store, n, list(zip(ov, ov_w))
+
+
+def _layer(hm, plans, store, n, batch=None):
+    """The heads' outputs added to ``store``: those of ``batch`` at once, the others one at
+    a time (as the sparse model's attention runs them)."""
+    from attnsim.model import gather_batch
+
+    held = HeldWrites(store, hm.written)
+    if batch is not None:
+        held.add(*gather_batch.run(batch, store))
+    for h in hm.active:
+        if batch is not None and h in batch.heads:
+            continue
+        lo, hi = store.span(hm.V[h].dirs)
+        got = run_plan(None, plans[h], hm.V[h](store.view(lo, hi), store.slot), n, lo)
+        if got is not None:
+            z, at = got
+            held.add(hm.O_at[h], hm.O[h](z, torch.arange(z.shape[0])), at)
+    held.flush()
+
+
+@pytest.mark.parametrize("cells", [1 << 14, 12])  # 12: some heads, value maps on their span
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_of_gathers_adds_what_the_heads_add_one_at_a_time(seed, cells, monkeypatch):
+    from attnsim.model import gather_batch
+
+    monkeypatch.setattr(gather_batch, "BATCH_CELLS", cells)
+    hm, plans, one, n, terms = _gather_layer(seed)
+    _layer(hm, plans, one, n)
+    hm, plans, batched, n, _ = _gather_layer(seed)
+    g = gather_batch.build(hm, plans)
+    if cells > 12:
+        assert g.heads == frozenset(hm.active) and not g.wide
+    _layer(hm, plans, batched, n, g)
+    every = torch.arange(8)
+    assert torch.equal(batched.read(every), one.read(every))  # the same bits
+    # the oracle: each written direction sums each head's weight times the value at its key
+    x = one.read(every)[:4, 0].numpy()
+    want = np.zeros((8, n))
+    want[:4] = x
+    for (h, d, o), w in terms:
+        p = plans[h]
+        want[o, p.queries.numpy()] += w * x[d, p.keys.numpy()]
+    np.testing.assert_allclose(batched.read(every)[:, 0].numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_a_batch_with_value_maps_on_their_span(monkeypatch):
+    from attnsim.model import gather_batch
+
+    tried = 0
+    for seed, cells in [(s, c) for s in range(10) for c in (6, 8, 10)]:
+        monkeypatch.setattr(gather_batch, "BATCH_CELLS", cells)  # more cells: on their span
+        hm, plans, batched, n, _ = _gather_layer(seed)
+        g = gather_batch.build(hm, plans)
+        if g is None or not g.wide:
+            continue
+        tried += 1
+        hm, plans, one, n, _ = _gather_layer(seed)
+        _layer(hm, plans, one, n)
+        _layer(hm, plans, batched, n, g)
+        assert torch.equal(batched.read(torch.arange(8)), one.read(torch.arange(8)))
+    assert tried >= 3
+
+
+def test_a_batch_runs_only_where_the_fill_key_reads_zeros():
+    from attnsim.model import gather_batch
+
+    hm, plans, store, n, _ = _gather_layer(0)
+    store.write(torch.arange(4), torch.ones(4, 1, 1, dtype=F64), 0)  # values at the fill key
+    g = gather_batch.build(hm, plans)
+    assert gather_batch.run(g, store) is None  # each head then runs on its own
+    assert gather_batch.build(hm, {0: plans[0]}) is None  # one head: nothing to batch

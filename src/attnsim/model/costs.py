@@ -143,6 +143,11 @@ FLAT_TERMS = 4
 # columns in fewer runs than this are copied run by run; more, by one index
 # (model.projection)
 RUNS = 8
+# a layer's planned gathers that move at most BATCH_CELLS value cells each run as one batch
+# of index operations (model.gather_batch): one at a time, each costs a few dozen small
+# tensor operations, about what gathering this many cells costs (U's transposes: hundreds
+# of heads of width 1 in a layer)
+BATCH_CELLS = 1 << 14
 # a planned gather over every position copies its keys run by run (a run: queries that read
 # one key, or consecutive keys) when its runs average at least RUN_POSITIONS positions, else
 # by one index (measured on U's rows of 18,433 positions, 385 columns: 13 runs copied in

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from attnsim.model import head_parts, liveness, plan_static
+from attnsim.model import gather_batch, head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import PART_BYTES, PLANS_KEPT, READS_KEPT
 from attnsim.model.positions import PositionTable
@@ -501,7 +501,13 @@ class SparseTransformer:
         apart = mask is None and head_parts.writes_apart(hm)
         # the heads' writes, together (a layer that writes apart: a part's bytes at a time)
         held = head_parts.HeldWrites(store, hm.written, PART_BYTES if apart else None, mask)
+        batch = None if mask is not None or plans is None else self._batch(li, plans)
+        batched = None if batch is None else gather_batch.run(batch, store)
+        if batched is not None:  # the small gathers at once
+            held.add(*batched)
         for h in hm.active:
+            if batched is not None and h in batch.heads:
+                continue
             p = None if plans is None else plans.get(h)
             if mask is not None and (
                 p is None
@@ -533,6 +539,14 @@ class SparseTransformer:
                 z, at = whole_head(cfg, hm, h, p, store, static_mask, (self._misses, li)), 0
             held.add(hm.O_at[h], hm.O[h](z, torch.arange(z.shape[0])), at)
         held.flush()
+
+    def _batch(self, li: int, plans: dict):
+        """Layer li's small gathers as one batch (:mod:`attnsim.model.gather_batch`), found
+        once per plan set."""
+        got = self.__dict__.setdefault("_batches", {}).get(id(plans))
+        if got is None or got[0] is not plans:
+            got = self._batches[id(plans)] = (plans, gather_batch.build(self._heads[li], plans))
+        return got[1]
 
     def _mlp(self, store, li: int, mask, run=None) -> None:
         """Layer li's MLP added to the stream (``mask``: the static pass, where units that
@@ -570,6 +584,7 @@ class SparseTransformer:
                 self._run(ids, None, None, Columns(long_tensor([])), None, found)
             if len(self._plans) >= PLANS_KEPT:  # as the dense model: the oldest length goes
                 del self._plans[next(iter(self._plans))]
+                self.__dict__.pop("_batches", None)  # (found again for the lengths kept)
             self._plans[n] = found
         return self._plans[n]
 
