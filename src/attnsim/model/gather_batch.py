@@ -127,7 +127,12 @@ def build(hm, plans: dict) -> GatherBatch | None:
     cat.setdefault("v_w", np.zeros(0))
     rows, cell_row = np.unique(cat["cell_row"], return_inverse=True)
     lo, hi = int(cat["cell_q"].min()), int(cat["cell_q"].max()) + 1
-    t = torch.from_numpy
+
+    def t(a: np.ndarray) -> torch.Tensor:  # indices in 32 bits where they fit (half the
+        if a.dtype.kind == "i" and (not a.size or a.max() < 2**31):  # memory kept)
+            a = a.astype(np.int32)
+        return torch.from_numpy(a)
+
     return GatherBatch(
         heads=frozenset(heads),
         wide=tuple(wide),
