@@ -279,6 +279,7 @@ def simulator_layouts(data: dict) -> str:
         "4 d; post-norm; GELU) per size. The sequence length and token width of each layout "
         "come from the layout alone (exact, every size); the other columns are measured for "
         "the sizes this run built: U's d_model and parameters, build seconds, a warm simulate "
+        "(the median of three passes where one takes under 10 s, else one pass) "
         "(plan executor), the peak extra resident memory while simulating, the ratio of the "
         "simulate time to `torch.nn.TransformerEncoderLayer` holding the same weights (same "
         "process, one thread), and the error against that module."
@@ -395,7 +396,7 @@ def simulator_layouts(data: dict) -> str:
             out.append(
                 f"**The all-MiniLM-L6-v2 layer shape {shape}, vector layout: built** "
                 f"({m.get('storage', 'dense')} storage) in {fmt(m['build_seconds'])} s and "
-                f"simulated in {fmt(m['simulate_first_seconds'])} s (warm: "
+                f"simulated in {fmt(m['simulate_first_seconds'])} s (warm, the median of three: "
                 f"{fmt(m['simulate_seconds'])} s, {fmt(m['wall_ratio'])}x "
                 "`torch.nn.TransformerEncoderLayer`), error "
                 f"{fmt(m['error_vs_torch'])} against torch on a random layer whose largest "

@@ -283,7 +283,19 @@ class UnitMaps:
         its inputs' span, a declared unit outside its gate's (the gate is 0 there, and so
         the unit, by definition), a product outside the overlap of its two factors' spans
         (one factor is 0 there) while the stream holds finite values only (0 times a
-        non-finite value is NaN), else outside its factors' span."""
+        non-finite value is NaN), else outside its factors' span.
+
+        >>> from attnsim.model.sparse import SparseUnits
+        >>> from attnsim.model.store import Store
+        >>> idx, w = torch.tensor([[0, 0]]), torch.ones(1, dtype=torch.float64)
+        >>> um = UnitMaps(SparseUnits("bilinear", 1, idx, w, idx + torch.tensor([0, 1]), w,
+        ...                           idx + torch.tensor([0, 2]), w))  # dir 0 times dir 1
+        >>> st = Store(1, 8, d=3, dtype=torch.float64, last={0: 9, 1: 9})
+        >>> st.write(torch.tensor([0]), torch.ones(1, 1, 4, dtype=torch.float64), at=0)
+        >>> st.write(torch.tensor([1]), torch.ones(1, 1, 4, dtype=torch.float64), at=2)
+        >>> um.span(st)  # the factors overlap on positions 2 and 3
+        (2, 4)
+        """
         if self.kind == "relu" or (self.kind == "bilinear" and not store.finite):
             return store.span(self.read_dirs)
         lo, hi = store.span(self.B.dirs)
