@@ -156,6 +156,70 @@ def test_table_heads_match_dense(attention, causal, tables_always):
             assert torch.equal(planned[..., :11], dense[..., :11])
 
 
+@pytest.fixture
+def fixed_counted(monkeypatch):
+    """Records whether each token-table head's weights were the same for every sequence
+    (``_fixed_selection`` gave them) or found per sequence."""
+    seen = []
+    fixed = T._fixed_selection
+
+    def counted(p, count):
+        got = fixed(p, count)
+        seen.append(got is not None)
+        return got
+
+    monkeypatch.setattr(T, "_fixed_selection", counted)
+    return seen
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_fixed_selection_where_every_best_class_is_present(attention, tables_always, fixed_counted):
+    """Every token present in every sequence: head 0's best key class for each query (token
+    a + 1, or BOS for token 4) and head 1's (token 4) are present, so both heads weigh the
+    classes alike in every sequence; a sequence that lacks a best class makes them weigh
+    per sequence. Both ways match the dense forward."""
+    t = table_model(attention)
+    rng = torch.Generator().manual_seed(2)
+    n = N_CTX
+    for lacking in (False, True):
+        ids = torch.stack([torch.randperm(4, generator=rng) + 1 for _ in range(2 * 8)])
+        ids = torch.cat([torch.zeros(8, 1, dtype=torch.long), ids.view(8, 8)], dim=1)
+        if lacking:
+            ids[3, 1:] = 1  # tokens 2, 3, 4 absent there
+        vals = torch.randn(8, n, generator=rng, dtype=torch.float64)
+        vals[:, 0] = 0.0
+        ran = len(fixed_counted)
+        planned, dense = planned_and_dense(t, ids, vals)
+        assert fixed_counted[ran:] == [not lacking] * 2
+        scale = 1.0 + float(dense.abs().max())
+        assert float((planned - dense).abs().max()) <= 1e-12 * scale
+        if attention == "hard":  # sums of one or two values per class: no rounding apart
+            assert torch.equal(planned[..., :11], dense[..., :11])
+
+
+@pytest.mark.parametrize("name", ["make_hist", "make_sort_unique"])
+def test_selector_width_heads_weigh_classes_alike(name, tables_always, fixed_counted):
+    """A selector width's head attends to BOS, which every sequence holds, with its row's
+    best score: its class weights are the same for every sequence; outputs as the
+    interpreter's and the definition's."""
+    entry = library.PROGRAMS[name]
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    rng = random.Random(1)
+    n = min(entry.max_seq_len, len(entry.vocab))  # sort_unique's keys are distinct
+    xs = [
+        rng.sample(list(entry.vocab), n)
+        if name == "make_sort_unique"
+        else [rng.choice(list(entry.vocab)) for _ in range(n)]
+        for _ in range(32)
+    ]
+    a, b = run_both(model, xs)
+    assert a == b == rasp.evaluate(entry.factory(), xs)
+    assert fixed_counted and all(fixed_counted)
+    ids, vals = model.encode(xs)
+    planned, dense = streams_both_ways(model, ids, vals)
+    assert torch.equal(planned, dense)
+
+
 def test_bos_only_rows(tables_always):
     for causal in (False, True):
         t = table_model(causal=causal)

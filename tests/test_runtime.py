@@ -140,6 +140,28 @@ def test_projections_kept_for_planned_heads_follow_edited_weights(name):
             before = after
 
 
+@pytest.mark.parametrize("executor", ["auto", "plan", "fused"])
+def test_replaced_parameters_and_submodules_are_followed(executor):
+    """A parameter or a block replaced (assigned, not edited in place) is seen on the next
+    call: the runtime's output is the definition's after each replacement."""
+    m = compile_program(library.make_hist(), vocab="abc", max_seq_len=5)
+    net = m.model
+    rt = Runtime(net, executor=executor)
+    ids, _ = m.encode(["abcab", "aabbc", "cccab"])
+    with torch.no_grad():
+        before = rt(ids)
+        assert torch.equal(before, net(ids))
+        attn = net.blocks[0].attn
+        attn.W_O = torch.nn.Parameter(attn.W_O.detach() * 2.0, requires_grad=False)
+        after = rt(ids)
+        assert torch.equal(after, net(ids)) and not torch.equal(after, before)
+        block = copy.deepcopy(net.blocks[0])
+        block.mlp.W_out.mul_(3.0)
+        net.blocks[0] = block  # a new submodule
+        again = rt(ids)
+        assert torch.equal(again, net(ids)) and not torch.equal(again, after)
+
+
 def test_a_compiled_models_runtime_follows_its_model():
     m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     rt = m.runtime

@@ -47,7 +47,7 @@ TERMS_PER_CHUNK = 1 << 23
 # the most one part of a sparse head's values takes; a narrower head runs whole
 # (model.head_parts)
 PART_BYTES = 64 << 20
-# the token-position embedding table is kept up to this size (model.runtime)
+# the token-position embedding table is kept up to this size (model.runtime, model.fused)
 TABLE_BYTES = 8 << 20
 # execution plans kept per model, one per input length: the least recently built goes
 # (model.runtime, model.sparse)
@@ -85,10 +85,6 @@ FUSED_STATIC_WORK = 32_000
 FUSED_CONST_WORK = 64_000
 # ... and those heads' [query, key] work at most this
 FUSED_STATIC_QUADRATIC = 2_800
-# the feature-major executor embeds by a one-hot product (measured faster there; exact, one
-# 1 per column) for models wider than ONE_HOT_MIN_WIDTH with at most ONE_HOT_VOCAB tokens
-ONE_HOT_VOCAB = 64
-ONE_HOT_MIN_WIDTH = 16
 # a feature-major weight that reads (or writes) more than this share of the residual rows
 # multiplies all of them (the others add exact zeros) rather than gathering its rows first
 DENSE_SHARE = 0.75
@@ -135,11 +131,15 @@ DIRECT_LOOKUP = 256
 UNIQUE_MIN_LENGTH = 41
 # MLP groups run as step plans between MIN_UNITS and MAX_UNITS units (smaller ones cost
 # less as they are, measured: 20 units, 256 x 11; larger ones, ReLU-realised maps, keep
-# their dense units); a plateau writing at most FLAT_TERMS outputs runs as a scatter
-# (model.plan_steps)
+# their dense units); a plateau writing at most FLAT_TERMS outputs runs as a scatter,
+# unless the plan writes at most ROW_TABLE_WIDTH columns: then each position's whole row
+# of outputs is gathered from its interval's row and added (measured: sort_unique at
+# length 20, 5,120 positions, 21 columns: 65 us against 261 us for the scatter's index
+# arrays and scatter; a scattered value costs about 20 written in rows) (model.plan_steps)
 MAX_UNITS = 1024
 MIN_UNITS = 32
 FLAT_TERMS = 4
+ROW_TABLE_WIDTH = 64
 # columns in fewer runs than this are copied run by run; more, by one index
 # (model.projection)
 RUNS = 8

@@ -87,7 +87,7 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if n >= w:  # one-hot rows (a categorical S-op's block): each row's class is its 1
         at = (q @ torch.arange(w, dtype=q.dtype)).long().clamp_(0, w - 1)  # where, if so
         unit = torch.eye(w, dtype=q.dtype)
-        if torch.equal(unit[at], q):  # checked exactly
+        if torch.equal(unit.index_select(0, at), q):  # checked exactly
             return unit, at
     gen = torch.Generator().manual_seed(w)
     weights = (1.0 + torch.rand(w, 1, generator=gen, dtype=torch.float64)).to(q.dtype)

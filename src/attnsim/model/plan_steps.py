@@ -32,16 +32,17 @@ outputs are the same to rounding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from attnsim.model import plan_core
-from attnsim.model.costs import FLAT_TERMS, MAX_UNITS, MIN_UNITS
+from attnsim.model.costs import FLAT_TERMS, MAX_UNITS, MIN_UNITS, ROW_TABLE_WIDTH
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.plan_static import _mlp_units
-from attnsim.model.projection import add_columns, set_columns
+from attnsim.model.projection import add_columns, columns, set_columns
 
 __all__ = ["StepPlan", "ConstUnits", "for_layer", "const_units", "run", "compact"]
 
@@ -72,6 +73,11 @@ class StepPlan:
     flat: torch.Tensor | None = None
     flat_col: torch.Tensor | None = None  # [S + 1, FLAT_TERMS]
     flat_value: torch.Tensor | None = None  # [S + 1, FLAT_TERMS] (0 where unused)
+    # the units as BOS runs them: the directions they read there, ``W_in[bos_rows][:,
+    # units]`` and ``W_out[units][:, cols]``
+    bos_rows: torch.Tensor | None = None
+    bos_in: torch.Tensor | None = None
+    bos_out: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ def for_layer(
         w = W_out[units]  # [U, d_model]
         cols = torch.nonzero((w != 0).any(dim=0)).flatten()
         w = w[:, cols]
+        bos_rows = torch.nonzero((W_in[:, units] != 0).any(dim=1)).flatten()
         bounds = torch.unique(-c / a)  # sorted
         # one probe inside each interval, and one beyond each end
         mids = (bounds[1:] + bounds[:-1]) / 2
@@ -190,6 +197,9 @@ def for_layer(
                 flat=flat,
                 flat_col=flat_col,
                 flat_value=offset.gather(1, flat_col),
+                bos_rows=bos_rows,
+                bos_in=W_in[bos_rows][:, units],
+                bos_out=w,
             )
         )
     return tuple(out)
@@ -220,22 +230,32 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
     t = x[:, 1:, p.row]  # [batch, pos - 1]
     k = torch.searchsorted(p.bounds, t.contiguous())  # the interval of each t
     flat = p.flat[k]
-    flat_out = out[:, 1:]  # a view: one value per position on a plateau
-    if bool(flat.all()):  # every position on a plateau: its few outputs, one scatter
+    every = bool(flat.all())
+    flat_out = out[:, 1:]  # a view
+    if cols.numel() <= ROW_TABLE_WIDTH:  # each position's whole row: one gather, one add
+        vals = p.offset.index_select(0, k.view(-1)).view(*k.shape, -1)
+        if not every:  # slope times t plus offset (on a plateau the slope is 0)
+            vals = torch.addcmul(
+                vals, p.slope.index_select(0, k.view(-1)).view_as(vals), t[..., None]
+            )
+        add_columns(flat_out, cols, vals)
+    elif every:  # every position on a plateau: its few outputs, one scatter
         flat_out.scatter_add_(2, cols[p.flat_col[k]], p.flat_value[k])
-    elif bool(flat.any()):
-        bi, pi = torch.nonzero(flat, as_tuple=True)
-        kk = k[bi, pi]
-        flat_out.index_put_(
-            (bi[:, None], pi[:, None], cols[p.flat_col[kk]]), p.flat_value[kk], accumulate=True
-        )
-    if not bool(flat.all()):  # the rest: slope times t plus offset, on their intervals
+    else:
+        if bool(flat.any()):
+            bi, pi = torch.nonzero(flat, as_tuple=True)
+            kk = k[bi, pi]
+            flat_out.index_put_(
+                (bi[:, None], pi[:, None], cols[p.flat_col[kk]]), p.flat_value[kk], accumulate=True
+            )
+        # the rest: slope times t plus offset, on their intervals
         bi, pi = torch.nonzero(~flat, as_tuple=True)
         kk = k[bi, pi]
         vals = p.slope[kk] * t[bi, pi][:, None] + p.offset[kk]  # [m, C]
         flat_out.index_put_((bi[:, None], pi[:, None], cols[None, :]), vals, accumulate=True)
-    bad = ~torch.isfinite(t)
-    if bool(bad.any()):  # the units would give NaN there: so does the table
+    # a sum of finite values that is finite: every t is (one sum, where the check costs two
+    # passes); the units would give NaN at a t that is not: so does the table
+    if not math.isfinite(float(t.sum())) and bool((bad := ~torch.isfinite(t)).any()):
         bi, pi = torch.nonzero(bad, as_tuple=True)
         flat_out.index_put_(
             (bi[:, None], pi[:, None], cols[None, :]),
@@ -243,8 +263,7 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
             accumulate=True,
         )
     # BOS: the units as they are (its static directions may differ)
-    pre = x[:, :1] @ mlp.W_in[:, p.units]
-    out[:, :1, cols] += torch.relu(pre) @ mlp.W_out[p.units][:, p.cols]
+    add_columns(out[:, 0], cols, torch.relu(columns(x[:, 0], p.bos_rows) @ p.bos_in) @ p.bos_out)
 
 
 def flops(p: StepPlan | ConstUnits, n: int) -> int:

@@ -78,6 +78,11 @@ class TablePlan:
             token directions are the embedding's rows exactly (no numerical or vector token
             channels, whose non-finite values would reach them); the classes are then read
             from the token ids, with no comparison of rows.
+        tops: ``[classes, classes]`` bool or None: where each row of ``scores`` takes its
+            best value (:func:`fixed_parts`).
+        fixed: ``[classes, classes]`` or None: the weights each query class gives where its
+            best class is present (:func:`fixed_parts`; None where a row's best is not
+            finite).
     """
 
     kind: ClassVar[str] = "table"  # what runs it (attnsim.model.plans.KINDS)
@@ -88,6 +93,8 @@ class TablePlan:
     scores: torch.Tensor
     value_width: int
     of_id: torch.Tensor | None = None
+    tops: torch.Tensor | None = None
+    fixed: torch.Tensor | None = None
 
     @property
     def n_classes(self) -> int:
@@ -158,7 +165,10 @@ def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
                 of_id = torch.stack([_class_index(first, classes), _class_index(later, classes)])
                 plain = not transformer.cfg.numerical_tokens and not transformer.cfg.token_width
                 wv = max(1, int(ov_width[h]))
-                found.append(TablePlan(h, rows, classes, scores, wv, of_id if plain else None))
+                of_id = of_id if plain else None
+                found.append(
+                    TablePlan(h, rows, classes, scores, wv, of_id, *fixed_parts(a.cfg, scores))
+                )
             out.append(tuple(found))
     return tuple(out)
 
@@ -335,7 +345,7 @@ def run_rows(
             misses[("rows", h)] = misses.get(("rows", h), 0) + 1
         return None
     scores = (classes @ attn.W_Q[h, p.rows, :wq]) @ (classes @ attn.W_K[h, p.rows, :wq]).T
-    plan = TablePlan(h, p.rows, classes, scores, wv)
+    plan = TablePlan(h, p.rows, classes, scores, wv, None, *fixed_parts(attn.cfg, scores))
     return _mix(attn, plan, x, inverse.view(b, n), cache)
 
 
@@ -356,14 +366,26 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
             return hard_selection(s, cfg.hard_tolerance, best=top).to(x.dtype)
         return torch.exp(s - top)  # softmax's terms; an absent class (-inf) weighs 0
 
-    if not cfg.causal:  # per sequence, each class's count and sum of values
-        count = torch.zeros(b, c, dtype=x.dtype).scatter_add_(1, cls, torch.ones_like(v[..., 0]))
-        sums = torch.zeros(b, c, wv, dtype=x.dtype)
-        sums.scatter_add_(1, cls[..., None].expand(b, n, wv), v)
-        both = torch.cat([sums, count[..., None]], dim=-1)  # [batch, class, wv + 1]
-        if c >= n:  # more classes than positions: per query, over the key classes
-            s = table.index_select(0, cls.view(-1)).view(b, n, c)  # [batch, pos, class]
-            w = weights(s.masked_fill_((count == 0)[:, None, :], inf))
+    if not cfg.causal:  # per sequence, each class's sum of values and count of keys
+        at = (cls * b + torch.arange(b)[:, None]).view(-1)  # each key's (class, sequence)
+        ones = torch.ones(b, n, 1, dtype=x.dtype)
+        rows = torch.cat([v, ones], -1).view(b * n, wv + 1)
+        both = torch.zeros(c * b, wv + 1, dtype=x.dtype).index_add_(0, at, rows)
+        fixed = _fixed_selection(p, both[:, wv].view(c, b))
+        if fixed is not None:  # each query class selects the same classes in every sequence
+            num = (fixed.to(x.dtype) @ both.view(c, b * (wv + 1))).view(c * b, wv + 1)
+            return (num[:, :wv] / num[:, wv:]).index_select(0, at).view(b, n, wv)
+        both = both.view(c, b, wv + 1).transpose(0, 1)  # [batch, class, wv + 1]
+        count = both[..., wv]
+        if c >= n and bool(torch.isfinite(table).all()):
+            # more classes than positions: per query, over the key classes; an absent
+            # class gets -inf added (its sums are 0: it only must not be the best)
+            absent = torch.zeros(b, 1, c, dtype=x.dtype).masked_fill_(count[:, None] == 0, inf)
+            s = table.index_select(0, cls.view(-1)).view(b, n, c).add_(absent)
+            if hard:  # the selection, 1.0 or 0.0, written over the scores
+                w = hard_selection(s, cfg.hard_tolerance, inplace=True)
+            else:
+                w = weights(s)
             num = w @ both  # the sums and the counts of the classes each query selects
             return num[..., :wv] / num[..., wv:]
         s = table.expand(b, c, c).masked_fill((count == 0)[:, None, :], inf)
@@ -382,6 +404,55 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
         num = (w[..., None, :] @ sums).squeeze(-2)  # [rows, pos, wv]
         z[part] = num / (w * count).sum(dim=-1, keepdim=True)
     return z
+
+
+def fixed_parts(cfg, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(tops, fixed)`` for a table head's ``scores [query class, key class]``: where each
+    row takes its best value, and the weights every sequence gives where each query class's
+    best class is present in it: then the best score present is the row's best, and the
+    selection (hard attention: within the tolerance of it) or softmax's terms ``exp(beta
+    (s - best))`` are the same for every sequence, an absent class adding 0 to the sums and
+    the counts (:func:`_fixed_selection`). ``fixed`` is None where a row's best is not
+    finite.
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> table = torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+    >>> tops, fixed = fixed_parts(cfg, table)
+    >>> tops.tolist(), fixed.tolist()
+    ([[True, False, True], [False, True, False]], [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    """
+    table = scores if cfg.attention is AttentionMode.HARD else cfg.beta * scores
+    top = table.amax(dim=1, keepdim=True)  # [query class, 1]
+    tops = table == top
+    if not bool(top.isfinite().all()):
+        return tops, None
+    if cfg.attention is AttentionMode.HARD:
+        return tops, hard_selection(table, cfg.hard_tolerance, best=top).to(table.dtype)
+    return tops, torch.exp(table - top)
+
+
+def _fixed_selection(p: TablePlan, count: torch.Tensor) -> torch.Tensor | None:
+    """``p.fixed`` where every query class's best class is present in every sequence
+    (``count [class, batch]``: the keys of each class), else None (a selector width's head
+    attends to BOS, which every sequence holds, with its row's best score).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> table = torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+    >>> p = TablePlan(0, torch.tensor([0]), torch.zeros(3, 1), table, 1, None,
+    ...               *fixed_parts(cfg, table))
+    >>> _fixed_selection(p, torch.tensor([[1, 0], [1, 1], [1, 1]])) is p.fixed
+    True
+    >>> _fixed_selection(p, torch.tensor([[1, 1], [0, 1], [1, 1]])) is None  # class 1
+    True
+    """
+    if p.fixed is None:
+        return None
+    always = (count > 0).all(dim=1)  # [key class]: present in every sequence
+    return p.fixed if bool((p.tops & always).any(dim=1).all()) else None
 
 
 def flops(attn, p: TablePlan, n: int) -> int:

@@ -39,6 +39,24 @@ from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
 
 __all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
 
+# How many times a parameter, buffer or submodule has been assigned or registered on any
+# module of this process (torch's global registration hooks count them): a runtime walks
+# its model's modules again only after that count moves, and otherwise reads the
+# parameters it found last (their data pointers and versions, each call).
+_REGISTERED = [0]
+
+
+def _registered(*_args) -> None:
+    _REGISTERED[0] += 1
+
+
+for _register in (
+    torch.nn.modules.module.register_module_parameter_registration_hook,
+    torch.nn.modules.module.register_module_module_registration_hook,
+    torch.nn.modules.module.register_module_buffer_registration_hook,
+):
+    _register(_registered)
+
 
 class LayerState:
     """What the plan executor learns about one layer between calls: ``misses`` (head, or
@@ -75,7 +93,8 @@ class Runtime:
         self.net = net
         self.executor = executor
         self._key: tuple | None = None
-        self._modules, self._params = _walk(net)
+        self._walked = -1  # the registration count at the last walk (none yet)
+        self.current()
         # a dict to fill with the seconds of each planned sublayer ("blocks.{l}.attn",
         # "blocks.{l}.mlp"), summed over calls (forward hooks would run the definition)
         self.profile: dict[str, float] | None = None
@@ -100,10 +119,14 @@ class Runtime:
         self._embedding: tuple | None = None
 
     def current(self) -> None:
-        """Drops what was kept for other weights: parameters or modules replaced, weights
-        changed in place or moved (one walk over the modules, each call)."""
-        self._modules, self._params = _walk(self.net)
-        key = (tuple(map(id, self._params)), stamp(self._params))
+        """Drops what was kept for other weights: parameters or modules replaced (a walk
+        over the modules, after any module of the process has had something assigned),
+        weights changed in place or moved (their versions and data pointers, each call)."""
+        if self._walked != _REGISTERED[0]:
+            self._walked = _REGISTERED[0]
+            self._modules, self._params = _walk(self.net)
+            self._ids = tuple(map(id, self._params))
+        key = (self._ids, stamp(self._params))
         if key != self._key:
             self._reset(key)
 
