@@ -112,6 +112,7 @@ class Runtime:
 
     def _reset(self, key: tuple | None) -> None:
         self._key = key
+        self._device = self.net.W_E.device  # (a move changes the weights' data pointers)
         self._plans: dict = {}
         self._analysis = None
         self.layers = [LayerState() for _ in self.net.blocks]
@@ -188,14 +189,13 @@ class Runtime:
         streams: dict | None = None,
         keep: Columns | None = None,
     ) -> torch.Tensor:
-        net, executor = self.net, self.executor
-        device = net.W_E.device
+        self.current()
+        net, executor, device = self.net, self._executor, self._device
         if device.type != "cpu" and executor in ("plan", "fused"):
             raise ValueError(
                 f"executor={executor!r} runs on CPU only; on {device} the model runs as "
                 "defined: use executor='auto' or 'dense' there"
             )
-        self.current()
         if executor == "dense" or cache is not None or device.type != "cpu" or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
