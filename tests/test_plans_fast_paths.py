@@ -224,3 +224,29 @@ def test_column_reads_and_writes_by_runs_match_indexing(picked):
     want[..., distinct] = vals
     set_columns(got, distinct, vals)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["make_hist", "make_count"])
+def test_step_tables_by_rows_and_by_scatter(name, monkeypatch):
+    """A selector width's discretiser runs as a step table, writing each position's whole
+    row of outputs (``ROW_TABLE_WIDTH`` at least its columns) or scattering its plateau's
+    few outputs (0): the same stream both ways, the definition's to rounding, and the
+    interpreter's outputs."""
+    from attnsim.model import plan_steps
+
+    entry = library.PROGRAMS[name]
+    n = 16
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=n)
+    assert any(model.runtime.step_plans(n + 1))  # a step plan runs
+    rng = random.Random(7)
+    xs = [[rng.choice(list(entry.vocab)) for _ in range(n)] for _ in range(64)]
+    ids, vals = model.encode(xs)
+    streams = []
+    for width in (0, 1000):
+        monkeypatch.setattr(plan_steps, "ROW_TABLE_WIDTH", width)
+        planned, dense = streams_both_ways(model, ids, vals)
+        assert_close(planned, dense)
+        streams.append(planned)
+        a, b = run_both(model, xs)
+        assert a == b == rasp.evaluate(entry.factory(), xs)
+    assert torch.equal(*streams)

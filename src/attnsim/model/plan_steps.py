@@ -240,7 +240,7 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
             )
         add_columns(flat_out, cols, vals)
     elif every:  # every position on a plateau: its few outputs, one scatter
-        flat_out.scatter_add_(2, cols[p.flat_col[k]], p.flat_value[k])
+        flat_out.scatter_add_(2, cols[p.flat_col][k], p.flat_value[k])
     else:
         if bool(flat.any()):
             bi, pi = torch.nonzero(flat, as_tuple=True)
