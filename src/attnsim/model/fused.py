@@ -50,7 +50,8 @@ from attnsim.model.costs import (
     FUSED_MAX_WORK,
     FUSED_STATIC_QUADRATIC,
     FUSED_STATIC_WORK,
-    TABLE_BYTES,
+    ONE_HOT_MIN_WIDTH,
+    ONE_HOT_VOCAB,
 )
 from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
@@ -263,21 +264,6 @@ def _layers(rt) -> list:
     return rt.fused["layers"]
 
 
-def _embedding(net) -> tuple:
-    """``(table, W_E^T, W_pos^T, offsets)``: the embedding feature-major, with the table of
-    every token row plus every position row, ``[d_model, vocab * n_ctx]`` (the definition's
-    first sum, made once), where it takes at most ``TABLE_BYTES`` (else None), and the
-    position offsets ``[n_ctx, 1]``."""
-    W_E, W_pos = net.W_E.detach(), net.W_pos.detach()
-    vocab, d = W_E.shape
-    n_ctx = net.cfg.n_ctx
-    table = None
-    if vocab * n_ctx * d * W_E.element_size() <= TABLE_BYTES:
-        table = (W_E[:, None, :] + W_pos[None, :n_ctx, :]).reshape(-1, d).T.contiguous()
-    offsets = torch.arange(n_ctx, device=W_E.device)[:, None]
-    return table, W_E.T.contiguous(), W_pos.T, offsets
-
-
 def _mm(W: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``W [rows, d] @ x [d, pos, batch]`` -> ``[rows, pos, batch]``."""
     return (W @ x.reshape(x.shape[0], -1)).view(W.shape[0], *x.shape[1:])
@@ -373,14 +359,15 @@ def forward(
     b, n = token_ids.shape
     E = rt.fused.get("embed")  # (the caller has dropped what was kept for other weights)
     if E is None:
-        E = rt.fused["embed"] = _embedding(net)
-    table, W_E, W_pos, offsets = E
-    if table is not None:  # column t * n_ctx + p holds W_E[t] + W_pos[p]: one gather
-        at = torch.add(offsets[:n], token_ids.T, alpha=cfg.n_ctx).reshape(-1)  # [pos * batch]
-        x = table.index_select(1, at).view(-1, n, b)  # a new tensor
+        E = rt.fused["embed"] = (None, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
+    idx = token_ids.T.reshape(-1)
+    d, vocab = E[1].shape
+    if d > ONE_HOT_MIN_WIDTH and vocab <= ONE_HOT_VOCAB:  # exact: one 1 per column
+        one_hot = (idx[None, :] == torch.arange(vocab)[:, None]).to(E[1].dtype)
+        x = (E[1] @ one_hot).view(d, n, b)
     else:
-        x = W_E.index_select(1, token_ids.T.reshape(-1)).view(-1, n, b)
-        x += W_pos[:, :n, None]
+        x = torch.index_select(E[1], 1, idx).view(d, n, b)  # a new tensor
+    x += E[2][:, :n, None]
     if token_values is not None and cfg.numerical_tokens:
         x += net.W_E_num.detach()[:, None, None] * token_values.T.to(x.dtype)[None]
     if cfg.token_width:
