@@ -69,9 +69,7 @@ def hard_selection(
     >>> hard_selection(s, 0.25, inplace=True) is s, s.tolist()
     (True, [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     """
-    if not (
-        type(tolerance) is float and 0.0 <= tolerance < math.inf
-    ) and (  # (the usual case first)
+    if (
         isinstance(tolerance, bool)
         or not isinstance(tolerance, numbers.Real)
         or not math.isfinite(tolerance)

@@ -39,24 +39,6 @@ from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
 
 __all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
 
-# How many times a parameter, buffer or submodule has been assigned or registered on any
-# module of this process (torch's global registration hooks count them): a runtime walks
-# its model's modules again only after that count moves, and otherwise reads the
-# parameters it found last (their data pointers and versions, each call).
-_REGISTERED = [0]
-
-
-def _registered(*_args) -> None:
-    _REGISTERED[0] += 1
-
-
-for _register in (
-    torch.nn.modules.module.register_module_parameter_registration_hook,
-    torch.nn.modules.module.register_module_module_registration_hook,
-    torch.nn.modules.module.register_module_buffer_registration_hook,
-):
-    _register(_registered)
-
 
 class LayerState:
     """What the plan executor learns about one layer between calls: ``misses`` (head, or
@@ -93,8 +75,7 @@ class Runtime:
         self.net = net
         self.executor = executor
         self._key: tuple | None = None
-        self._walked = -1  # the registration count at the last walk (none yet)
-        self.current()
+        self._modules, self._params = _walk(net)
         # a dict to fill with the seconds of each planned sublayer ("blocks.{l}.attn",
         # "blocks.{l}.mlp"), summed over calls (forward hooks would run the definition)
         self.profile: dict[str, float] | None = None
@@ -112,7 +93,6 @@ class Runtime:
 
     def _reset(self, key: tuple | None) -> None:
         self._key = key
-        self._device = self.net.W_E.device  # (a move changes the weights' data pointers)
         self._plans: dict = {}
         self._analysis = None
         self.layers = [LayerState() for _ in self.net.blocks]
@@ -120,14 +100,10 @@ class Runtime:
         self._embedding: tuple | None = None
 
     def current(self) -> None:
-        """Drops what was kept for other weights: parameters or modules replaced (a walk
-        over the modules, after any module of the process has had something assigned),
-        weights changed in place or moved (their versions and data pointers, each call)."""
-        if self._walked != _REGISTERED[0]:
-            self._walked = _REGISTERED[0]
-            self._modules, self._params = _walk(self.net)
-            self._ids = tuple(map(id, self._params))
-        key = (self._ids, stamp(self._params))
+        """Drops what was kept for other weights: parameters or modules replaced, weights
+        changed in place or moved (one walk over the modules, each call)."""
+        self._modules, self._params = _walk(self.net)
+        key = (tuple(map(id, self._params)), stamp(self._params))
         if key != self._key:
             self._reset(key)
 
@@ -189,13 +165,14 @@ class Runtime:
         streams: dict | None = None,
         keep: Columns | None = None,
     ) -> torch.Tensor:
-        self.current()
-        net, executor, device = self.net, self._executor, self._device
+        net, executor = self.net, self.executor
+        device = net.W_E.device
         if device.type != "cpu" and executor in ("plan", "fused"):
             raise ValueError(
                 f"executor={executor!r} runs on CPU only; on {device} the model runs as "
                 "defined: use executor='auto' or 'dense' there"
             )
+        self.current()
         if executor == "dense" or cache is not None or device.type != "cpu" or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)

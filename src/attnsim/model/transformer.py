@@ -437,10 +437,8 @@ class Transformer(nn.Module):
         token id 2 is not a row of this model's embedding
         """
         device = self.W_E.device
-        if token_ids.device != device:
-            token_ids = token_ids.to(device)
-        if token_values is not None and token_values.device != device:
-            token_values = token_values.to(device)
+        token_ids = token_ids.to(device)
+        token_values = None if token_values is None else token_values.to(device)
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         width = self.cfg.token_width
         if width and (token_values is None or token_values.shape[-1:] != (width,)):
