@@ -224,6 +224,12 @@ def test_column_reads_and_writes_by_runs_match_indexing(picked):
     want[..., distinct] = vals
     set_columns(got, distinct, vals)
     assert torch.equal(got, want)
+    in_order = torch.tensor(list(dict.fromkeys(picked)), dtype=torch.long)  # unsorted runs
+    want = x.clone()
+    want[..., in_order] += vals
+    got = x.clone()
+    add_columns(got, in_order, vals)
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("name", ["make_hist", "make_count"])
