@@ -12,7 +12,12 @@ run and on the same inputs:
   of the timed calls). Each side's timed call returns only the output that is compared:
   tracr's jitted function returns the unembedded output alone (its ``forward`` also returns
   every residual, layer output and attention logit, which XLA then no longer computes), and
-  attnsim's ``forward`` returns the output ids or values;
+  attnsim's ``forward`` returns the output ids or values. attnsim runs with
+  ``executor="jit"``, tracr's counterpart: where it runs an input feature-major (short
+  inputs, ``attnsim.model.fused``) that pass is compiled by ``torch.compile``, and there the
+  uncompiled ``"auto"`` is timed too (``eager_seq_s``) and the first call's seconds, the
+  compile's, are recorded (``jit_first_call_s``); elsewhere both executors run the same
+  uncompiled code;
 - error against the interpreter (attnsim's ``rasp.evaluate``) on the same 256 random
   full-length inputs: the fraction of wrong positions for categorical outputs, the largest
   absolute error for numerical ones.
@@ -91,6 +96,9 @@ DEFAULT_EXACTNESS = 100  # tracr's default mlp_exactness
 LADDER = (100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 NUMERICAL_TOL = 1e-4  # a numerical output is correct within this (float32 is never exact)
 THROUGHPUT_S = 0.1  # timed forward passes per model: at least this many seconds
+# attnsim's executor: "jit" compiles its short-input pass with torch.compile, as tracr's
+# forward is jitted with jax.jit (the uncompiled "auto" is timed beside it, timed_jit)
+EXECUTOR = "jit"
 NO_TRACR = "tracr is not installed (pip install -e '.[bench]')"
 
 # name -> (builder(lib, rasp, max_seq_len), conformance vocab, conformance max_seq_len,
@@ -395,14 +403,44 @@ def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
                 "d_model": report.d_model,
                 "layers": report.layers,
                 "parameters": report.parameters,
-                "throughput_seq_s": timed(
-                    lambda m=model, i=ids, v=vals: m.forward(i, v), name, n, "attnsim"
-                ),
-                "steady": WAITS["last_steady"],
-                "error": error(model.run(big), expected, numerical),
+                "executor": EXECUTOR,
             }
+            row["attnsim"].update(timed_jit(model, ids, vals, name, n))
+            row["attnsim"]["error"] = error(model.run(big), expected, numerical)
             print(json.dumps(row), flush=True)
     retime()
+
+
+def timed_jit(model, ids, vals, name: str, n: int) -> dict:
+    """attnsim's throughput with ``executor=EXECUTOR`` (its best, as tracr's forward is
+    jitted): where that runs the compiled feature-major pass, also the seconds of its first
+    call (torch.compile's) and the uncompiled throughput ("auto", ``eager_seq_s``), timed
+    as its own side; elsewhere the two executors run the same code, timed once."""
+    import torch
+
+    from attnsim.model import fused
+    from attnsim.model.runtime import Runtime
+
+    model.executor = EXECUTOR
+    rt = model.runtime
+    if not fused.chosen(rt, ids.shape[1]):
+        tp = timed(lambda m=model, i=ids, v=vals: m.forward(i, v), name, n, "attnsim")
+        return {"throughput_seq_s": tp, "steady": WAITS["last_steady"], "compiled": False}
+    start = time.perf_counter()
+    model.forward(ids, vals)  # torch.compile: timed apart
+    first = time.perf_counter() - start
+    compiled = rt.fused.get("jit") is not False  # False: torch could not compile here
+    tp = timed(lambda m=model, i=ids, v=vals: m.forward(i, v), name, n, "attnsim")
+    got = {"throughput_seq_s": tp, "steady": WAITS["last_steady"], "compiled": compiled}
+    got["jit_first_call_s"] = first
+    # a runtime of its own: the timing is repeated at the worker's end (retime)
+    eager_rt = Runtime(model.model, "auto")
+
+    def eager(r=eager_rt, i=ids, v=vals):
+        with torch.no_grad():  # as CompiledModel.forward calls its runtime
+            return r(i, v)
+
+    return {**got, "eager_seq_s": timed(eager, name, n, "attnsim_eager")}
 
 
 def tracr_worker(name: str, quick: bool, full: bool) -> None:
@@ -767,6 +805,10 @@ def second_rounds(rows: list[dict], again: list) -> None:
     [2.0, 3.0, 3.0]
     >>> rows[0]["attnsim"]["throughput_rounds"]
     [2.0, 1.5]
+    >>> rows[0]["attnsim"]["eager_seq_s"] = 1.0
+    >>> second_rounds(rows, [(("p", 5), "attnsim_eager", 1.25, True)])
+    >>> rows[0]["attnsim"]["eager_seq_s"], rows[0]["attnsim"]["eager_rounds"]
+    (1.25, [1.0, 1.25])
     """
     by = {(r["program"], r["max_seq_len"]): r for r in rows}
     for key, side, tp, steady in again:
@@ -778,13 +820,18 @@ def second_rounds(rows: list[dict], again: list) -> None:
         if side == "tracr" and exact.get("mlp_exactness") == row["tracr"].get("mlp_exactness"):
             sides.append("tracr_exact")  # (correct at the default: the same model)
         for name in sides:
-            got = row.get(name, {})
-            if "throughput_seq_s" not in got:
+            # attnsim's uncompiled timing (timed_jit) sits in its row as eager_seq_s
+            got = row.get("attnsim" if name == "attnsim_eager" else name, {})
+            key = "eager_seq_s" if name == "attnsim_eager" else "throughput_seq_s"
+            if key not in got:
                 continue
-            first = got.get("throughput_rounds", [got["throughput_seq_s"]])[0]
-            got["throughput_rounds"] = [first, tp]
+            rounds = "eager_rounds" if name == "attnsim_eager" else "throughput_rounds"
+            first = got.get(rounds, [got[key]])[0]
+            got[rounds] = [first, tp]
             if tp > first:  # the second round is kept, with whether it ran steady
-                got["throughput_seq_s"], got["steady"] = tp, bool(steady)
+                got[key] = tp
+                if name != "attnsim_eager":
+                    got["steady"] = bool(steady)
 
 
 def print_rows(rows: list[dict]) -> None:

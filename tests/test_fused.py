@@ -224,7 +224,7 @@ def test_sparse_storage_refuses_fused():
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
     ids, vals = model.encode(["aba"])
     model.model.executor = "fused"  # the sparse storage runs itself
-    with pytest.raises(ValueError, match="feature-major 'fused' needs dense weights"):
+    with pytest.raises(ValueError, match="feature-major 'fused' and 'jit' need dense weights"):
         model.runtime(ids, vals)
 
 

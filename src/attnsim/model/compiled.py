@@ -241,8 +241,8 @@ class CompiledModel(GroundTruth):
             check: verify intermediate values against the compiler's assumptions and raise
                 if one is violated (a value outside a map's finite value set, a categorical
                 aggregate over several distinct values, None where a function needs a value).
-            executor: "auto", "plan", "fused" or "dense" for this run only (default:
-                :attr:`executor`).
+            executor: "auto", "plan", "fused", "dense" or "jit" for this run only
+                (default: :attr:`executor`).
 
         Raises:
             TypeError: ``xs`` is not a sequence of tokens or a batch of them, or ``check``
@@ -341,9 +341,11 @@ class CompiledModel(GroundTruth):
         """How the forward pass runs: "auto" (the default: short inputs feature-major where
         that costs less, see :mod:`attnsim.model.fused`, the others as "plan"), "plan"
         (heads whose pattern only the input length decides run as gathers and sparse sums,
-        see :mod:`attnsim.model.plans`), "fused" (always feature-major, every head dense)
-        or "dense" (every head over [query, key]: the plain definition). All four give the
-        dense outputs to rounding. Settable; kept by :attr:`runtime`.
+        see :mod:`attnsim.model.plans`), "fused" (always feature-major, every head dense),
+        "dense" (every head over [query, key]: the plain definition) or "jit" (as "auto",
+        the feature-major passes compiled by ``torch.compile``: the first call of each input
+        shape takes seconds, later ones the fewest operations). All give the dense outputs
+        to rounding. Settable; kept by :attr:`runtime`.
 
         >>> from attnsim import rasp
         >>> from attnsim.compiler import compile_program

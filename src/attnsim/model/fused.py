@@ -37,6 +37,9 @@ runtime (``Runtime.fused``) until they change.
 
 from __future__ import annotations
 
+import types
+import warnings
+
 import torch
 
 from attnsim.model.config import AttentionMode
@@ -57,15 +60,14 @@ from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
-__all__ = ["applies", "chosen", "forward"]
+__all__ = ["applies", "chosen", "forward", "jitted"]
 
 
 def chosen(rt, n: int) -> bool:
     """Whether the runtime ``rt`` runs a forward pass on ``n`` positions feature-major:
-    always with ``executor="fused"``; with "auto" where :func:`applies`. Its prepared
-    weights carry no
-    gradients, so a model with weights that require them (being trained) stays on the
-    other paths under "auto" and is refused under "fused".
+    always with ``executor="fused"``; with "auto" and "jit" where :func:`applies`. Its
+    prepared weights carry no gradients, so a model with weights that require them (being
+    trained) stays on the other paths under "auto" and "jit" and is refused under "fused".
 
     Raises:
         ValueError: ``executor="fused"`` while gradients are recorded for the weights.
@@ -77,7 +79,7 @@ def chosen(rt, n: int) -> bool:
     [True, False, True]
     """
     executor = rt.executor
-    if executor not in ("auto", "fused"):
+    if executor not in ("auto", "fused", "jit"):
         return False
     if torch.is_grad_enabled() and any(p.requires_grad for p in rt.params):
         if executor == "fused":
@@ -344,7 +346,8 @@ def forward(
     """The final residual stream ``[batch, pos, d_model]`` (or its ``keep`` columns), as
     the definition computes it, with the stream feature-major in between, for the runtime
     ``rt``'s model. Inputs are checked by the caller (``Runtime.__call__``); ``streams`` and
-    ``keep`` as in ``Transformer.forward``.
+    ``keep`` as in ``Transformer.forward``. With ``rt.executor == "jit"`` (and no
+    ``streams``) the pass runs as torch.compile made it (:func:`jitted`).
 
     >>> import torch
     >>> from attnsim import compile_program, library
@@ -355,40 +358,98 @@ def forward(
     True
     """
     net = rt.net
-    cfg = net.cfg
-    b, n = token_ids.shape
     E = rt.fused.get("embed")  # (the caller has dropped what was kept for other weights)
     if E is None:
-        E = rt.fused["embed"] = (None, net.W_E.detach().T.contiguous(), net.W_pos.detach().T)
-    idx = token_ids.T.reshape(-1)
-    d, vocab = E[1].shape
-    if d > ONE_HOT_MIN_WIDTH and vocab <= ONE_HOT_VOCAB:  # exact: one 1 per column
-        one_hot = (idx[None, :] == torch.arange(vocab)[:, None]).to(E[1].dtype)
-        x = (E[1] @ one_hot).view(d, n, b)
-    else:
-        x = torch.index_select(E[1], 1, idx).view(d, n, b)  # a new tensor
-    x += E[2][:, :n, None]
-    if token_values is not None and cfg.numerical_tokens:
-        x += net.W_E_num.detach()[:, None, None] * token_values.T.to(x.dtype)[None]
-    if cfg.token_width:
-        vals = token_values.to(x.dtype).transpose(0, 1).reshape(n * b, -1)
-        x += (net.W_E_vec.detach().T @ vals.T).view(-1, n, b)
-    if streams:
-        _capture(streams, 0, x.permute(2, 1, 0))
-    patterns, layers = _patterns(rt, n), _layers(rt)  # kept: made outside inference mode
-    # the sublayers' temporaries need no version counters or view tracking: inference
-    # mode, where nothing records gradients; the stream x stays an ordinary tensor (it is
-    # only written in place there), as do the copies _capture takes
-    with torch.inference_mode(not torch.is_grad_enabled()):
-        for i, (att, units) in enumerate(layers):
-            if att is not None:
-                _attention(cfg, att, x, patterns[i])
-            if streams:
-                with torch.inference_mode(False):
-                    _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
-            _mlp(units, x)
-            if streams:
-                with torch.inference_mode(False):
-                    _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
+        W_vec = net.W_E_vec.detach().T if net.cfg.token_width else None
+        W_num = net.W_E_num.detach() if net.cfg.numerical_tokens else None
+        E = (net.W_E.detach().T.contiguous(), net.W_pos.detach().T, W_num, W_vec)
+        rt.fused["embed"] = E
+    n = token_ids.shape[1]
+    args = (net.cfg, E, _layers(rt), _patterns(rt, n), token_ids, token_values)
+    x = jitted(rt, args) if rt.executor == "jit" and not streams else None
+    if x is None:
+        x = _embed(*args[:2], *args[4:])
+        if streams:
+            _capture(streams, 0, x.permute(2, 1, 0))
+        # the sublayers' temporaries need no version counters or view tracking: inference
+        # mode, where nothing records gradients; the stream x stays an ordinary tensor (it
+        # is only written in place there), as do the copies _capture takes
+        with torch.inference_mode(not torch.is_grad_enabled()):
+            _sublayers(net.cfg, args[2], args[3], x, streams)
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
     return out if keep is None else out[..., keep.cols]
+
+
+def _embed(cfg, E: tuple, token_ids: torch.Tensor, token_values) -> torch.Tensor:
+    """The embedding ``[d_model, pos, batch]`` (``E``: ``W_E`` and ``W_pos`` transposed,
+    the numerical direction or None, ``W_E_vec`` transposed or None)."""
+    b, n = token_ids.shape
+    W_E, W_pos, W_num, W_vec = E
+    idx = token_ids.T.reshape(-1)
+    d, vocab = W_E.shape
+    if d > ONE_HOT_MIN_WIDTH and vocab <= ONE_HOT_VOCAB:  # exact: one 1 per column
+        one_hot = (idx[None, :] == torch.arange(vocab, device=idx.device)[:, None]).to(W_E.dtype)
+        x = (W_E @ one_hot).view(d, n, b)
+    else:
+        x = torch.index_select(W_E, 1, idx).view(d, n, b)  # a new tensor
+    x += W_pos[:, :n, None]
+    if token_values is not None and W_num is not None:
+        x += W_num[:, None, None] * token_values.T.to(x.dtype)[None]
+    if W_vec is not None:
+        vals = token_values.to(x.dtype).transpose(0, 1).reshape(n * b, -1)
+        x += (W_vec @ vals.T).view(-1, n, b)
+    return x
+
+
+def _sublayers(cfg, layers: list, patterns: list, x: torch.Tensor, streams) -> None:
+    """Adds every sublayer's output to the stream ``x [d_model, pos, batch]`` in turn."""
+    for i, (att, units) in enumerate(layers):
+        if att is not None:
+            _attention(cfg, att, x, patterns[i])
+        if streams:
+            with torch.inference_mode(False):
+                _capture(streams, 2 * i + 1, x.permute(2, 1, 0))
+        _mlp(units, x)
+        if streams:
+            with torch.inference_mode(False):
+                _capture(streams, 2 * i + 2, x.permute(2, 1, 0))
+
+
+def _whole(cfg, E: tuple, layers: list, patterns: list, token_ids, token_values):
+    """The whole pass, ``[d_model, pos, batch]``: what :func:`jitted` compiles."""
+    x = _embed(cfg, E, token_ids, token_values)
+    _sublayers(cfg, layers, patterns, x, None)
+    return x
+
+
+def jitted(rt, args: tuple) -> torch.Tensor | None:
+    """The pass :func:`_whole` of ``args`` as ``torch.compile`` made it for the runtime
+    ``rt`` (the first call of each input shape compiles: seconds), or None where torch
+    cannot compile it here (no C++ compiler, say: a warning says why once, and the
+    runtime's passes run uncompiled from then on).
+
+    Each runtime compiles its own copy of :func:`_whole` (torch keeps compiled code, and
+    counts recompilations, per code object): one model's shapes never evict another's.
+    The weights are arguments, not constants of the compiled code, and the runtime drops
+    the compiled pass with its other prepared weights when they change. The compiled code
+    may add a sum's terms in another order than the uncompiled pass (the same rounding
+    tolerance; integer-valued float32 programs are exact either way).
+    """
+    fn = rt.fused.get("jit")
+    if fn is None:
+        copy = types.FunctionType(_whole.__code__.replace(), _whole.__globals__, "_whole")
+        fn = rt.fused["jit"] = torch.compile(copy, dynamic=None)
+    if fn is False:
+        return None
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - torch's compiler stack raises many kinds
+        rt.fused["jit"] = False
+        reason = str(exc).strip().splitlines()
+        warnings.warn(
+            "executor='jit': torch.compile failed here, the feature-major pass runs "
+            f"uncompiled ({type(exc).__name__}: {reason[0][:200] if reason else ''})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None

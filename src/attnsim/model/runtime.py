@@ -11,8 +11,11 @@ versions: changed weights start afresh.
 
 The executors: "auto" (the default: short inputs feature-major where that costs less, the
 others by the plans), "plan" (heads whose pattern only the length decides as gathers and
-sparse sums, the others dense), "fused" (always feature-major) and "dense" (the
-definition). All give the definition's outputs to rounding. A cache of every hook, forward
+sparse sums, the others dense), "fused" (always feature-major), "dense" (the
+definition) and "jit" (as "auto", with the feature-major pass compiled by
+``torch.compile``: seconds to compile on the first call of each input shape, then the
+fewest operations a call; :func:`attnsim.model.fused.jitted`). All give the definition's
+outputs to rounding. A cache of every hook, forward
 hooks on a module (activation patching), or a device other than the CPU run the
 definition.
 

@@ -284,7 +284,7 @@ class SparseTransformer:
         if self.executor not in ("auto", "plan", "dense"):
             raise ValueError(
                 "executor must be one of ('auto', 'plan', 'dense') for sparse storage (the "
-                f"feature-major 'fused' needs dense weights), got {self.executor!r}"
+                f"feature-major 'fused' and 'jit' need dense weights), got {self.executor!r}"
             )
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         if self.cfg.token_width:

@@ -1,0 +1,126 @@
+"""``executor="jit"``: the feature-major pass compiled by ``torch.compile``, against the
+definition (the dense forward) and the interpreter; weights changed after a compile, another
+batch size, a compiler that fails (a warning, then the uncompiled pass) and the inputs and
+runs that keep to the uncompiled paths."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from attnsim import library, rasp
+from attnsim.compiler import compile_program
+from attnsim.model import fused
+from attnsim.model.runtime import Runtime
+from tests.test_plans import assert_close
+
+# inductor compiles C++ on the CPU: where no compiler is installed, the runtime must still
+# give the right outputs (uncompiled, with a warning), which the tests check either way
+HAS_CXX = shutil.which("g++") is not None or shutil.which("c++") is not None
+
+
+def _inputs(entry, n: int, count: int, seed: int) -> list:
+    rng = random.Random(seed)
+    return [[rng.choice(entry.vocab) for _ in range(n)] for _ in range(count)]
+
+
+@pytest.mark.parametrize("name", ["make_hist", "make_frac_prevs"])
+def test_jit_gives_the_definition_and_the_interpreter(name):
+    """hist (float32, categorical) and frac_prevs (float64 means of several keys): the
+    compiled pass gives the definition's stream to rounding, the interpreter's outputs, on
+    two batch sizes (the second compiles again)."""
+    entry = library.PROGRAMS[name]
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+    rt = Runtime(model.model, "jit")
+    n = entry.max_seq_len
+    assert fused.chosen(rt, n + 1)  # short: the feature-major pass, compiled
+    for count, seed in ((16, 1), (5, 2)):
+        xs = _inputs(entry, n, count, seed)
+        ids, vals = model.encode(xs)
+        with torch.no_grad():
+            got = rt(ids, vals)
+        assert_close(got, model.model(ids, vals))
+        if HAS_CXX:  # compiled, not fallen back
+            assert rt.fused.get("jit") not in (None, False)
+        model.executor = "jit"
+        assert model.run(xs) == rasp.evaluate(entry.factory(), xs)
+
+
+def test_jit_follows_weights_changed_after_its_compile():
+    model = compile_program(library.make_hist(), vocab="abc", max_seq_len=5)
+    rt = Runtime(model.model, "jit")
+    ids, _ = model.encode(["abcab", "aabbc", "cccab"])
+    with torch.no_grad():
+        before = rt(ids).clone()
+        model.model.blocks[0].mlp.W_out.mul_(2.0)
+        after = rt(ids)
+    assert not torch.equal(before, after)
+    assert_close(after, model.model(ids))
+
+
+def test_a_compiler_that_fails_warns_once_and_the_pass_runs_uncompiled(monkeypatch):
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler found")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    rt = Runtime(model.model, "jit")
+    ids, _ = model.encode(["abba", "baab"])
+    with pytest.warns(RuntimeWarning, match="torch.compile failed here.*no C\\+\\+ compiler"):
+        got = rt(ids)
+    assert rt.fused["jit"] is False
+    assert_close(got, model.model(ids))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: no second warning
+        assert_close(rt(ids), model.model(ids))
+
+
+def test_jit_keeps_other_runs_uncompiled(monkeypatch):
+    """Stages asked for (``streams``), long inputs (the plans) and weights being trained
+    never reach torch.compile; the outputs are the definition's."""
+    calls = []
+    real = torch.compile
+
+    def counting(fn, **kwargs):
+        calls.append(fn)
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", counting)
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=40)
+    rt = Runtime(model.model, "jit")
+    ids, _ = model.encode(["ab" * 20])  # 41 positions: past the feature-major inputs
+    assert not fused.chosen(rt, ids.shape[1])
+    with torch.no_grad():
+        assert_close(rt(ids), model.model(ids))
+    short, _ = model.encode(["abba"])
+    stages = 2 * len(model.model.blocks) + 1
+    streams: dict = dict.fromkeys(range(stages))  # every stage asked for
+    with torch.no_grad():
+        got = rt(short, None, streams=streams)
+    assert_close(got, model.model(short))
+    assert all(isinstance(streams[s], torch.Tensor) for s in range(stages))
+    assert_close(streams[stages - 1], got)
+    for p in model.model.parameters():
+        p.requires_grad_(True)
+    assert_close(rt(short).detach(), model.model(short).detach())
+    assert calls == []
+
+
+def test_the_executor_is_named_where_it_is_taken():
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    model.executor = "jit"
+    assert model.runtime.executor == "jit"
+    with pytest.raises(ValueError, match="'jit'"):
+        model.executor = "jitted"
+    sparse = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+    ids, vals = sparse.encode(["aba"])
+    sparse.model.executor = "jit"
+    with pytest.raises(ValueError, match="'fused' and 'jit' need dense weights"):
+        sparse.runtime(ids, vals)
