@@ -911,6 +911,8 @@ def compare_tracr(data: dict) -> str:
     )
     if data.get("tracr") and ladder:
         out += ["", _compare_tracr_finding(data, both, wrong, fixed, fair, never, default_ex)]
+    jit = _jit_note(ok, fair)
+    out += ["", jit] if jit else []
     out += ["", "Per length, over the settings measured with both compilers:", ""]
     groups = [("conformance", [r for r in both if r["setting"] == "conformance"])]
     groups += [(f"max_seq_len {n}", [r for r in both if r["max_seq_len"] == n]) for n in lengths]
@@ -1005,6 +1007,7 @@ def compare_tracr(data: dict) -> str:
                 " / ".join(fmt(_ratio(a, s, "compile_warm_s")) for s in (t, f)),
                 " / ".join(fmt(_ratio(a, s, "parameters")) for s in (t, f)),
                 " / ".join(fmt(_ratio(a, s, "throughput_seq_s")) for s in (t, f)),
+                _eager_ratio(a, f),
             ]
         )
     out.append(
@@ -1023,6 +1026,7 @@ def compare_tracr(data: dict) -> str:
                 "compile ratio",
                 "parameter ratio",
                 "throughput ratio",
+                "uncompiled ratio (there)",
             ],
             table_rows,
         )
@@ -1038,6 +1042,52 @@ def compare_tracr(data: dict) -> str:
             "the differences between their throughputs are the noise of a shared machine.",
         ]
     return "\n".join(out)
+
+
+def _eager_ratio(a: dict, found: dict) -> str:
+    """attnsim's uncompiled throughput over tracr's at its smallest correct exactness, where
+    attnsim's timed pass was compiled ("same" where both executors run the same code).
+
+    >>> _eager_ratio({"eager_seq_s": 3.0}, {"throughput_seq_s": 2.0}), _eager_ratio({}, {})
+    ('1.5', 'same')
+    """
+    return "same" if "eager_seq_s" not in a else fmt(_eager(a, found))
+
+
+def _eager(a: dict, found: dict) -> float | None:
+    """attnsim's uncompiled throughput over tracr's (``found``), or None."""
+    return _ratio({"x": a.get("eager_seq_s")}, {"x": found.get("throughput_seq_s")}, "x")
+
+
+def _jit_note(ok: list[dict], fair: list[dict]) -> str:
+    """How attnsim's side was run: the compiled feature-major pass where it applies, its
+    compile time, and the uncompiled throughput against tracr there."""
+    jitted = [r for r in ok if "eager_seq_s" in r["attnsim"]]
+    if not jitted:
+        return ""
+    firsts = [r["attnsim"]["jit_first_call_s"] for r in jitted]
+    lengths = sorted({r["max_seq_len"] for r in jitted})
+    there = [r for r in jitted if r in fair]
+    eager = [_eager(r["attnsim"], _found(r["tracr_exact"])) for r in there]
+    jit = [_ratio(r["attnsim"], _found(r["tracr_exact"]), "throughput_seq_s") for r in there]
+    gain = [r["attnsim"]["throughput_seq_s"] / r["attnsim"]["eager_seq_s"] for r in jitted]
+    failed = sum(not r["attnsim"].get("compiled", True) for r in jitted)
+    eager_ok = [x for x in eager if x is not None]
+    return (
+        f'attnsim runs with `executor="{jitted[0]["attnsim"].get("executor", "jit")}"`, as '
+        "tracr's forward is jitted: on short inputs (the feature-major pass, "
+        f"`attnsim.model.fused`; here {len(jitted)} settings, max_seq_len "
+        f"{', '.join(map(str, lengths))}) that pass is compiled by `torch.compile` on its first "
+        f"call ({fmt(min(firsts))} to {fmt(max(firsts))} s, not in the throughput"
+        + (f"; torch could not compile {failed} of them, which ran uncompiled" if failed else "")
+        + '); elsewhere it runs the same uncompiled code as the default `"auto"`. The '
+        f"compiled pass gave a median {fmt(_median(gain))} times the uncompiled throughput "
+        f"({fmt(min(gain))} to {fmt(max(gain))}); uncompiled, attnsim's throughput on these "
+        f"settings was a median {fmt(_median(eager_ok))} times tracr's (lowest "
+        f"{fmt(min(eager_ok, default=None))}; compiled: median "
+        f"{fmt(_median([x for x in jit if x is not None]))}), against tracr at its smallest "
+        "correct mlp_exactness (last column of the table below)."
+    )
 
 
 def _side(r: dict, which: str) -> dict:

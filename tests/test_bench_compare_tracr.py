@@ -158,14 +158,24 @@ def test_the_attnsim_worker_times_each_setting_twice_and_merge_keeps_the_faster(
     ct.attnsim_worker(["count"], True, False)
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     firsts = [x for x in lines if "attnsim" in x]
-    again = [x for x in lines if "retime" in x]
+    again = [x for x in lines if "retime" in x and x["retime"][0] == "attnsim"]
+    eager = [x for x in lines if "retime" in x and x["retime"][0] == "attnsim_eager"]
     assert [x["max_seq_len"] for x in again] == [x["max_seq_len"] for x in firsts] == [5, 10]
-    assert all(x["retime"][0] == "attnsim" and x["retime"][1] > 0 for x in again)
+    assert all(x["retime"][1] > 0 for x in again + eager)
+    # count at 5 and 10 runs feature-major: compiled (executor "jit"), the uncompiled
+    # "auto" timed beside it, both timed again at the end
+    assert all(x["attnsim"]["executor"] == "jit" and "eager_seq_s" in x["attnsim"] for x in firsts)
+    assert [x["max_seq_len"] for x in eager] == [5, 10]
     timed = [x["attnsim"]["throughput_seq_s"] for x in firsts]  # (merge updates rows in place)
+    timed_eager = [x["attnsim"]["eager_seq_s"] for x in firsts]
     args = argparse.Namespace(quick=True, full=False)
     rows = ct.merge(["count"], args, (lines, ""), {})
-    for row, first, second in zip(rows, timed, again):
+    for row, first, second, first_eager, second_eager in zip(
+        rows, timed, again, timed_eager, eager
+    ):
         rounds = row["attnsim"]["throughput_rounds"]
         assert rounds == [first, second["retime"][1]]
         assert row["attnsim"]["throughput_seq_s"] == max(rounds)
-        assert row["attnsim"]["error"] == 0
+        assert row["attnsim"]["eager_rounds"] == [first_eager, second_eager["retime"][1]]
+        assert row["attnsim"]["eager_seq_s"] == max(row["attnsim"]["eager_rounds"])
+        assert row["attnsim"]["error"] == 0 and row["attnsim"]["jit_first_call_s"] > 0
