@@ -124,3 +124,27 @@ def test_the_executor_is_named_where_it_is_taken():
     sparse.model.executor = "jit"
     with pytest.raises(ValueError, match="'fused' and 'jit' need dense weights"):
         sparse.runtime(ids, vals)
+
+
+def test_bad_inputs_under_jit_end_as_the_definition_ends():
+    """A token id outside the embedding is refused before anything compiles; a NaN
+    numerical token reaches the compiled pass and gives the definition's NaN positions
+    and, elsewhere, its values."""
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    rt = Runtime(model.model, "jit")
+    with pytest.raises(ValueError, match="token id 7 is not a row of this model's embedding"):
+        rt(torch.tensor([[0, 1, 7]]))
+    prefix = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    program = rasp.numerical(rasp.Aggregate(prefix, rasp.numerical(rasp.tokens), default=0))
+    num = compile_program(program, vocab=[0, 1, 2], max_seq_len=6, causal=True)
+    ids, vals = num.encode([[1, 2, 0, 1, 2, 2], [0, 0, 1, 2, 1, 0]])
+    vals = vals.clone()
+    vals[0, 3] = float("nan")
+    rt = Runtime(num.model, "jit")
+    assert fused.chosen(rt, ids.shape[1])
+    with torch.no_grad():
+        got, want = rt(ids, vals), num.model(ids, vals)
+    assert torch.equal(got.isnan(), want.isnan()) and bool(want.isnan().any())
+    assert_close(got.nan_to_num(0.0), want.nan_to_num(0.0))
+    if HAS_CXX:  # the compiled pass gave it
+        assert rt.fused.get("jit") not in (None, False)

@@ -342,12 +342,13 @@ def forward(
     token_values: torch.Tensor | None,
     streams: dict | None = None,
     keep=None,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """The final residual stream ``[batch, pos, d_model]`` (or its ``keep`` columns), as
     the definition computes it, with the stream feature-major in between, for the runtime
     ``rt``'s model. Inputs are checked by the caller (``Runtime.__call__``); ``streams`` and
-    ``keep`` as in ``Transformer.forward``. With ``rt.executor == "jit"`` (and no
-    ``streams``) the pass runs as torch.compile made it (:func:`jitted`).
+    ``keep`` as in ``Transformer.forward``. ``compiled`` (``executor="jit"``): the pass as
+    torch.compile made it (:func:`jitted`), unless stages are asked for in ``streams``.
 
     >>> import torch
     >>> from attnsim import compile_program, library
@@ -364,23 +365,24 @@ def forward(
         W_num = net.W_E_num.detach() if net.cfg.numerical_tokens else None
         E = (net.W_E.detach().T.contiguous(), net.W_pos.detach().T, W_num, W_vec)
         rt.fused["embed"] = E
-    n = token_ids.shape[1]
-    args = (net.cfg, E, _layers(rt), _patterns(rt, n), token_ids, token_values)
-    x = jitted(rt, args) if rt.executor == "jit" and not streams else None
+    cfg, layers, patterns = net.cfg, _layers(rt), _patterns(rt, token_ids.shape[1])
+    x = None
+    if compiled and not streams:
+        x = jitted(rt, (cfg, E, layers, patterns, token_ids, token_values))
     if x is None:
-        x = _embed(*args[:2], *args[4:])
+        x = _embed(E, token_ids, token_values)
         if streams:
             _capture(streams, 0, x.permute(2, 1, 0))
         # the sublayers' temporaries need no version counters or view tracking: inference
         # mode, where nothing records gradients; the stream x stays an ordinary tensor (it
         # is only written in place there), as do the copies _capture takes
         with torch.inference_mode(not torch.is_grad_enabled()):
-            _sublayers(net.cfg, args[2], args[3], x, streams)
+            _sublayers(cfg, layers, patterns, x, streams)
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
     return out if keep is None else out[..., keep.cols]
 
 
-def _embed(cfg, E: tuple, token_ids: torch.Tensor, token_values) -> torch.Tensor:
+def _embed(E: tuple, token_ids: torch.Tensor, token_values) -> torch.Tensor:
     """The embedding ``[d_model, pos, batch]`` (``E``: ``W_E`` and ``W_pos`` transposed,
     the numerical direction or None, ``W_E_vec`` transposed or None)."""
     b, n = token_ids.shape
@@ -417,7 +419,7 @@ def _sublayers(cfg, layers: list, patterns: list, x: torch.Tensor, streams) -> N
 
 def _whole(cfg, E: tuple, layers: list, patterns: list, token_ids, token_values):
     """The whole pass, ``[d_model, pos, batch]``: what :func:`jitted` compiles."""
-    x = _embed(cfg, E, token_ids, token_values)
+    x = _embed(E, token_ids, token_values)
     _sublayers(cfg, layers, patterns, x, None)
     return x
 
@@ -434,6 +436,16 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
     the compiled pass with its other prepared weights when they change. The compiled code
     may add a sum's terms in another order than the uncompiled pass (the same rounding
     tolerance; integer-valued float32 programs are exact either way).
+
+    >>> import torch
+    >>> from attnsim import compile_program, library
+    >>> from attnsim.model.runtime import Runtime
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> ids, _ = m.encode(["abba", "abab"])
+    >>> rt = Runtime(m.model, "jit")
+    >>> with torch.no_grad():  # compiled on this first call (uncompiled where torch cannot)
+    ...     bool(torch.allclose(rt(ids), m.model(ids)))
+    True
     """
     fn = rt.fused.get("jit")
     if fn is None:
@@ -447,8 +459,10 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
         rt.fused["jit"] = False
         reason = str(exc).strip().splitlines()
         warnings.warn(
-            "executor='jit': torch.compile failed here, the feature-major pass runs "
-            f"uncompiled ({type(exc).__name__}: {reason[0][:200] if reason else ''})",
+            "executor='jit': torch.compile failed here, so this model's feature-major "
+            f"pass runs uncompiled ({type(exc).__name__}: "
+            f"{reason[0][:200] if reason else ''}); torch.compile needs a C++ compiler on "
+            "the CPU (g++ or clang): install one, or use executor='auto' to skip compiling",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -180,7 +180,8 @@ class Runtime:
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
         if fused.chosen(self, n):
-            return fused.forward(self, token_ids, token_values, streams, keep)
+            jit = executor == "jit"  # the feature-major pass compiled
+            return fused.forward(self, token_ids, token_values, streams, keep, jit)
         b = token_ids.shape[0]
         step = plan_core.part_size(net, b, n, streams is None)
         if step < b:
