@@ -13,11 +13,11 @@ run and on the same inputs:
   tracr's jitted function returns the unembedded output alone (its ``forward`` also returns
   every residual, layer output and attention logit, which XLA then no longer computes), and
   attnsim's ``forward`` returns the output ids or values. attnsim runs with
-  ``executor="jit"``, tracr's counterpart: where it runs an input feature-major (short
-  inputs, ``attnsim.model.fused``) that pass is compiled by ``torch.compile``, and there the
-  uncompiled ``"auto"`` is timed too (``eager_seq_s``) and the first call's seconds, the
-  compile's, are recorded (``jit_first_call_s``); elsewhere both executors run the same
-  uncompiled code;
+  ``executor="jit"``, tracr's counterpart: on short inputs its first call compiles the
+  feature-major pass (``attnsim.model.fused``) with torch's compiler, times it against the
+  plans and keeps the faster (``jit_kept``); there the uncompiled ``"auto"`` is timed too
+  (``eager_seq_s``) and the first call's seconds are recorded (``jit_first_call_s``);
+  elsewhere both executors run the same uncompiled code;
 - error against the interpreter (attnsim's ``rasp.evaluate``) on the same 256 random
   full-length inputs: the fraction of wrong positions for categorical outputs, the largest
   absolute error for numerical ones.
@@ -96,7 +96,7 @@ DEFAULT_EXACTNESS = 100  # tracr's default mlp_exactness
 LADDER = (100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 NUMERICAL_TOL = 1e-4  # a numerical output is correct within this (float32 is never exact)
 THROUGHPUT_S = 0.1  # timed forward passes per model: at least this many seconds
-# attnsim's executor: "jit" compiles its short-input pass with torch.compile, as tracr's
+# attnsim's executor: "jit" compiles its short-input pass with torch's compiler, as tracr's
 # forward is jitted with jax.jit (the uncompiled "auto" is timed beside it, timed_jit)
 EXECUTOR = "jit"
 NO_TRACR = "tracr is not installed (pip install -e '.[bench]')"
@@ -413,9 +413,12 @@ def attnsim_worker(names: list[str], quick: bool, full: bool) -> None:
 
 def timed_jit(model, ids, vals, name: str, n: int) -> dict:
     """attnsim's throughput with ``executor=EXECUTOR`` (its best, as tracr's forward is
-    jitted): where that runs the compiled feature-major pass, also the seconds of its first
-    call (torch.compile's) and the uncompiled throughput ("auto", ``eager_seq_s``), timed
-    as its own side; elsewhere the two executors run the same code, timed once."""
+    jitted): where that compiles (short inputs: the compiled feature-major pass, measured
+    against the plans on the first call, the faster kept), also the seconds of its first
+    call (the compile and the measurement), whether torch compiled (``compiled``), which
+    path the measurement kept (``jit_kept``) and the uncompiled throughput ("auto",
+    ``eager_seq_s``), timed as its own side; elsewhere the two executors run the same code,
+    timed once."""
     import torch
 
     from attnsim.model import fused
@@ -423,16 +426,19 @@ def timed_jit(model, ids, vals, name: str, n: int) -> dict:
 
     model.executor = EXECUTOR
     rt = model.runtime
-    if not fused.chosen(rt, ids.shape[1]):
+    if not fused.measured(rt, ids.shape[1], None):
         tp = timed(lambda m=model, i=ids, v=vals: m.forward(i, v), name, n, "attnsim")
         return {"throughput_seq_s": tp, "steady": WAITS["last_steady"], "compiled": False}
     start = time.perf_counter()
-    model.forward(ids, vals)  # torch.compile: timed apart
+    model.forward(ids, vals)  # the compile and the measurement: timed apart
     first = time.perf_counter() - start
     compiled = rt.fused.get("jit") is not False  # False: torch could not compile here
+    # which the first call's measurement kept: the (compiled) feature-major pass or the plans
+    fastest = rt.fused.get("fastest", {}).get(fused.signature(ids, vals))
     tp = timed(lambda m=model, i=ids, v=vals: m.forward(i, v), name, n, "attnsim")
     got = {"throughput_seq_s": tp, "steady": WAITS["last_steady"], "compiled": compiled}
     got["jit_first_call_s"] = first
+    got["jit_kept"] = "feature-major" if fastest == 0 else "plans"
     # a runtime of its own: the timing is repeated at the worker's end (retime)
     eager_rt = Runtime(model.model, "auto")
 

@@ -1072,16 +1072,20 @@ def _jit_note(ok: list[dict], fair: list[dict]) -> str:
     jit = [_ratio(r["attnsim"], _found(r["tracr_exact"]), "throughput_seq_s") for r in there]
     gain = [r["attnsim"]["throughput_seq_s"] / r["attnsim"]["eager_seq_s"] for r in jitted]
     failed = sum(not r["attnsim"].get("compiled", True) for r in jitted)
+    planned = sum(r["attnsim"].get("jit_kept") == "plans" for r in jitted)
     eager_ok = [x for x in eager if x is not None]
     return (
         f'attnsim runs with `executor="{jitted[0]["attnsim"].get("executor", "jit")}"`, as '
-        "tracr's forward is jitted: on short inputs (the feature-major pass, "
-        f"`attnsim.model.fused`; here {len(jitted)} settings, max_seq_len "
-        f"{', '.join(map(str, lengths))}) that pass is compiled by `torch.compile` on its first "
-        f"call ({fmt(min(firsts))} to {fmt(max(firsts))} s, not in the throughput"
-        + (f"; torch could not compile {failed} of them, which ran uncompiled" if failed else "")
-        + '); elsewhere it runs the same uncompiled code as the default `"auto"`. The '
-        f"compiled pass gave a median {fmt(_median(gain))} times the uncompiled throughput "
+        "tracr's forward is jitted: on short inputs (here "
+        f"{len(jitted)} settings, max_seq_len {', '.join(map(str, lengths))}) the first call "
+        "compiles the feature-major pass (`attnsim.model.fused`) with torch's compiler "
+        "(inductor), times it against the plans and keeps the faster "
+        f"(that first call: {fmt(min(firsts))} to {fmt(max(firsts))} s, not in the "
+        "throughput; the plans were "
+        f"kept on {planned} of them"
+        + (f"; torch could not compile {failed}, which ran uncompiled" if failed else "")
+        + '); elsewhere it runs the same uncompiled code as the default `"auto"`. This '
+        f"gave a median {fmt(_median(gain))} times the uncompiled throughput "
         f"({fmt(min(gain))} to {fmt(max(gain))}); uncompiled, attnsim's throughput on these "
         f"settings was a median {fmt(_median(eager_ok))} times tracr's (lowest "
         f"{fmt(min(eager_ok, default=None))}; compiled: median "
@@ -1488,6 +1492,86 @@ def compress_sweep(data: dict) -> str:
     return "\n".join(head) + sweep.table(data["rows"])
 
 
+def calibrate_costs(data: dict) -> str:
+    """``benchmarks/calibrate_costs.py``: the cost table's break-even points measured on
+    the machine that ran it, and the feature-major rule against the faster executor."""
+    out = [
+        "## The cost table on this machine",
+        "",
+        "Each constant of `attnsim.model.costs` below chooses between two exact ways of "
+        "computing the same thing (a value off the break-even costs speed, never a result); "
+        "`benchmarks/calibrate_costs.py` times both ways over a sweep of what the constant "
+        f"bounds (one thread, batch {data['batch']}, {data['positions']} positions, the least "
+        "time of repeated calls) with the runtime's own functions. 'Below' is the way the "
+        "table takes up to its value, 'above' the other; 'consistent': the value lies at or "
+        "above the last swept point where the below way won and under the first from which "
+        "the above way always won. The sweeps time each operation alone on synthetic "
+        "weights, while the table's values were set from whole forward passes of library "
+        "programs (the comments in `model/costs.py`): an operation alone need not break even "
+        "where it does inside a pass, so a 'no' here says to measure in place, not which "
+        "value to take."
+        + (" (A `--quick` run: two points per sweep.)" if data.get("quick") else ""),
+        "",
+    ]
+    rows = []
+    for c in data["constants"]:
+        wins = ", ".join(
+            f"{fmt(p['x'])}: {fmt(p['below_s'] * 1e6)}/{fmt(p['above_s'] * 1e6)}"
+            for p in c["points"]
+        )
+        rows.append(
+            [
+                f"`{c['constant']}`",
+                fmt(c["value"]),
+                c["axis"],
+                fmt(c["low_wins_to"]) if c["low_wins_to"] is not None else "none",
+                fmt(c["high_wins_from"]) if c["high_wins_from"] is not None else "none",
+                "yes" if c["consistent"] else "**no**",
+                wins,
+            ]
+        )
+    out.append(
+        table(
+            [
+                "constant",
+                "value",
+                "swept",
+                "below way faster up to",
+                "above way faster from",
+                "consistent",
+                "point: below/above us",
+            ],
+            rows,
+        )
+    )
+    rule = data.get("rule") or []
+    if rule:
+        agree = [r for r in rule if r["rule_fused"] == (r["fused_s"] < r["plan_s"])]
+        misses = [r for r in rule if r not in agree]
+
+        def lost(r: dict) -> float:
+            chosen = r["fused_s"] if r["rule_fused"] else r["plan_s"]
+            return chosen / min(r["fused_s"], r["plan_s"])
+
+        lengths = sorted({r["max_seq_len"] for r in rule})
+        text = (
+            f"The feature-major rule (`attnsim.model.fused.applies`, the `FUSED_*` constants) "
+            f'chose the faster of `executor="fused"` and `"plan"` on {len(agree)} of '
+            f"{len(rule)} library settings (compare_tracr's programs at max_seq_len "
+            f"{', '.join(map(str, lengths))})"
+        )
+        if misses:
+            worst = max(misses, key=lost)
+            text += (
+                f"; on the others its choice took a median {fmt(_median(list(map(lost, misses))))}"
+                f" times the faster's time, at most {fmt(lost(worst))} ({worst['program']} at "
+                f"{worst['max_seq_len']})"
+            )
+        out += ["", text + '. `executor="jit"` measures both instead of following the rule.']
+    out += ["", machine_line(data.get("machine", {}))]
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "compress_sweep": compress_sweep,
     "simulator_cost": simulator_cost,
@@ -1500,6 +1584,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "rasp_text": rasp_text,
     "startup": startup,
     "device_check": device_check,
+    "calibrate_costs": calibrate_costs,
 }
 ORDER = (
     "simulator_cost",

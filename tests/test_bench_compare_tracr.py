@@ -179,3 +179,4 @@ def test_the_attnsim_worker_times_each_setting_twice_and_merge_keeps_the_faster(
         assert row["attnsim"]["eager_rounds"] == [first_eager, second_eager["retime"][1]]
         assert row["attnsim"]["eager_seq_s"] == max(row["attnsim"]["eager_rounds"])
         assert row["attnsim"]["error"] == 0 and row["attnsim"]["jit_first_call_s"] > 0
+        assert row["attnsim"]["jit_kept"] in ("feature-major", "plans")

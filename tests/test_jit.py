@@ -1,4 +1,4 @@
-"""``executor="jit"``: the feature-major pass compiled by ``torch.compile``, against the
+"""``executor="jit"``: the feature-major pass compiled by torch's compiler (inductor), against the
 definition (the dense forward) and the interpreter; weights changed after a compile, another
 batch size, a compiler that fails (a warning, then the uncompiled pass) and the inputs and
 runs that keep to the uncompiled paths."""
@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+import torch._inductor  # the compiler executor='jit' calls: patched below
 
 from attnsim import library, rasp
 from attnsim.compiler import compile_program
@@ -63,17 +64,14 @@ def test_jit_follows_weights_changed_after_its_compile():
 
 
 def test_a_compiler_that_fails_warns_once_and_the_pass_runs_uncompiled(monkeypatch):
-    def broken(fn, **kwargs):
-        def run(*args):
-            raise RuntimeError("no C++ compiler found")
+    def broken(graph, example, *args):
+        raise RuntimeError("no C++ compiler found")
 
-        return run
-
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch._inductor, "compile", broken)
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     rt = Runtime(model.model, "jit")
     ids, _ = model.encode(["abba", "baab"])
-    with pytest.warns(RuntimeWarning, match="torch.compile failed here.*no C\\+\\+ compiler"):
+    with pytest.warns(RuntimeWarning, match="torch could not compile here.*no C\\+\\+ compiler"):
         got = rt(ids)
     assert rt.fused["jit"] is False
     assert_close(got, model.model(ids))
@@ -83,16 +81,17 @@ def test_a_compiler_that_fails_warns_once_and_the_pass_runs_uncompiled(monkeypat
 
 
 def test_jit_keeps_other_runs_uncompiled(monkeypatch):
-    """Stages asked for (``streams``), long inputs (the plans) and weights being trained
-    never reach torch.compile; the outputs are the definition's."""
+    """Stages asked for (``streams``), long inputs (the plans), weights being trained and
+    token values that need gradients never reach the compiler; the outputs are the
+    definition's, and gradients reach the token values."""
     calls = []
-    real = torch.compile
+    real = torch._inductor.compile
 
-    def counting(fn, **kwargs):
-        calls.append(fn)
-        return real(fn, **kwargs)
+    def counting(graph, example, *args):
+        calls.append(graph)
+        return real(graph, example, *args)
 
-    monkeypatch.setattr(torch, "compile", counting)
+    monkeypatch.setattr(torch._inductor, "compile", counting)
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=40)
     rt = Runtime(model.model, "jit")
     ids, _ = model.encode(["ab" * 20])  # 41 positions: past the feature-major inputs
@@ -111,6 +110,29 @@ def test_jit_keeps_other_runs_uncompiled(monkeypatch):
         p.requires_grad_(True)
     assert_close(rt(short).detach(), model.model(short).detach())
     assert calls == []
+    num = _prefix_mean()
+    ids, vals = num.encode([[1, 2, 0, 1, 2, 2], [0, 0, 1, 2, 1, 0]])
+    rt = Runtime(num.model, "jit")
+    assert fused.chosen(rt, ids.shape[1])
+    weights = torch.linspace(-1.0, 1.0, num.model.cfg.d_model, dtype=num.model.dtype)
+    grads = []
+    for run in (rt, num.model):
+        x = vals.clone().requires_grad_(True)
+        (run(ids, x) * weights).sum().backward()
+        grads.append(x.grad)
+    assert calls == []
+    assert_close(grads[0], grads[1])
+    assert bool((grads[1] != 0).any())
+    with torch.no_grad():  # no gradients asked for: compiled
+        assert_close(rt(ids, vals), num.model(ids, vals))
+    assert len(calls) == (1 if HAS_CXX else 0)
+
+
+def _prefix_mean():
+    """The mean of the numerical tokens up to each position (causal, float64)."""
+    prefix = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    program = rasp.numerical(rasp.Aggregate(prefix, rasp.numerical(rasp.tokens), default=0))
+    return compile_program(program, vocab=[0, 1, 2], max_seq_len=6, causal=True)
 
 
 def test_the_executor_is_named_where_it_is_taken():
@@ -134,9 +156,7 @@ def test_bad_inputs_under_jit_end_as_the_definition_ends():
     rt = Runtime(model.model, "jit")
     with pytest.raises(ValueError, match="token id 7 is not a row of this model's embedding"):
         rt(torch.tensor([[0, 1, 7]]))
-    prefix = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
-    program = rasp.numerical(rasp.Aggregate(prefix, rasp.numerical(rasp.tokens), default=0))
-    num = compile_program(program, vocab=[0, 1, 2], max_seq_len=6, causal=True)
+    num = _prefix_mean()
     ids, vals = num.encode([[1, 2, 0, 1, 2, 2], [0, 0, 1, 2, 1, 0]])
     vals = vals.clone()
     vals[0, 3] = float("nan")

@@ -220,3 +220,22 @@ def test_segment_sums_are_index_adds_to_the_bit(counts, batch, width, seed):
     want = torch.zeros(batch, len(counts), width, dtype=torch.float64)
     want.index_add_(1, rows, terms)
     assert torch.equal(segment_sum(terms, offsets), want)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("name", ["make_hist", "make_frac_prevs"])
+def test_inputs_in_any_memory_layout(executor, name):
+    """Token ids and values that are views with other strides (a transposed copy, every
+    other column) give what their contiguous copies give, under every executor (hist: a
+    token-table head; frac_prevs: float64 means over several keys)."""
+    entry = library.PROGRAMS[name]
+    m = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=6)
+    rng = random.Random(3)
+    ids, vals = m.encode([[rng.choice(entry.vocab) for _ in range(6)] for _ in range(5)])
+    want = m.model(ids, vals)
+    rt = Runtime(m.model, executor)
+    wide_ids = torch.stack([ids, ids], dim=2).reshape(ids.shape[0], -1)[:, ::2]
+    for got_ids, got_vals in ((ids.T.contiguous().T, vals.T.contiguous().T), (wide_ids, vals)):
+        assert not got_ids.is_contiguous()
+        with torch.no_grad():
+            assert_close(rt(got_ids, got_vals), want)

@@ -342,10 +342,11 @@ class CompiledModel(GroundTruth):
         that costs less, see :mod:`attnsim.model.fused`, the others as "plan"), "plan"
         (heads whose pattern only the input length decides run as gathers and sparse sums,
         see :mod:`attnsim.model.plans`), "fused" (always feature-major, every head dense),
-        "dense" (every head over [query, key]: the plain definition) or "jit" (as "auto",
-        the feature-major passes compiled by ``torch.compile``: the first call of each input
-        shape takes seconds, later ones the fewest operations). All give the dense outputs
-        to rounding. Settable; kept by :attr:`runtime`.
+        "dense" (every head over [query, key]: the plain definition) or "jit" (short
+        inputs: the feature-major pass compiled by torch's compiler, inductor, and timed
+        against the plans on the first call of each input shape, seconds, the faster kept;
+        longer ones as "auto"). All give the dense outputs to rounding. Settable; kept by
+        :attr:`runtime`.
 
         >>> from attnsim import rasp
         >>> from attnsim.compiler import compile_program

@@ -52,6 +52,12 @@ TABLE_BYTES = 8 << 20
 # execution plans kept per model, one per input length: the least recently built goes
 # (model.runtime, model.sparse)
 PLANS_KEPT = 32
+# compiled feature-major passes kept per model (executor "jit"), one per input signature:
+# the least recently compiled goes (model.fused)
+COMPILED_KEPT = 16
+# executor "jit" times the compiled feature-major pass and the plans this many times each on
+# the first call of an input signature, and keeps the faster (model.runtime)
+MEASURED_RUNS = 3
 # the sparse storage's sublayer-read tables kept per model, one per plan set (model.sparse)
 READS_KEPT = 40
 # the curves found for the last keys, reused by heads that read equal keys (model.plan_core)
@@ -92,7 +98,9 @@ FUSED_STATIC_QUADRATIC = 2_800
 ONE_HOT_VOCAB = 64
 ONE_HOT_MIN_WIDTH = 16
 # a feature-major weight that reads (or writes) more than this share of the residual rows
-# multiplies all of them (the others add exact zeros) rather than gathering its rows first
+# multiplies all of them (the others add exact zeros) rather than gathering its rows first;
+# so does a planned projection's product of columns of more than two weights
+# (model.projection)
 DENSE_SHARE = 0.75
 # ... and a model no wider than DENSE_WIDTH multiplies all of them always: gathering rows
 # costs more per call than the products it saves (measured one process, both ways in turn,

@@ -37,14 +37,15 @@ runtime (``Runtime.fused``) until they change.
 
 from __future__ import annotations
 
-import types
 import warnings
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from attnsim.model.config import AttentionMode
 from attnsim.model.costs import (
     BROADCAST_VALUES,
+    COMPILED_KEPT,
     DENSE_SHARE,
     DENSE_WIDTH,
     FUSED_CONST_WORK,
@@ -60,7 +61,7 @@ from attnsim.model.hard import hard_selection
 from attnsim.model.native import NATIVE_FUNCTIONS
 from attnsim.model.stream import _capture  # a [batch, pos, d_model] view is passed
 
-__all__ = ["applies", "chosen", "forward", "jitted"]
+__all__ = ["applies", "chosen", "forward", "jitted", "measured", "signature"]
 
 
 def chosen(rt, n: int) -> bool:
@@ -89,6 +90,33 @@ def chosen(rt, n: int) -> bool:
             )
         return False
     return executor == "fused" or _applies(rt, n)
+
+
+def measured(rt, n: int, token_values) -> bool:
+    """Whether ``executor="jit"`` times the compiled feature-major pass against the plans
+    for an input of ``n`` positions and takes the faster (``Runtime._fastest``): inputs
+    within the feature-major limits (:data:`FUSED_MAX_POSITIONS`,
+    :data:`FUSED_MAX_D_MODEL`) when no gradients are asked for (weights or token values
+    that require them keep to the uncompiled paths).
+
+    >>> from attnsim import compile_program, library
+    >>> from attnsim.model.runtime import Runtime
+    >>> rt = Runtime(compile_program(library.make_hist(), vocab="ab", max_seq_len=5).model)
+    >>> measured(rt, 6, None), measured(rt, 40, None)
+    (True, False)
+    """
+    if n > FUSED_MAX_POSITIONS or rt.net.cfg.d_model > FUSED_MAX_D_MODEL:
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    values = token_values is not None and token_values.requires_grad
+    return not values and not any(p.requires_grad for p in rt.params)
+
+
+def signature(token_ids: torch.Tensor, token_values) -> tuple:
+    """The shapes, strides and dtypes of an input: what a compiled pass is kept for."""
+    inputs = (token_ids,) if token_values is None else (token_ids, token_values)
+    return tuple((tuple(t.shape), t.stride(), t.dtype) for t in inputs)
 
 
 def applies(rt, n: int) -> bool:
@@ -348,7 +376,8 @@ def forward(
     the definition computes it, with the stream feature-major in between, for the runtime
     ``rt``'s model. Inputs are checked by the caller (``Runtime.__call__``); ``streams`` and
     ``keep`` as in ``Transformer.forward``. ``compiled`` (``executor="jit"``): the pass as
-    torch.compile made it (:func:`jitted`), unless stages are asked for in ``streams``.
+    torch's compiler made it (:func:`jitted`), unless stages are asked for in ``streams``
+    or the token values need gradients.
 
     >>> import torch
     >>> from attnsim import compile_program, library
@@ -367,7 +396,9 @@ def forward(
         rt.fused["embed"] = E
     cfg, layers, patterns = net.cfg, _layers(rt), _patterns(rt, token_ids.shape[1])
     x = None
-    if compiled and not streams:
+    # the compiled graph records no gradients: token values that need them run uncompiled
+    grads = token_values is not None and token_values.requires_grad and torch.is_grad_enabled()
+    if compiled and not streams and not grads:
         x = jitted(rt, (cfg, E, layers, patterns, token_ids, token_values))
     if x is None:
         x = _embed(E, token_ids, token_values)
@@ -425,17 +456,21 @@ def _whole(cfg, E: tuple, layers: list, patterns: list, token_ids, token_values)
 
 
 def jitted(rt, args: tuple) -> torch.Tensor | None:
-    """The pass :func:`_whole` of ``args`` as ``torch.compile`` made it for the runtime
-    ``rt`` (the first call of each input shape compiles: seconds), or None where torch
-    cannot compile it here (no C++ compiler, say: a warning says why once, and the
-    runtime's passes run uncompiled from then on).
+    """The pass :func:`_whole` of ``args`` as torch's compiler (inductor) made it for the
+    runtime ``rt``, or None where torch cannot compile it here (no C++ compiler, say: a
+    warning says why once, and the runtime's passes run uncompiled from then on).
 
-    Each runtime compiles its own copy of :func:`_whole` (torch keeps compiled code, and
-    counts recompilations, per code object): one model's shapes never evict another's.
-    The weights are arguments, not constants of the compiled code, and the runtime drops
-    the compiled pass with its other prepared weights when they change. The compiled code
-    may add a sum's terms in another order than the uncompiled pass (the same rounding
-    tolerance; integer-valued float32 programs are exact either way).
+    Each input signature (the shapes, strides and dtypes of the token ids and values) is
+    compiled once, on its first call (seconds; inductor keeps what it built on disk, so a
+    later process compiles the same pass faster), and kept in the runtime with its other
+    prepared weights, which drops it when the weights change (the last
+    :data:`COMPILED_KEPT`). What the compiler is handed is the graph of the pass's torch
+    operations (:func:`_compile`), the weights among its inputs: a call runs that compiled
+    graph directly, with no tracing of Python and no guards between the runtime and the
+    kernels (the runtime has already checked the inputs and keyed the graph to their
+    signature and to the weights). The compiled code may add a sum's terms in another order
+    than the uncompiled pass (the same rounding tolerance; integer-valued float32 programs
+    are exact either way).
 
     >>> import torch
     >>> from attnsim import compile_program, library
@@ -447,23 +482,88 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
     ...     bool(torch.allclose(rt(ids), m.model(ids)))
     True
     """
-    fn = rt.fused.get("jit")
-    if fn is None:
-        copy = types.FunctionType(_whole.__code__.replace(), _whole.__globals__, "_whole")
-        fn = rt.fused["jit"] = torch.compile(copy, dynamic=None)
-    if fn is False:
+    cfg, E, layers, patterns, token_ids, token_values = args
+    kept = rt.fused.setdefault("jit", {})
+    if kept is False:
         return None
+    inputs = (token_ids,) if token_values is None else (token_ids, token_values)
+    key = signature(token_ids, token_values)
+    got = kept.get(key)
+    if got is not None:
+        return got[0](*inputs, *got[1])
     try:
-        return fn(*args)
+        fn, weights = _compile(cfg, (E, layers, patterns), inputs)
+        out = fn(*inputs, *weights)
     except Exception as exc:  # noqa: BLE001 - torch's compiler stack raises many kinds
         rt.fused["jit"] = False
         reason = str(exc).strip().splitlines()
         warnings.warn(
-            "executor='jit': torch.compile failed here, so this model's feature-major "
+            "executor='jit': torch could not compile here, so this model's feature-major "
             f"pass runs uncompiled ({type(exc).__name__}: "
-            f"{reason[0][:200] if reason else ''}); torch.compile needs a C++ compiler on "
-            "the CPU (g++ or clang): install one, or use executor='auto' to skip compiling",
+            f"{reason[0][:200] if reason else ''}); torch's compiler needs a C++ compiler "
+            "on the CPU (g++ or clang): install one, or use executor='auto' to skip "
+            "compiling",
             RuntimeWarning,
             stacklevel=3,
         )
         return None
+    if len(kept) >= COMPILED_KEPT:  # the least recently compiled signature goes
+        del kept[next(iter(kept))]
+    kept[key] = (fn, weights)
+    return out
+
+
+def _compile(cfg, prepared: tuple, inputs: tuple) -> tuple:
+    """``(fn, weights)``: :func:`_whole` over the prepared weights ``prepared`` (``(E,
+    layers, patterns)``) and the token ``inputs`` (ids, and values where given), compiled
+    by inductor as ``fn(*inputs, *weights)``. The pass is traced once into a graph of torch
+    operations (``make_fx``, on these inputs' shapes: the model's structure, its widths and
+    the length decide every branch of the pass), which ``torch._inductor.compile`` turns
+    into fused C++ kernels and library products. Torch's deprecation notices about its own
+    internals, raised while it loads and compiles, are not passed on (nothing a caller can
+    change)."""
+    weights: list = []
+    shape = _split(prepared, weights)
+    with_values = len(inputs) == 2
+
+    def whole(*tensors):
+        E, layers, patterns = _fill(shape, tensors[len(inputs) :])
+        values = tensors[1] if with_values else None
+        return _whole(cfg, E, layers, patterns, tensors[0], values)
+
+    example = [*inputs, *weights]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import torch._inductor as inductor  # torch's compiler: loaded (about 2 s) when asked
+
+        graph = make_fx(whole)(*example)
+        return inductor.compile(graph, example), weights
+
+
+def _split(obj, tensors: list):
+    """``obj`` (tuples and lists of tensors and constants) with each tensor replaced by
+    its index in ``tensors``, where it is appended."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _Slot(len(tensors) - 1)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_split(o, tensors) for o in obj)
+    return obj
+
+
+def _fill(shape, tensors):
+    """The inverse of :func:`_split`: ``shape`` with each slot replaced by its tensor."""
+    if isinstance(shape, _Slot):
+        return tensors[shape.index]
+    if isinstance(shape, (tuple, list)):
+        return type(shape)(_fill(o, tensors) for o in shape)
+    return shape
+
+
+class _Slot:
+    """Where :func:`_split` took a tensor out."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index

@@ -57,7 +57,8 @@ def hard_selection(
             ``scores.amax(dim, keepdim=True)``.
         inplace: write the selection into ``scores`` as 1.0 / 0.0 (its dtype) and return
             ``scores``: no second tensor of the scores' size (the dense and feature-major
-            forwards; the maxima are computed first, so the result is the same).
+            forwards; the maxima are computed first, so the result is the same). Where
+            autograd records the scores, the same 1.0 / 0.0 values as a new tensor.
 
     Raises:
         ValueError: ``tolerance`` is not a finite number >= 0.
@@ -80,11 +81,18 @@ def hard_selection(
         )
     if not scores.is_floating_point():
         raise TypeError(f"hard attention's scores must be floating point, got {scores.dtype}")
+    # scores that autograd keeps (gradients asked for through them) are not overwritten: the
+    # selection is then a new 0/1 tensor (its gradient is zero wherever it is defined)
+    as_values = inplace
+    inplace = inplace and not (scores.requires_grad and torch.is_grad_enabled())
     if best is None:  # the maxima are a new tensor: in place, where the scores are too
         threshold = hard_threshold(scores.amax(dim=dim, keepdim=True), tolerance, inplace=inplace)
     else:
         threshold = hard_threshold(best, tolerance)
-    return scores.ge_(threshold) if inplace else scores >= threshold
+    if inplace:
+        return scores.ge_(threshold)
+    chosen = scores >= threshold
+    return chosen.to(scores.dtype) if as_values else chosen
 
 
 def mix(cfg: ModelConfig, scores: torch.Tensor, v: torch.Tensor, need_pattern: bool = False):

@@ -101,7 +101,7 @@ __all__ = [
 
 # "auto": short inputs feature-major where that costs less (attnsim.model.fused), else
 # "plan": static heads as gathers; "fused": always feature-major; "dense": the definition;
-# "jit": as "auto", its feature-major passes compiled by torch.compile (attnsim.model.fused)
+# "jit": as "auto", its feature-major passes compiled by inductor (attnsim.model.fused)
 EXECUTORS = ("auto", "plan", "fused", "dense", "jit")
 # the kinds of a layer's head plans (each plan's ``kind``), in the order
 # :func:`planned_attention` runs them: constants, token tables (exact whenever every class

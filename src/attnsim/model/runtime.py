@@ -12,10 +12,10 @@ versions: changed weights start afresh.
 The executors: "auto" (the default: short inputs feature-major where that costs less, the
 others by the plans), "plan" (heads whose pattern only the length decides as gathers and
 sparse sums, the others dense), "fused" (always feature-major), "dense" (the
-definition) and "jit" (as "auto", with the feature-major pass compiled by
-``torch.compile``: seconds to compile on the first call of each input shape, then the
-fewest operations a call; :func:`attnsim.model.fused.jitted`). All give the definition's
-outputs to rounding. A cache of every hook, forward
+definition) and "jit" (the feature-major pass compiled by torch's compiler, inductor,
+:func:`attnsim.model.fused.jitted`: on the first call of each short input signature it is
+compiled, seconds, and timed against the plans, and the faster is kept; longer inputs as
+"auto"). All give the definition's outputs to rounding. A cache of every hook, forward
 hooks on a module (activation patching), or a device other than the CPU run the
 definition.
 
@@ -35,7 +35,7 @@ import time
 import torch
 
 from attnsim.model import fused, plan_core, plan_steps, plans
-from attnsim.model.costs import PLANS_KEPT, TABLE_BYTES
+from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES
 from attnsim.model.plans import EXECUTORS
 from attnsim.model.projection import Projection, add_columns
 from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
@@ -179,13 +179,45 @@ class Runtime:
         if executor == "dense" or cache is not None or device.type != "cpu" or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
+        if executor == "jit" and not streams and fused.measured(self, n, token_values):
+            return self._fastest(token_ids, token_values, keep, n)
         if fused.chosen(self, n):
             jit = executor == "jit"  # the feature-major pass compiled
             return fused.forward(self, token_ids, token_values, streams, keep, jit)
+        return self._planned(token_ids, token_values, streams, keep, n)
+
+    def _fastest(self, token_ids, token_values, keep, n: int) -> torch.Tensor:
+        """``executor="jit"`` on a short input: the compiled feature-major pass or the
+        plans, whichever ran faster on the first call of this input signature (each run
+        once, the pass compiled and the plans built, then :data:`MEASURED_RUNS` times each
+        in turn, the least time of each compared; kept with the prepared weights)."""
+        kept = self.fused.setdefault("fastest", {})
+        key = fused.signature(token_ids, token_values)
+        runs = (
+            lambda: fused.forward(self, token_ids, token_values, None, keep, True),
+            lambda: self._planned(token_ids, token_values, None, keep, n),
+        )
+        if key not in kept:
+            best = [float("inf")] * len(runs)
+            for run in runs:
+                run()
+            for _ in range(MEASURED_RUNS):
+                for i, run in enumerate(runs):
+                    start = time.perf_counter()
+                    run()
+                    best[i] = min(best[i], time.perf_counter() - start)
+            if len(kept) >= COMPILED_KEPT:  # the least recently measured signature goes
+                del kept[next(iter(kept))]
+            kept[key] = best.index(min(best))
+        return runs[kept[key]]()
+
+    def _planned(self, token_ids, token_values, streams, keep, n: int) -> torch.Tensor:
+        """The planned pass of checked inputs (in parts where the batch is large)."""
+        net = self.net
         b = token_ids.shape[0]
         step = plan_core.part_size(net, b, n, streams is None)
         if step < b:
-            out = new_stream((b, n, net.cfg.d_model), net.dtype, device)
+            out = new_stream((b, n, net.cfg.d_model), net.dtype, net.W_E.device)
             for i in range(0, b, step):  # each part's stream is a slice of the output
                 p, vals = slice(i, i + step), token_values
                 self._run(token_ids[p], vals if vals is None else vals[p], None, n, out[p])
@@ -256,7 +288,7 @@ class Runtime:
 def _embedding_parts(net) -> tuple:
     """The embedding's non-zero columns: of the token rows (with those columns of ``W_E``),
     of the numerical direction (with its weights) and of the vector channels (with their
-    product, rounded as the full product rounds, :class:`Projection`); and, where it takes
+    product, as :class:`Projection` computes it); and, where it takes
     at most :data:`TABLE_BYTES`, the table of every token row plus every position row,
     ``W_E[t] + W_pos[p]`` at row ``t * n_ctx + p`` (the definition's first sum, made once)
     with the offsets ``p`` of the positions, else None."""

@@ -437,8 +437,9 @@ class Transformer(nn.Module):
         token id 2 is not a row of this model's embedding
         """
         device = self.W_E.device
-        token_ids = token_ids.to(device)
-        token_values = None if token_values is None else token_values.to(device)
+        # contiguous (a no-op where they are): the executors view the inputs' rows flat
+        token_ids = token_ids.to(device).contiguous()
+        token_values = None if token_values is None else token_values.to(device).contiguous()
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         width = self.cfg.token_width
         if width and (token_values is None or token_values.shape[-1:] != (width,)):
