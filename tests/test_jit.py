@@ -45,6 +45,9 @@ def test_jit_gives_the_definition_and_the_interpreter(name):
         with torch.no_grad():
             got = rt(ids, vals)
         assert_close(got, model.model(ids, vals))
+        with torch.no_grad():  # the compiled pass itself (the call may have kept the plans)
+            compiled = fused.forward(rt, ids, vals, None, None, True)
+        assert_close(compiled, model.model(ids, vals))
         if HAS_CXX:  # compiled, not fallen back
             assert rt.fused.get("jit") not in (None, False)
         model.executor = "jit"
@@ -61,20 +64,46 @@ def test_jit_follows_weights_changed_after_its_compile():
         after = rt(ids)
     assert not torch.equal(before, after)
     assert_close(after, model.model(ids))
+    with torch.no_grad():  # the compiled pass itself, compiled again for the new weights
+        assert_close(fused.forward(rt, ids, None, None, None, True), model.model(ids))
+
+
+def test_measuring_leaves_the_plans_as_one_call_does():
+    """The first call under jit times the plans on one batch several times: what the plan
+    executor learns from a call (its layers' counts of failed certificates) is as after
+    one planned call, and the sublayer profile counts one call."""
+    entry = library.PROGRAMS["make_sort"]
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=8)
+    ids, vals = model.encode(_inputs(entry, 8, 64, 4))
+    learned = []
+    for executor in ("plan", "jit"):
+        rt = Runtime(model.model, executor)
+        rt.profile = {}
+        with torch.no_grad():
+            rt(ids, vals)
+        learned.append(([dict(s.misses) for s in rt.layers], sorted(rt.profile)))
+    assert learned[0] == learned[1]
+    assert any(learned[0][0])  # the batch made a certificate fail somewhere
 
 
 def test_a_compiler_that_fails_warns_once_and_the_pass_runs_uncompiled(monkeypatch):
     def broken(graph, example, *args):
         raise RuntimeError("no C++ compiler found")
 
-    monkeypatch.setattr(torch._inductor, "compile", broken)
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
     rt = Runtime(model.model, "jit")
+    first, _ = model.encode(["abab"])
+    with torch.no_grad():
+        rt(first)  # compiled (where a C++ compiler exists), and a choice measured on it
+    monkeypatch.setattr(torch._inductor, "compile", broken)
     ids, _ = model.encode(["abba", "baab"])
     with pytest.warns(RuntimeWarning, match="torch could not compile here.*no C\\+\\+ compiler"):
         got = rt(ids)
     assert rt.fused["jit"] is False
+    # the passes compiled before went, and the choices measured on them
+    assert fused.signature(first, None) not in rt.fused.get("fastest", {})
     assert_close(got, model.model(ids))
+    assert_close(rt(first), model.model(first))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: no second warning
         assert_close(rt(ids), model.model(ids))

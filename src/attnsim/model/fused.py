@@ -114,9 +114,11 @@ def measured(rt, n: int, token_values) -> bool:
 
 
 def signature(token_ids: torch.Tensor, token_values) -> tuple:
-    """The shapes, strides and dtypes of an input: what a compiled pass is kept for."""
+    """What a compiled pass, and the choice measured for it, is kept for: the CPU threads
+    (inductor writes their number into its kernels) and the shapes, strides and dtypes of
+    the inputs."""
     inputs = (token_ids,) if token_values is None else (token_ids, token_values)
-    return tuple((tuple(t.shape), t.stride(), t.dtype) for t in inputs)
+    return (torch.get_num_threads(), *((tuple(t.shape), t.stride(), t.dtype) for t in inputs))
 
 
 def applies(rt, n: int) -> bool:
@@ -495,7 +497,8 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
         fn, weights = _compile(cfg, (E, layers, patterns), inputs)
         out = fn(*inputs, *weights)
     except Exception as exc:  # noqa: BLE001 - torch's compiler stack raises many kinds
-        rt.fused["jit"] = False
+        rt.fused["jit"] = False  # (the passes compiled before go: choices made on them too)
+        rt.fused.pop("fastest", None)
         reason = str(exc).strip().splitlines()
         warnings.warn(
             "executor='jit': torch could not compile here, so this model's feature-major "

@@ -190,26 +190,36 @@ class Runtime:
         """``executor="jit"`` on a short input: the compiled feature-major pass or the
         plans, whichever ran faster on the first call of this input signature (each run
         once, the pass compiled and the plans built, then :data:`MEASURED_RUNS` times each
-        in turn, the least time of each compared; kept with the prepared weights)."""
-        kept = self.fused.setdefault("fastest", {})
+        in turn, the least time of each compared; kept with the prepared weights). The
+        timed runs repeat one batch: what the plan executor learns from a call (its
+        layers' counts) and the sublayer profile are as after the first run."""
         key = fused.signature(token_ids, token_values)
         runs = (
             lambda: fused.forward(self, token_ids, token_values, None, keep, True),
             lambda: self._planned(token_ids, token_values, None, keep, n),
         )
-        if key not in kept:
-            best = [float("inf")] * len(runs)
+        choice = self.fused.get("fastest", {}).get(key)
+        if choice is None:
             for run in runs:
                 run()
-            for _ in range(MEASURED_RUNS):
-                for i, run in enumerate(runs):
-                    start = time.perf_counter()
-                    run()
-                    best[i] = min(best[i], time.perf_counter() - start)
+            learned = [(dict(s.misses), s._distinct_misses) for s in self.layers]
+            profile, self.profile = self.profile, None
+            best = [float("inf")] * len(runs)
+            try:
+                for _ in range(MEASURED_RUNS):
+                    for i, run in enumerate(runs):
+                        start = time.perf_counter()
+                        run()
+                        best[i] = min(best[i], time.perf_counter() - start)
+                        for state, (misses, distinct) in zip(self.layers, learned):
+                            state.misses, state._distinct_misses = dict(misses), distinct
+            finally:
+                self.profile = profile
+            kept = self.fused.setdefault("fastest", {})  # (a failed compile empties it)
             if len(kept) >= COMPILED_KEPT:  # the least recently measured signature goes
                 del kept[next(iter(kept))]
-            kept[key] = best.index(min(best))
-        return runs[kept[key]]()
+            choice = kept[key] = best.index(min(best))
+        return runs[choice]()
 
     def _planned(self, token_ids, token_values, streams, keep, n: int) -> torch.Tensor:
         """The planned pass of checked inputs (in parts where the batch is large)."""
