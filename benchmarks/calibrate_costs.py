@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 # isort: off
@@ -41,7 +40,7 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 
 # isort: on
 import torch
-from _common import Run, write_json
+from _common import Run, least_seconds, write_json
 
 from attnsim.model import costs, fused
 
@@ -49,18 +48,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "calibrate_costs.json"
 BATCH = 256
 POSITIONS = 6  # a length-5 input and BOS: where the feature-major choices matter most
 RULE_LENGTHS = (5, 10, 20)
-
-
-def seconds(fn, budget: float) -> float:
-    """The least time of ``fn()`` over calls for at least ``budget`` seconds (one warm-up
-    call first)."""
-    fn()
-    best, end = float("inf"), time.perf_counter() + budget
-    while time.perf_counter() < end or best == float("inf"):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def break_even(points: list[dict]) -> dict:
@@ -125,8 +112,8 @@ def product_sweep(xs, budget: float, d_fixed: int | None) -> list[dict]:
         a, b = fused._read(dense, stream), fused._read(gathered, stream)
         if not torch.equal(a, b):  # exact either way: small integers
             raise AssertionError(f"the two products differ at {x}")
-        t_dense = seconds(lambda w=dense, x=stream: fused._read(w, x), budget)
-        t_gathered = seconds(lambda w=gathered, x=stream: fused._read(w, x), budget)
+        t_dense = least_seconds(lambda w=dense, x=stream: fused._read(w, x), budget)
+        t_gathered = least_seconds(lambda w=gathered, x=stream: fused._read(w, x), budget)
         below, above = (t_dense, t_gathered) if d_fixed is None else (t_gathered, t_dense)
         points.append({"x": x, "below_s": below, "above_s": above})
     return points
@@ -150,11 +137,11 @@ def embed_sweep(xs, budget: float, d_fixed: int | None) -> list[dict]:
             ids = torch.randint(0, vocab, (BATCH, POSITIONS), generator=gen)
             fused.ONE_HOT_MIN_WIDTH, fused.ONE_HOT_VOCAB = -1, vocab  # one-hot
             one_hot = fused._embed(E, ids, None)
-            t_one_hot = seconds(lambda e=E, i=ids: fused._embed(e, i, None), budget)
+            t_one_hot = least_seconds(lambda e=E, i=ids: fused._embed(e, i, None), budget)
             fused.ONE_HOT_MIN_WIDTH = d  # the gather
             if not torch.equal(one_hot, fused._embed(E, ids, None)):
                 raise AssertionError(f"the two embeddings differ at {x}")
-            t_gather = seconds(lambda e=E, i=ids: fused._embed(e, i, None), budget)
+            t_gather = least_seconds(lambda e=E, i=ids: fused._embed(e, i, None), budget)
             below, above = (t_gather, t_one_hot) if d_fixed is None else (t_one_hot, t_gather)
             points.append({"x": x, "below_s": below, "above_s": above})
     finally:
@@ -185,7 +172,7 @@ def rule_check(lengths, budget: float, programs: list[str] | None) -> list[dict]
             for executor in ("fused", "plan"):
                 rt = Runtime(model.model, executor)
                 with torch.no_grad():
-                    times[executor] = seconds(lambda r=rt, i=ids, v=vals: r(i, v), budget)
+                    times[executor] = least_seconds(lambda r=rt, i=ids, v=vals: r(i, v), budget)
             rule = fused.applies(Runtime(model.model), ids.shape[1])
             rows.append(
                 {

@@ -197,3 +197,26 @@ def test_bad_inputs_under_jit_end_as_the_definition_ends():
     assert_close(got.nan_to_num(0.0), want.nan_to_num(0.0))
     if HAS_CXX:  # the compiled pass gave it
         assert rt.fused.get("jit") not in (None, False)
+
+
+def test_an_error_of_the_input_is_raised_and_compiling_stays(monkeypatch):
+    """Where compiling fails and the uncompiled pass fails as well, the error is the
+    input's: it is raised as it is, with no warning, and the runtime keeps compiling."""
+    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    rt = Runtime(model.model, "jit")
+    ids, _ = model.encode(["abba", "baab"])
+
+    def compiler_fails(*args):
+        raise RuntimeError("compiler")
+
+    def input_fails(*args):
+        raise ValueError("the input's own error")
+
+    monkeypatch.setattr(fused, "_compile", compiler_fails)
+    monkeypatch.setattr(fused, "_whole", input_fails)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="the input's own error"):
+            with torch.no_grad():
+                rt(ids)
+    assert rt.fused.get("jit") is not False

@@ -239,3 +239,21 @@ def test_inputs_in_any_memory_layout(executor, name):
         assert not got_ids.is_contiguous()
         with torch.no_grad():
             assert_close(rt(got_ids, got_vals), want)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_token_ids_of_the_wrong_kind_are_refused_and_an_empty_batch_runs(executor):
+    """Float, bool and one-dimensional ids end in a clear error under every executor (and
+    the definition); a batch of no sequences gives an empty stream of the right shape."""
+    m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    ids, _ = m.encode(["abba", "abab"])
+    rt = Runtime(m.model, executor)
+    for bad in (ids.float(), ids.bool(), ids[0]):
+        for run in (rt, m.model):
+            with pytest.raises(ValueError, match="token ids must be"):
+                run(bad)
+    empty = ids[:0]
+    with torch.no_grad():
+        got = rt(empty)
+    assert got.shape == (0, ids.shape[1], m.model.cfg.d_model)
+    assert torch.equal(got, m.model(empty))

@@ -116,7 +116,13 @@ def measured(rt, n: int, token_values) -> bool:
 def signature(token_ids: torch.Tensor, token_values) -> tuple:
     """What a compiled pass, and the choice measured for it, is kept for: the CPU threads
     (inductor writes their number into its kernels) and the shapes, strides and dtypes of
-    the inputs."""
+    the inputs.
+
+    >>> ids = torch.zeros(4, 6, dtype=torch.long)
+    >>> sig = signature(ids, None)
+    >>> sig[1:], sig == signature(ids.clone(), None), sig == signature(ids[:2], None)
+    ((((4, 6), (6, 1), torch.int64),), True, False)
+    """
     inputs = (token_ids,) if token_values is None else (token_ids, token_values)
     return (torch.get_num_threads(), *((tuple(t.shape), t.stride(), t.dtype) for t in inputs))
 
@@ -459,8 +465,10 @@ def _whole(cfg, E: tuple, layers: list, patterns: list, token_ids, token_values)
 
 def jitted(rt, args: tuple) -> torch.Tensor | None:
     """The pass :func:`_whole` of ``args`` as torch's compiler (inductor) made it for the
-    runtime ``rt``, or None where torch cannot compile it here (no C++ compiler, say: a
-    warning says why once, and the runtime's passes run uncompiled from then on).
+    runtime ``rt``; where torch cannot compile it here (no C++ compiler, say) the pass
+    uncompiled, with a warning that says why, once, and None on later calls (the runtime's
+    passes run uncompiled from then on). An error the uncompiled pass raises too is the
+    input's, and is raised as it is.
 
     Each input signature (the shapes, strides and dtypes of the token ids and values) is
     compiled once, on its first call (seconds; inductor keeps what it built on disk, so a
@@ -497,6 +505,10 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
         fn, weights = _compile(cfg, (E, layers, patterns), inputs)
         out = fn(*inputs, *weights)
     except Exception as exc:  # noqa: BLE001 - torch's compiler stack raises many kinds
+        # the pass uncompiled: an error of the input's own is raised here, as it would be
+        # without compiling, and the compiled passes stay
+        with torch.no_grad():
+            out = _whole(cfg, E, layers, patterns, token_ids, token_values)
         rt.fused["jit"] = False  # (the passes compiled before go: choices made on them too)
         rt.fused.pop("fastest", None)
         reason = str(exc).strip().splitlines()
@@ -509,7 +521,7 @@ def jitted(rt, args: tuple) -> torch.Tensor | None:
             RuntimeWarning,
             stacklevel=3,
         )
-        return None
+        return out
     if len(kept) >= COMPILED_KEPT:  # the least recently compiled signature goes
         del kept[next(iter(kept))]
     kept[key] = (fn, weights)

@@ -189,7 +189,22 @@ def check_positions(token_ids: torch.Tensor, n_ctx: int, d_vocab: int) -> int:
     ... except ValueError as exc:
     ...     print(str(exc)[:49])
     token id 3 is not a row of this model's embedding
+    >>> try:
+    ...     check_positions(torch.tensor([0.0, 1.0]), 4, 3)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:54])
+    token ids must be an integer tensor [batch, positions]
     """
+    if token_ids.dim() != 2 or token_ids.is_floating_point() or token_ids.is_complex():
+        raise ValueError(
+            "token ids must be an integer tensor [batch, positions], got "
+            f"{token_ids.dtype} of shape {tuple(token_ids.shape)}; encode inputs with the "
+            "model's encode()"
+        )
+    if token_ids.dtype == torch.bool:
+        raise ValueError(
+            "token ids must be integers, got a bool tensor; encode inputs with the model's encode()"
+        )
     n = token_ids.shape[1]
     if n > n_ctx:
         raise ValueError(f"input has {n} positions (BOS included), the model {n_ctx}")

@@ -471,7 +471,7 @@ class Transformer(nn.Module):
         """
         flat = token_ids.reshape(-1)
         if out is None:  # a new tensor (the sums below go in place); a row gather
-            x = torch.index_select(self.W_E, 0, flat).view(*token_ids.shape, -1)
+            x = torch.index_select(self.W_E, 0, flat).view(*token_ids.shape, self.W_E.shape[1])
         else:
             x = out
             torch.index_select(self.W_E, 0, flat, out=x.view(-1, x.shape[-1]))
