@@ -156,19 +156,24 @@ def test_non_finite_keys_stay_on_the_dense_path():
 
 
 def test_equal_keys_reuse_their_curve_and_changed_keys_do_not():
-    """plan_core._curve keeps the last keys' curves: equal keys (another tensor) get the
-    same curve, keys changed where the quick mark does not look get their own, and the
-    selection with each matches the dense one."""
+    """plan_core._curve keeps the last keys' curves in the dict one build passes: equal
+    keys (another tensor) get the same curve, keys changed where the quick mark does not
+    look get their own, and the selection with each matches the dense one; without a dict
+    (or with another build's) nothing is shared."""
     n = plan_core.CURVE_FROM + 100
     ts = torch.arange(n, dtype=torch.float64)
     k1 = _gather_keys(ts)
-    first = plan_core._curve(CFG, k1)
+    curves: dict = {}
+    first = plan_core._curve(CFG, k1, curves)
     assert first is not None
-    assert plan_core._curve(CFG, k1.clone()) is first
+    assert plan_core._curve(CFG, k1.clone(), curves) is first
+    assert plan_core._curve(CFG, k1.clone(), {}) is not first
+    assert plan_core._curve(CFG, k1.clone(), None) is not first
     k2 = k1.clone()
     k2[3] = _gather_keys(torch.tensor([7.0, 5.0]))[1]  # key 3 now holds t = 5 (not sampled)
-    second = plan_core._curve(CFG, k2)
+    second = plan_core._curve(CFG, k2, curves)
     assert second is not first
+    assert len(curves) <= plan_core.CURVES_KEPT
     q = _queries(torch.tensor([0.0, 3.0, 5.0, 40.0], dtype=torch.float64))
     for k in (k1, k2):
         offsets, keys, _, _ = plan_core.select_keys(CFG, q, k)

@@ -60,7 +60,8 @@ COMPILED_KEPT = 16
 MEASURED_RUNS = 3
 # the sparse storage's sublayer-read tables kept per model, one per plan set (model.sparse)
 READS_KEPT = 40
-# the curves found for the last keys, reused by heads that read equal keys (model.plan_core)
+# one build of plans keeps the curves of the last keys, reused by heads that read equal keys
+# (model.plan_core)
 CURVES_KEPT = 4
 
 # -- the sparse storage's rows (model.store, model.block_rows, model.stream) ----------------

@@ -187,11 +187,15 @@ def _grouped(q: torch.Tensor, key: torch.Tensor, exact: torch.Tensor):
     return q[first], inverse
 
 
-def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
+def select_keys(
+    cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves: dict | None = None
+) -> tuple:
     """``(offsets, keys, weights, gather)``: the keys each query selects (hard: within the
     tolerance of its best score; softmax: a non-zero weight, kept in ``weights``), computed
     in row chunks once per distinct query vector (each query's selection depends on its
-    query vector alone, unless the model is causal).
+    query vector alone, unless the model is causal). ``curves``: a dict that one build of
+    plans passes to each of its heads, where the parabolas found for their keys are kept
+    (see :func:`_curve`); None finds each anew.
 
     >>> from attnsim.model.config import ModelConfig
     >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
@@ -206,7 +210,7 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
         rows_q, inverse = q, None
     else:
         rows_q, inverse = distinct_rows(q)
-    curve = _curve(cfg, k)
+    curve = _curve(cfg, k, curves)
     if curve is None:
         count, key, weight = _select_rows(cfg, rows_q, k)
     else:  # keys on a parabola: each query's window, the rest of the queries densely
@@ -236,25 +240,25 @@ def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
     return offsets, key, weight, bool((count == 1).all())
 
 
-def _curve(cfg: ModelConfig, k: torch.Tensor) -> plan_curve.Curve | None:
-    """The parabola of a long hard head's keys (:mod:`attnsim.model.plan_curve`), or None."""
+def _curve(cfg: ModelConfig, k: torch.Tensor, curves: dict | None) -> plan_curve.Curve | None:
+    """The parabola of a long hard head's keys (:mod:`attnsim.model.plan_curve`), or None.
+    Many heads read the same keys (every gather of the simulator reads the positions): a
+    curve found for keys equal to these (checked entry by entry) is taken from ``curves``,
+    which keeps the last :data:`CURVES_KEPT` keys' curves of one build of plans."""
     if cfg.causal or cfg.attention is not AttentionMode.HARD or k.shape[0] < CURVE_FROM:
         return None
-    # many heads read the same keys (every gather of the simulator reads the positions):
-    # a curve found for equal keys is reused (checked entry by entry)
+    if curves is None:
+        return plan_curve.find_curve(k, distinct_rows)
     n = k.shape[0]
     mark = (tuple(k.shape), float(k[:: max(1, n // 61)].sum()), float(k[n // 2].sum()))
-    for got_k, curve in _CURVES.get(mark, []):
+    for got_k, curve in curves.get(mark, []):
         if torch.equal(got_k, k):
             return curve
     curve = plan_curve.find_curve(k, distinct_rows)
-    if len(_CURVES) >= CURVES_KEPT:
-        _CURVES.pop(next(iter(_CURVES)))
-    _CURVES.setdefault(mark, []).append((k, curve))
+    if len(curves) >= CURVES_KEPT:
+        curves.pop(next(iter(curves)))
+    curves.setdefault(mark, []).append((k, curve))
     return curve
-
-
-_CURVES: dict[tuple, list] = {}  # the last keys' curves (see _curve)
 
 
 def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tuple:
@@ -282,14 +286,16 @@ def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tup
     return torch.cat(counts) if counts else empty, torch.cat(keys) if keys else empty, weight
 
 
-def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
+def candidate_keys(
+    cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves: dict | None = None
+) -> tuple | None:
     """``(offsets, keys, gap, key_bound)`` on the static part ``q, k`` of a hard head's
     scores: the candidates per query, how far below its best static score its best other
     key lies, and the largest |static key coordinate|; None when that would not save work
     (more than a quarter of all pairs) or some query has no gap above the tolerance.
     Example: :func:`attnsim.model.sparse_ops.candidate_plan`."""
     n = q.shape[0]
-    offsets, keys, _, _ = select_keys(cfg, q, k)
+    offsets, keys, _, _ = select_keys(cfg, q, k, curves)
     if len(keys) * 4 > n * n:
         return None
     counts = offsets[1:] - offsets[:-1]
@@ -308,7 +314,7 @@ def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple 
         # their candidates, select_keys spreads each row's)
     others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype)
     todo = torch.arange(len(rows_q))
-    curve = _curve(cfg, k)
+    curve = _curve(cfg, k, curves)
     if curve is not None:  # the best other key from each query's window where it holds
         _, _, best_other, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
         others = best_other.clone()

@@ -197,12 +197,12 @@ def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.zeros(1, n, dtype=torch.float64)
 
 
-def _head_plan(attn, h: int, x: torch.Tensor, pattern=None) -> HeadPlan:
+def _head_plan(attn, h: int, x: torch.Tensor, pattern=None, curves=None) -> HeadPlan:
     """The plan of head h on the stream ``x [1, pos, d_model]``: from the keys the compiler
     wrote down for it (``pattern``, an :class:`attnsim.model.patterns.StaticPattern`), else
     computed in row chunks with the dense forward's arithmetic
     (:func:`attnsim.model.plan_core.select_keys`: once per distinct query vector, a
-    compiled head has few)."""
+    compiled head has few; ``curves``: see that function)."""
     if pattern is not None:
         offsets, keys = pattern_keys(pattern, x.shape[1], attn.cfg.causal, x.device)
         gather = bool(((offsets[1:] - offsets[:-1]) == 1).all())
@@ -210,18 +210,18 @@ def _head_plan(attn, h: int, x: torch.Tensor, pattern=None) -> HeadPlan:
     width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
     q = x[0] @ attn.W_Q[h, :, :width]  # [pos, used d_head]
     k = x[0] @ attn.W_K[h, :, :width]
-    offsets, keys, weights, gather = plan_core.select_keys(attn.cfg, q, k)
+    offsets, keys, weights, gather = plan_core.select_keys(attn.cfg, q, k, curves)
     return HeadPlan(head=h, offsets=offsets, keys=keys, weights=weights, gather=gather)
 
 
-def _candidate_plan(attn, h: int, x: torch.Tensor, static: torch.Tensor) -> HeadPlan | None:
+def _candidate_plan(attn, h: int, x, static: torch.Tensor, curves=None) -> HeadPlan | None:
     """A plan on the static part of head h's scores (``x`` holds the static directions
     only, the others 0), or None when it would not save work: the static part selects more
     than a quarter of all pairs, or leaves some query without a gap above the tolerance."""
     width = max(1, int(attn._plan()[1][h]))
     q = x[0] @ attn.W_Q[h, :, :width]  # [pos, width]: the static parts of queries and keys
     k = x[0] @ attn.W_K[h, :, :width]
-    got = plan_core.candidate_keys(attn.cfg, q, k)
+    got = plan_core.candidate_keys(attn.cfg, q, k, curves)
     if got is None:
         return None
     offsets, keys, gap, key_bound = got
@@ -341,6 +341,7 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     patterns = plan_static.known_patterns(transformer)
     ids, _ = _canonical_input(transformer, n)
     out: list[tuple[HeadPlan, ...]] = []
+    curves: dict = {}  # the parabolas of the heads' keys, found once (plan_core.select_keys)
 
     def keep_static(x: torch.Tensor, stage: int) -> torch.Tensor:
         # the other directions hold this one input's values, which may be infinite (1/x of
@@ -351,11 +352,11 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
         x = keep_static(transformer.W_E[ids] + transformer.W_pos[:n], 0)
         for layer, block in enumerate(transformer.blocks):
             plans = tuple(
-                _head_plan(block.attn, h, x, patterns[layer][h] if patterns else None)
+                _head_plan(block.attn, h, x, patterns[layer][h] if patterns else None, curves)
                 for h in heads[layer]
             )
             partial = analysis.partial[layer] if analysis.partial else ()
-            cands = (_candidate_plan(block.attn, h, x, masks[2 * layer]) for h in partial)
+            cands = (_candidate_plan(block.attn, h, x, masks[2 * layer], curves) for h in partial)
             cands = tuple(p for p in cands if p is not None)
             found = analysis.tables[layer] if analysis.tables else ()
             found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))

@@ -123,9 +123,10 @@ def _runs(p: Plan, n: int) -> np.ndarray:
     return runs[np.argsort(runs[:, 0], kind="stable")]
 
 
-def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
+def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves=None) -> Plan:
     """The plan of a head from its queries and keys ``[pos, width]`` (one input); with
-    :func:`run_plan` it mixes values as the dense head does.
+    :func:`run_plan` it mixes values as the dense head does (``curves``: one build's, see
+    :func:`attnsim.model.plan_core.select_keys`).
 
     >>> from attnsim.model.config import ModelConfig
     >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
@@ -136,7 +137,7 @@ def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan:
     >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3)[0].flatten().tolist()
     (True, [3.0, 2.0, 1.0])
     """
-    return plan_of(*plan_core.select_keys(cfg, q, k))
+    return plan_of(*plan_core.select_keys(cfg, q, k, curves))
 
 
 def plan_of(offsets, keys, weights, gather: bool) -> Plan:
@@ -174,7 +175,7 @@ def pattern_plan(pattern, n: int, causal: bool) -> Plan:
     return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
 
 
-def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan | None:
+def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves=None) -> Plan | None:
     """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None
     (:func:`attnsim.model.plan_core.candidate_keys`).
 
@@ -187,7 +188,7 @@ def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> Plan |
     >>> p.keys.tolist(), p.gap.tolist()
     ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
     """
-    got = plan_core.candidate_keys(cfg, q, k)
+    got = plan_core.candidate_keys(cfg, q, k, curves)
     if got is None:
         return None
     offsets, keys, gap, key_bound = got

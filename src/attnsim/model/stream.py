@@ -4,6 +4,7 @@ returns only the columns it writes), and the stages a caller asks to keep."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 import torch
@@ -15,7 +16,17 @@ from attnsim.model.projection import _block, add_columns
 __all__ = ["Columns", "Forms", "expand_update", "check_positions", "new_stream", "stamp"]
 
 _HUGE = 1 << 21
-_libc: list = []
+
+
+@functools.cache
+def _libc():
+    """The C library with ``madvise`` (loaded once per process), or None where there is none."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def stamp(tensors) -> tuple:
@@ -55,18 +66,12 @@ def new_stream(
     size = out.numel() * out.element_size()
     if size < HUGE_FROM or not sys.platform.startswith("linux") or out.device.type != "cpu":
         return out
-    if not _libc:
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            _libc.append(libc)
-        except (OSError, AttributeError):
-            _libc.append(None)
-    if _libc[0] is not None:
+    libc = _libc()
+    if libc is not None:
         start = (out.data_ptr() + _HUGE - 1) & ~(_HUGE - 1)
         end = (out.data_ptr() + size) & ~(_HUGE - 1)
         if end > start:
-            _libc[0].madvise(start, end - start, 14)  # MADV_HUGEPAGE; a refusal changes nothing
+            libc.madvise(start, end - start, 14)  # MADV_HUGEPAGE; a refusal changes nothing
     return out
 
 
