@@ -1,17 +1,19 @@
-"""Accuracy and speed on a device: compiled programs and U run as defined on the device,
-against the interpreter, the CPU executors and the attention's definition.
+"""Accuracy and speed on a device: compiled programs and U run on the device by each
+executor, against the interpreter, the CPU executors and the attention's definition.
 
-On a device other than the CPU a model runs its definition (``Transformer.forward``: every
-head over ``[query, key]``, every allocation on the model's device and dtype); the plan and
-feature-major executors run on CPU only. This script moves each model with ``.to(device)``
-and checks, on random inputs:
+On a device other than the CPU the default executor ("auto") runs a model's definition
+(``Transformer.forward``: every head over ``[query, key]``); the plan, feature-major and
+compiled executors run there when asked for, allocating on the model's device and dtype.
+This script moves each model with ``.to(device)`` and checks, on random inputs and for each
+executor:
 
 - library programs: the decoded outputs against the interpreter's, and the final residual
   stream against the CPU plan executor's (largest difference);
 - U: ``simulate`` on a random target against the attention's definition
   (``simulator.reference.attention``, float64 on the CPU);
 
-and times a batch on the device against the CPU plan executor in the same run.
+and times a batch on the device by each executor against the CPU plan executor in the
+same run.
 
 Run: ``python benchmarks/device_check.py [--device cuda]`` (default: cuda when available,
 else cpu with the device passed explicitly; writes benchmarks/results/device_check.json).
@@ -64,6 +66,11 @@ def _seconds(fn, device: torch.device, repeats: int = 5) -> float:
     return statistics.median(out)
 
 
+# the executors run on the device: the definition ("auto" off the CPU) and the others
+EXECUTORS = ("dense", "plan", "fused", "jit")
+U_EXECUTORS = ("dense", "plan")  # (U's inputs are longer than the feature-major ones)
+
+
 def check_program(name: str, device: torch.device, length: int, batch: int) -> dict:
     make, vocab = PROGRAMS[name]
     program = make()
@@ -77,23 +84,26 @@ def check_program(name: str, device: torch.device, length: int, batch: int) -> d
         cpu_stream = m(ids, vals)
     cpu_seconds = _seconds(lambda: m(ids, vals), torch.device("cpu"))
     m.model.to(device)
-    if device.type == "cpu":  # what another device runs: the definition
-        m.executor = "dense"
-    got = m.run(xs)
-    with torch.no_grad():
-        stream = m(ids, vals)
-    seconds = _seconds(lambda: m(ids, vals), device)
-    diff = float((stream.cpu() - cpu_stream).abs().max())
+    runs = {}
+    for executor in EXECUTORS:
+        m.executor = executor
+        got = m.run(xs)
+        with torch.no_grad():
+            stream = m(ids, vals)
+        runs[executor] = {
+            "outputs_equal_interpreter": got == want,
+            "max_stream_difference_vs_cpu_plan": float((stream.cpu() - cpu_stream).abs().max()),
+            "device_seconds": _seconds(lambda: m(ids, vals), device),
+        }
     return {
         "program": name,
         "length": length,
         "batch": batch,
         "device": str(stream.device),
-        "outputs_equal_interpreter": got == want,
+        **runs["dense"],  # the definition, what "auto" runs off the CPU
         "cpu_outputs_equal_interpreter": cpu_out == want,
-        "max_stream_difference_vs_cpu_plan": diff,
-        "device_seconds": seconds,
         "cpu_plan_seconds": cpu_seconds,
+        "executors": runs,
     }
 
 
@@ -105,18 +115,22 @@ def check_u(device: torch.device, n: int, d: int) -> dict:
     cpu_seconds = _seconds(lambda: U.simulate(target, X), torch.device("cpu"), repeats=3)
     cpu = U.simulate(target, X)
     U.model.model.to(device)
-    if device.type == "cpu":  # what another device runs: the definition
-        U.model.executor = "dense"
-    got = U.simulate(target, X)
-    seconds = _seconds(lambda: U.simulate(target, X), device, repeats=3)
+    runs = {}
+    for executor in U_EXECUTORS:
+        U.model.executor = executor
+        got = U.simulate(target, X)
+        runs[executor] = {
+            "max_error_vs_reference": float((got - want).abs().max() / (1 + want.abs().max())),
+            "max_difference_vs_cpu": float((got - cpu).abs().max()),
+            "device_seconds": _seconds(lambda: U.simulate(target, X), device, repeats=3),
+        }
     return {
         "n": n,
         "d": d,
         "device": str(U.model.model.W_E.device),
-        "max_error_vs_reference": float((got - want).abs().max() / (1 + want.abs().max())),
-        "max_difference_vs_cpu": float((got - cpu).abs().max()),
-        "device_seconds": seconds,
+        **runs["dense"],
         "cpu_plan_seconds": cpu_seconds,
+        "executors": runs,
     }
 
 
@@ -137,26 +151,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if device.type == "cpu":
         print(
-            "no GPU here: a smoke run on cpu with the device passed explicitly, the device "
-            "side as another device runs it (executor='dense', the definition)"
+            "no GPU here: a smoke run on cpu with the device passed explicitly, every "
+            "executor on the device side as on another device"
         )
     run = Run()
     programs = [check_program(p, device, args.length, args.batch) for p in PROGRAMS]
     for r in programs:
-        ok = r["outputs_equal_interpreter"]
-        print(
-            f"{r['program']:>13} on {r['device']}: outputs {'equal' if ok else 'DIFFER'}, "
-            f"stream vs cpu plan {r['max_stream_difference_vs_cpu_plan']:.1e}, "
-            f"{r['device_seconds'] * 1e3:.2f} ms (cpu plan {r['cpu_plan_seconds'] * 1e3:.2f} ms)"
-        )
+        for executor, e in r["executors"].items():
+            ok = e["outputs_equal_interpreter"]
+            print(
+                f"{r['program']:>13} on {r['device']} ({executor}): outputs "
+                f"{'equal' if ok else 'DIFFER'}, stream vs cpu plan "
+                f"{e['max_stream_difference_vs_cpu_plan']:.1e}, {e['device_seconds'] * 1e3:.2f} "
+                f"ms (cpu plan {r['cpu_plan_seconds'] * 1e3:.2f} ms)"
+            )
     u = check_u(device, 4, 4)
-    print(
-        f"U(4, 4, 1) on {u['device']}: error {u['max_error_vs_reference']:.1e}, "
-        f"{u['device_seconds'] * 1e3:.1f} ms (cpu plan {u['cpu_plan_seconds'] * 1e3:.1f} ms)"
-    )
+    for executor, e in u["executors"].items():
+        print(
+            f"U(4, 4, 1) on {u['device']} ({executor}): error "
+            f"{e['max_error_vs_reference']:.1e}, {e['device_seconds'] * 1e3:.1f} ms "
+            f"(cpu plan {u['cpu_plan_seconds'] * 1e3:.1f} ms)"
+        )
     write_json(args.out, {"machine": run.machine(), "programs": programs, "u": u})
-    bad = [r["program"] for r in programs if not r["outputs_equal_interpreter"]]
-    return 1 if bad or u["max_error_vs_reference"] > 1e-9 else 0
+    bad = [
+        f"{r['program']} ({executor})"
+        for r in programs
+        for executor, e in r["executors"].items()
+        if not e["outputs_equal_interpreter"]
+    ]
+    wrong_u = any(e["max_error_vs_reference"] > 1e-9 for e in u["executors"].values())
+    return 1 if bad or wrong_u else 0
 
 
 if __name__ == "__main__":

@@ -1394,9 +1394,49 @@ def device_check(data: dict) -> str:
             ],
         ),
         "",
+        *_device_executors(programs, us),
         machine_line(m),
     ]
     return "\n".join(out)
+
+
+def _device_executors(programs: list, us: list) -> list[str]:
+    """The other executors on the device (runs since they run there), or a line saying
+    that the run had only the definition."""
+    if not all("executors" in r for r in programs + us):
+        return [
+            "That run timed only the definition on the device: it was made before the "
+            "plan, feature-major and compiled executors ran off the CPU.",
+            "",
+        ]
+    rows = [
+        [
+            r["program"],
+            executor,
+            "yes" if e["outputs_equal_interpreter"] else "NO",
+            e["max_stream_difference_vs_cpu_plan"],
+            e["device_seconds"] * 1e3,
+        ]
+        for r in programs
+        for executor, e in r["executors"].items()
+    ]
+    rows += [
+        [
+            f"U({u['n']}, {u['d']}, 1)",
+            executor,
+            f"error {e['max_error_vs_reference']:.1e}",
+            e["max_difference_vs_cpu"],
+            e["device_seconds"] * 1e3,
+        ]
+        for u in us
+        for executor, e in u["executors"].items()
+    ]
+    return [
+        "Each executor on the device (`dense` is the definition, what `auto` runs there):",
+        "",
+        table(["model", "executor", "outputs = interpreter", "max abs. difference", "ms"], rows),
+        "",
+    ]
 
 
 def rasp_text(data: dict) -> str:

@@ -240,7 +240,7 @@ def _reading(W: torch.Tensor) -> tuple:
     all)``: a product over the rows read only (the others would add exact zeros)."""
     reads = torch.nonzero((W != 0).any(dim=0)).flatten()
     if not len(reads):  # reads nothing: one row of zero weights keeps the shapes
-        reads = torch.zeros(1, dtype=torch.long)
+        reads = torch.zeros(1, dtype=torch.long, device=W.device)
     if W.shape[1] <= DENSE_WIDTH or len(reads) > DENSE_SHARE * W.shape[1]:
         return W.detach().contiguous(), None
     return W[:, reads].detach().contiguous(), reads
@@ -335,7 +335,7 @@ def _attention(cfg, att: tuple, x: torch.Tensor, pattern=None) -> None:
     else:
         scores = torch.matmul(q.permute(0, 3, 2, 1), k.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
     if cfg.causal:
-        future = torch.ones(n, n, dtype=torch.bool).triu(1)[:, :, None]  # [query, key, 1]
+        future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)[:, :, None]
         scores = scores.masked_fill(future, float("-inf"))
     if cfg.attention is AttentionMode.HARD:
         # in place: 1.0 where selected, else 0.0
@@ -418,7 +418,7 @@ def forward(
         with torch.inference_mode(not torch.is_grad_enabled()):
             _sublayers(cfg, layers, patterns, x, streams)
     out = x.permute(2, 1, 0)  # a view: [batch, pos, d_model], not contiguous
-    return out if keep is None else out[..., keep.cols]
+    return out if keep is None else out[..., keep.cols.to(out.device)]
 
 
 def _embed(E: tuple, token_ids: torch.Tensor, token_values) -> torch.Tensor:

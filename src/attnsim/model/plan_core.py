@@ -85,12 +85,13 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if n == 0 or w == 0:
         return torch.unique(q, dim=0, return_inverse=True)
     if n >= w:  # one-hot rows (a categorical S-op's block): each row's class is its 1
-        at = (q @ torch.arange(w, dtype=q.dtype)).long().clamp_(0, w - 1)  # where, if so
-        unit = torch.eye(w, dtype=q.dtype)
+        at = (q @ torch.arange(w, dtype=q.dtype, device=q.device)).long().clamp_(0, w - 1)
+        unit = torch.eye(w, dtype=q.dtype, device=q.device)  # (at: where the 1 is, if so)
         if torch.equal(unit.index_select(0, at), q):  # checked exactly
             return unit, at
-    gen = torch.Generator().manual_seed(w)
-    weights = (1.0 + torch.rand(w, 1, generator=gen, dtype=torch.float64)).to(q.dtype)
+    gen = torch.Generator().manual_seed(w)  # (drawn on the CPU, the same on every device)
+    weights = torch.rand(w, 1, generator=gen, dtype=torch.float64, device="cpu")
+    weights = (1.0 + weights).to(q)
     got = _grouped(q, (q @ weights).flatten(), q)
     if got is not None:
         return got
@@ -99,7 +100,8 @@ def distinct_rows(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if q.dtype == torch.float64
         else q.double().view(torch.int64)
     )
-    mult = torch.randint(1, 1 << 62, (w,), generator=gen, dtype=torch.int64) * 2 + 1
+    mult = torch.randint(1, 1 << 62, (w,), generator=gen, dtype=torch.int64, device="cpu")
+    mult = mult.to(q.device) * 2 + 1
     # the high half folded into the low one first: a float's bits often end in zeros
     # (1.0 is 0x3ff0 followed by 48 zero bits), which a product alone would keep
     mixed = bits ^ (bits >> 32)
@@ -180,8 +182,8 @@ def _grouped(q: torch.Tensor, key: torch.Tensor, exact: torch.Tensor):
     if key.is_floating_point() and bool(torch.isnan(key).any()):
         return None
     _, inverse = torch.unique(key, return_inverse=True)
-    first = torch.zeros(int(inverse.max()) + 1, dtype=torch.long)
-    first.scatter_(0, inverse, torch.arange(q.shape[0]))  # a row of each group
+    first = inverse.new_zeros(int(inverse.max()) + 1)
+    first.scatter_(0, inverse, torch.arange(q.shape[0], device=q.device))  # a row of each
     if not torch.equal(exact[first][inverse], exact):  # two different rows shared a key
         return None
     return q[first], inverse
@@ -218,7 +220,7 @@ def select_keys(
         rest = torch.nonzero(~done).flatten()
         if len(rest):
             c2, k2, _ = _select_rows(cfg, rows_q[rest], k)
-            rows = torch.repeat_interleave(torch.arange(len(rows_q)), count)
+            rows = torch.repeat_interleave(torch.arange(len(rows_q), device=k.device), count)
             rows = torch.cat([rows, torch.repeat_interleave(rest, c2)])
             key = torch.cat([key, k2])
             key = key[torch.argsort(rows * len(k) + key)]  # by query, then key
@@ -229,13 +231,13 @@ def select_keys(
         first = torch.zeros_like(count)
         first[1:] = torch.cumsum(count, 0)[:-1]
         count = count[inverse]
-        offsets = torch.zeros(n, dtype=torch.long)
+        offsets = count.new_zeros(n)
         offsets[1:] = torch.cumsum(count, 0)[:-1]
         shift = torch.repeat_interleave(first[inverse] - offsets, count)
-        pick = torch.arange(int(count.sum())) + shift
+        pick = torch.arange(int(count.sum()), device=k.device) + shift
         key = key[pick]
         weight = None if weight is None else weight[pick]
-    offsets = torch.zeros(n + 1, dtype=torch.long)
+    offsets = count.new_zeros(n + 1)
     offsets[1:] = torch.cumsum(count, 0)
     return offsets, key, weight, bool((count == 1).all())
 
@@ -269,8 +271,9 @@ def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tup
     for start in range(0, rows_q.shape[0], step):
         scores = rows_q[start : start + step] @ k.T
         if cfg.causal:
-            rows = torch.arange(start, start + scores.shape[0])[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > rows, float("-inf"))
+            rows = torch.arange(start, start + scores.shape[0], device=k.device)[:, None]
+            later = torch.arange(n, device=k.device)[None, :] > rows
+            scores = scores.masked_fill(later, float("-inf"))
         if cfg.attention is AttentionMode.HARD:
             chosen = hard_selection(scores, cfg.hard_tolerance)
         else:
@@ -281,7 +284,7 @@ def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tup
         keys.append(c)
         if cfg.attention is not AttentionMode.HARD:
             weights.append(pattern[r, c])
-    empty = torch.zeros(0, dtype=torch.long)
+    empty = torch.zeros(0, dtype=torch.long, device=k.device)
     weight = torch.cat(weights) if weights else None
     return torch.cat(counts) if counts else empty, torch.cat(keys) if keys else empty, weight
 
@@ -299,21 +302,23 @@ def candidate_keys(
     if len(keys) * 4 > n * n:
         return None
     counts = offsets[1:] - offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)
-    best = torch.full((n,), float("-inf"), dtype=q.dtype)
+    rows = torch.repeat_interleave(torch.arange(n, device=q.device), counts)
+    best = torch.full((n,), float("-inf"), dtype=q.dtype, device=q.device)
     for at in _term_parts(len(keys), q.shape[1]):  # (the largest: in any order)
         best.scatter_reduce_(0, rows[at], (q[rows[at]] * k[keys[at]]).sum(-1), "amax")
     # the best other key of each query: found once per distinct query vector (without a
     # causal mask a query's candidates and scores depend on its vector alone), then spread
     if cfg.causal:
-        rows_q, inverse, first = q, None, torch.arange(n)
+        rows_q, inverse, first = q, None, torch.arange(n, device=q.device)
     else:
         rows_q, inverse = distinct_rows(q)
-        first = torch.zeros(len(rows_q), dtype=torch.long)
-        first.scatter_(0, inverse, torch.arange(n))  # a query of each row (any: they share
+        first = inverse.new_zeros(len(rows_q))
+        first.scatter_(
+            0, inverse, torch.arange(n, device=q.device)
+        )  # a query of each row (any: they share
         # their candidates, select_keys spreads each row's)
-    others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype)
-    todo = torch.arange(len(rows_q))
+    others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype, device=q.device)
+    todo = torch.arange(len(rows_q), device=q.device)
     curve = _curve(cfg, k, curves)
     if curve is not None:  # the best other key from each query's window where it holds
         _, _, best_other, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
@@ -324,11 +329,14 @@ def candidate_keys(
         scores = rows_q[part] @ k.T
         at_q = first[part]  # the query whose candidates the row has
         if cfg.causal:
-            scores = scores.masked_fill(torch.arange(n)[None, :] > at_q[:, None], float("-inf"))
+            later = torch.arange(n, device=q.device)[None, :] > at_q[:, None]
+            scores = scores.masked_fill(later, float("-inf"))
         c = counts[at_q]
         at = torch.repeat_interleave(offsets[at_q] - (torch.cumsum(c, 0) - c), c)
-        own = keys[at + torch.arange(len(at))]
-        scores[torch.repeat_interleave(torch.arange(len(part)), c), own] = float("-inf")
+        own = keys[at + torch.arange(len(at), device=q.device)]
+        scores[torch.repeat_interleave(torch.arange(len(part), device=q.device), c), own] = float(
+            "-inf"
+        )
         others[part] = scores.amax(dim=-1)
     gap = best - (others if inverse is None else others[inverse])
     if not bool((gap > cfg.hard_tolerance).all()):
@@ -360,14 +368,14 @@ def candidate_mean(cfg, offsets, keys, gap, key_bound, q_s, q_d, k_s, k_d, v):
         return None
     q, k = q_s + q_d, k_s + k_d
     counts = offsets[1:] - offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(n), counts)
+    rows = torch.repeat_interleave(torch.arange(n, device=q.device), counts)
     parts = _query_parts(offsets, q.shape[0] * max(q.shape[2], v.shape[2]))
     pairs = [slice(int(offsets[a]), int(offsets[b])) for a, b in parts]
     scores = torch.cat([(q[:, rows[at]] * k[:, keys[at]]).sum(-1) for at in pairs], 1)
-    best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype)
+    best = torch.full((q.shape[0], n), float("-inf"), dtype=q.dtype, device=q.device)
     best.scatter_reduce_(1, rows.expand_as(scores), scores, "amax")
     chosen = hard_selection(scores, cfg.hard_tolerance, best=best[:, rows]).to(q.dtype)
-    z = torch.empty(q.shape[0], n, v.shape[-1], dtype=q.dtype)
+    z = q.new_empty(q.shape[0], n, v.shape[-1])
     for (a, b), at in zip(parts, pairs):  # whole queries per part: each sum in one piece
         z[:, a:b] = segment_sum(v[:, keys[at]] * chosen[:, at, None], offsets[a : b + 1] - at.start)
     count = segment_sum(chosen[..., None], offsets)[..., 0]
@@ -466,7 +474,9 @@ def summed(attn, plans: tuple) -> Summed:
     moved_to = None
     if W_O.shape[0] == W_O.shape[1] and bool(((W_O == 0) | (W_O == 1)).all()):
         rows_of, cols_of = torch.nonzero(W_O, as_tuple=True)  # by row
-        if len(rows_of) == W_O.shape[0] and torch.equal(rows_of, torch.arange(len(rows_of))):
+        if len(rows_of) == W_O.shape[0] and torch.equal(
+            rows_of, torch.arange(len(rows_of), device=dev)
+        ):
             if len(torch.unique(cols_of)) == len(cols_of):  # a permutation
                 moved_to = cols[cols_of]
     return Summed(

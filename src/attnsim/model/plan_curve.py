@@ -38,7 +38,7 @@ class Curve:
     each a group of equal key rows (one per distinct ``u``; one per distinct odd row)."""
 
     def __init__(self, k, u, coef, odd: torch.Tensor, odd_class: torch.Tensor):
-        on = torch.ones(len(k), dtype=torch.bool)
+        on = torch.ones(len(k), dtype=torch.bool, device=k.device)
         on[odd] = False
         keys = torch.nonzero(on).flatten()
         self.on = _Groups(keys, u[keys])  # by u, then position
@@ -47,7 +47,7 @@ class Curve:
         self.odd = _Groups(odd, odd_class)
         self.odd_rows = k[self.odd.first()]
         self.coef, self.k = coef, k
-        self.deviation = torch.zeros(k.shape[1], dtype=k.dtype)  # set by find_curve
+        self.deviation = k.new_zeros(k.shape[1])  # set by find_curve
 
 
 class _Groups:
@@ -57,10 +57,10 @@ class _Groups:
     def __init__(self, keys: torch.Tensor, by: torch.Tensor):
         order = torch.argsort(by, stable=True)
         self.order, sv = keys[order], by[order]
-        new = torch.ones(len(sv), dtype=torch.bool)
+        new = torch.ones(len(sv), dtype=torch.bool, device=by.device)
         new[1:] = sv[1:] != sv[:-1]
         self.starts = torch.nonzero(new).flatten()
-        self.ends = torch.cat([self.starts[1:], torch.tensor([len(sv)])])
+        self.ends = torch.cat([self.starts[1:], self.starts.new_full((1,), len(sv))])
 
     def first(self) -> torch.Tensor:
         return self.order[self.starts]
@@ -72,7 +72,7 @@ class _Groups:
         """``(rows, keys)``: every key of each (query, group) pair."""
         sizes = self.ends[group] - self.starts[group]
         first = torch.repeat_interleave(self.starts[group] - torch.cumsum(sizes, 0) + sizes, sizes)
-        keys = self.order[first + torch.arange(int(sizes.sum()))]
+        keys = self.order[first + torch.arange(int(sizes.sum()), device=first.device)]
         return torch.repeat_interleave(qi, sizes), keys
 
 
@@ -116,9 +116,10 @@ def _fit(k: torch.Tensor, col: int, distinct: Callable) -> Curve | None:
     m = len(values)
     fit = torch.stack([torch.nonzero(u == values[i])[0, 0] for i in (m // 4, m // 2, 3 * m // 4)])
     x = u[fit]
-    vander = torch.stack([torch.ones(3, dtype=k.dtype), x, x * x], 1)
+    vander = torch.stack([torch.ones_like(x), x, x * x], 1)
     coef = torch.linalg.solve(vander, k[fit])  # [3, w]: alpha, beta, gamma per column
-    coef[:, col] = torch.tensor([0.0, 1.0, 0.0], dtype=k.dtype)
+    coef[:, col] = 0.0
+    coef[1, col] = 1.0
     model = coef[0] + u[:, None] * coef[1] + (u * u)[:, None] * coef[2]
     scale = k.abs().amax(dim=0) + 1.0
     dev = (model - k).abs()
@@ -131,7 +132,8 @@ def _fit(k: torch.Tensor, col: int, distinct: Callable) -> Curve | None:
     curve.deviation = dev[~off].amax(dim=0) if bool((~off).any()) else dev[0] * 0
     if len(curve.values) < 3:
         return None
-    group = torch.repeat_interleave(torch.arange(len(curve.on.starts)), curve.on.sizes())
+    starts = curve.on.starts
+    group = torch.repeat_interleave(torch.arange(len(starts), device=k.device), curve.on.sizes())
     if not torch.equal(k[curve.on.order], curve.rows[group]):  # keys of one u: one row
         return None
     return curve
@@ -161,7 +163,7 @@ def select_on_curve(
     mid = torch.searchsorted(curve.values, vertex)
     lo = (mid - WINDOW).clamp(0, max(0, nv - 2 * WINDOW))
     span = min(nv, 2 * WINDOW)
-    at = lo[:, None] + torch.arange(span)  # [Q, span] distinct-u indices
+    at = lo[:, None] + torch.arange(span, device=q.device)  # [Q, span] distinct-u indices
     win = (q[:, None, :] * curve.rows[at]).sum(-1)  # [Q, span] exact scores
     odd = q @ curve.odd_rows.T  # [Q, distinct odd rows]
     best = torch.maximum(win.amax(dim=1), odd.amax(dim=1) if odd.shape[1] else win[:, 0])
@@ -173,7 +175,7 @@ def select_on_curve(
     left_end = (lo == 0) | (win[:, 0] < cut - slack)
     right_end = (lo + span >= nv) | (win[:, -1] < cut - slack)
     done = (a2 < 0) & left_end & right_end & torch.isfinite(best)
-    ninf = torch.tensor(float("-inf"), dtype=q.dtype)
+    ninf = q.new_full((), float("-inf"))
     # the selection over the window and the odd rows, against their common maximum (a
     # query not done may hold NaN scores, where these differ from ``< cut``: its others are
     # not read)

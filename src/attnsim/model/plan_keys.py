@@ -266,7 +266,7 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
     class and a query attends over the classes present (as the dense sum, grouped)."""
     b, n, wv = v.shape
     c = table.shape[1]
-    at = (cls + torch.arange(b)[:, None] * c).view(-1)  # each key's (sequence, class)
+    at = (cls + torch.arange(b, device=v.device)[:, None] * c).view(-1)  # (sequence, class)
     count = torch.bincount(at, minlength=b * c).to(v.dtype).view(b, c)
     flat = v.reshape(b * n, wv)
     if cfg.attention is AttentionMode.HARD and c:
@@ -278,12 +278,13 @@ def _by_key(cfg, table: torch.Tensor, cls: torch.Tensor, v: torch.Tensor) -> tor
         alone = bool((second < hard_threshold(top, cfg.hard_tolerance)).all())
         if alone and bool((seen > 0).all()):
             if bool((seen == 1).all()):  # one key: the mean of one value is that value
-                key = torch.empty(b * c, dtype=torch.long).scatter_(0, at, torch.arange(b * n))
+                every = torch.arange(b * n, device=v.device)
+                key = at.new_empty(b * c).scatter_(0, at, every)
                 key = key.view(b, c)[:, best].reshape(-1)
                 return flat.index_select(0, key).view(b, n, wv)
-            sums = torch.zeros(b * c, wv, dtype=v.dtype).index_add_(0, at, flat).view(b, c, wv)
+            sums = v.new_zeros(b * c, wv).index_add_(0, at, flat).view(b, c, wv)
             return sums[:, best] / seen[..., None]
-    sums = torch.zeros(b * c, wv, dtype=v.dtype).index_add_(0, at, flat).view(b, c, wv)
+    sums = v.new_zeros(b * c, wv).index_add_(0, at, flat).view(b, c, wv)
     s = table.expand(b, n, c).masked_fill((count == 0)[:, None, :], float("-inf"))
     top, best = s.max(dim=-1, keepdim=True)
     if cfg.attention is AttentionMode.HARD:

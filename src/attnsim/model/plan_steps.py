@@ -125,7 +125,7 @@ def const_units(mlp, x: torch.Tensor, static: torch.Tensor) -> tuple[ConstUnits,
     used = writes.any(dim=1)
     ok = used & ~((W_in != 0) & ~static[:, None]).any(dim=0)
     # columns the other kinds of unit write: a constant there would split their sums
-    others = torch.zeros(W_out.shape[1], dtype=torch.bool)
+    others = torch.zeros(W_out.shape[1], dtype=torch.bool, device=W_out.device)
     for _, w_out, *_ in _mlp_units(mlp)[1:]:
         others |= (w_out != 0).any(dim=0)
     while bool(ok.any()):  # drop units sharing a column with a unit that is not constant
@@ -259,7 +259,7 @@ def run(mlp, p: StepPlan | ConstUnits, x: torch.Tensor, out: torch.Tensor, where
         bi, pi = torch.nonzero(bad, as_tuple=True)
         flat_out.index_put_(
             (bi[:, None], pi[:, None], cols[None, :]),
-            torch.full((len(bi), len(cols)), float("nan"), dtype=out.dtype),
+            out.new_full((len(bi), len(cols)), float("nan")),
             accumulate=True,
         )
     # BOS: the units as they are (its static directions may differ)
@@ -315,15 +315,15 @@ def compact(
         relu = (rest if steps else plan) if rest is not None or not steps else None
         parts = [relu[1]] if relu is not None else []
         parts += [p.cols for p in steps]
-        none = torch.zeros(0, dtype=torch.long)
+        none = torch.zeros(0, dtype=torch.long, device=x.device)
         written = torch.unique(torch.cat(parts + [g[1] for g in groups] + [none]))
-        where = torch.full((x.shape[-1],), -1, dtype=torch.long)
-        where[written] = torch.arange(len(written))
+        where = torch.full((x.shape[-1],), -1, dtype=torch.long, device=x.device)
+        where[written] = torch.arange(len(written), device=x.device)
         got = (slices, plan, written, where, steps, rest)
         if state is not None:
             state.mlp_written = got
     written, where, rest = got[2], got[3], got[5]
-    out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
+    out = x.new_zeros(*x.shape[:-1], len(written))
     if steps:  # the other units first, then the plans (as the full forward adds them)
         if rest is not None:
             rows, cols, w_in, w_out = rest

@@ -158,7 +158,7 @@ def table_plans(transformer, heads) -> tuple[tuple[TablePlan, ...], ...]:
                 later = W_E[:, rows] + W_pos[min(1, W_pos.shape[0] - 1), rows]
                 bos = W_E[0, rows] + W_pos[0, rows]
                 classes = torch.unique(torch.cat([later, bos[None]]), dim=0)
-                x = torch.zeros(classes.shape[0], W_E.shape[1], dtype=W_E.dtype)
+                x = W_E.new_zeros(classes.shape[0], W_E.shape[1])
                 x[:, rows] = classes
                 scores = (x @ W_Q) @ (x @ W_K).T  # [class, class], as the dense scores
                 first = W_E[:, rows] + W_pos[0, rows]  # any token id at position 0
@@ -218,8 +218,9 @@ def classes_of(p: TablePlan, x: torch.Tensor) -> torch.Tensor | None:
     classes = p.classes.to(x.dtype)
     # each row's class by a dot product with fixed weights (sorted, then searched), checked
     # exactly; where that finds no equal class, every class is compared
-    w = torch.rand(classes.shape[1], 1, generator=torch.Generator().manual_seed(1)) + 1.0
-    w = w.to(x.dtype)
+    gen = torch.Generator().manual_seed(1)  # (drawn on the CPU: the same on every device)
+    w = torch.rand(classes.shape[1], 1, generator=gen, device="cpu") + 1.0
+    w = w.to(x)
     key_c, order = (classes @ w).flatten().sort()
     at = torch.searchsorted(key_c, (rows @ w).flatten()).clamp_(max=len(key_c) - 1)
     found = order[at]
@@ -367,10 +368,10 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
         return torch.exp(s - top)  # softmax's terms; an absent class (-inf) weighs 0
 
     if not cfg.causal:  # per sequence, each class's sum of values and count of keys
-        at = (cls * b + torch.arange(b)[:, None]).view(-1)  # each key's (class, sequence)
-        ones = torch.ones(b, n, 1, dtype=x.dtype)
+        at = (cls * b + torch.arange(b, device=x.device)[:, None]).view(-1)  # (class, seq.)
+        ones = x.new_ones(b, n, 1)
         rows = torch.cat([v, ones], -1).view(b * n, wv + 1)
-        both = torch.zeros(c * b, wv + 1, dtype=x.dtype).index_add_(0, at, rows)
+        both = x.new_zeros(c * b, wv + 1).index_add_(0, at, rows)
         fixed = _fixed_selection(p, both[:, wv].view(c, b))
         if fixed is not None:  # each query class selects the same classes in every sequence
             num = (fixed.to(x.dtype) @ both.view(c, b * (wv + 1))).view(c * b, wv + 1)
@@ -380,7 +381,7 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
         if c >= n and bool(torch.isfinite(table).all()):
             # more classes than positions: per query, over the key classes; an absent
             # class gets -inf added (its sums are 0: it only must not be the best)
-            absent = torch.zeros(b, 1, c, dtype=x.dtype).masked_fill_(count[:, None] == 0, inf)
+            absent = x.new_zeros(b, 1, c).masked_fill_(count[:, None] == 0, inf)
             s = table.index_select(0, cls.view(-1)).view(b, n, c).add_(absent)
             if hard:  # the selection, 1.0 or 0.0, written over the scores
                 w = hard_selection(s, cfg.hard_tolerance, inplace=True)
@@ -393,7 +394,7 @@ def _mix(attn, p: TablePlan, x: torch.Tensor, cls: torch.Tensor, cache=None) -> 
         z = num[..., :wv] / num[..., wv:]  # [batch, query class, wv]
         return z.gather(1, cls[..., None].expand(b, n, wv))
     onehot = torch.nn.functional.one_hot(cls, c).to(x.dtype)  # [batch, pos, class]
-    z = torch.empty(b, n, wv, dtype=x.dtype)
+    z = x.new_empty(b, n, wv)
     step = max(1, PAIRS_PER_CHUNK // max(1, n * c * wv))  # batch rows per pass
     for start in range(0, b, step):
         part = slice(start, start + step)

@@ -163,8 +163,8 @@ class HeadPlan:
         """The pattern ``[query, key]`` this plan stands for (for checks and caches)."""
         n = self.offsets.numel() - 1
         counts = self.offsets[1:] - self.offsets[:-1]
-        rows = torch.repeat_interleave(torch.arange(n), counts)
-        out = torch.zeros(n, n, dtype=dtype)
+        rows = torch.repeat_interleave(torch.arange(n, device=counts.device), counts)
+        out = torch.zeros(n, n, dtype=dtype, device=counts.device)
         if self.weights is None:
             out[rows, self.keys] = 1.0 / counts[rows].to(dtype)
         else:
@@ -191,10 +191,11 @@ class ConstPlan:
 
 def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """BOS and then token row 1 (any token: static directions do not read it), values 0."""
-    ids = torch.zeros(1, n, dtype=torch.long)
+    device = transformer.W_E.device
+    ids = torch.zeros(1, n, dtype=torch.long, device=device)
     if transformer.W_E.shape[0] > 1:
         ids[0, 1:] = 1
-    return ids, torch.zeros(1, n, dtype=torch.float64)
+    return ids, torch.zeros(1, n, dtype=torch.float64, device=device)
 
 
 def _head_plan(attn, h: int, x: torch.Tensor, pattern=None, curves=None) -> HeadPlan:
@@ -346,7 +347,7 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     def keep_static(x: torch.Tensor, stage: int) -> torch.Tensor:
         # the other directions hold this one input's values, which may be infinite (1/x of
         # a 0 token); a zero weight times an infinity is NaN, so they are cleared
-        return torch.where(masks[stage], x, torch.zeros((), dtype=x.dtype))
+        return torch.where(masks[stage], x, x.new_zeros(()))
 
     with torch.no_grad():
         x = keep_static(transformer.W_E[ids] + transformer.W_pos[:n], 0)
@@ -428,7 +429,7 @@ def planned_attention(
         if "written" not in state.cache:
             state.cache["written"] = attn.written_columns()
         written, where = state.cache["written"]
-    out = torch.zeros(*x.shape[:-1], len(written), dtype=x.dtype)
+    out = x.new_zeros(*x.shape[:-1], len(written))
     planned: set[int] = set()
     layer_plans = plans  # (kept for the length: the key of what is stacked for it)
     by = by_kind(plans)
@@ -479,7 +480,7 @@ def planned_attention(
         plan_core.sum_planned(attn, x, fixed, out, where, cache, layer_plans)
     rest = [h for h in heads.tolist() if h not in planned]
     if rest:
-        out += compact_heads(attn, x, torch.tensor(rest, dtype=torch.long), written)
+        out += compact_heads(attn, x, torch.tensor(rest, device=x.device), written)
     if compact:
         return written, out
     full = torch.zeros_like(x)
@@ -495,7 +496,7 @@ def _const_plan(attn, x: torch.Tensor, plans: tuple, static: torch.Tensor) -> tu
     if not const:
         return plans
     written, where = attn.written_columns()
-    out = torch.zeros(1, x.shape[1], len(written), dtype=x.dtype)
+    out = x.new_zeros(1, x.shape[1], len(written))
     plan_core.sum_planned(attn, x, const, out, where)
     heads = tuple(p.head for p in const)
     rest = tuple(p for p in plans if p.head not in heads)

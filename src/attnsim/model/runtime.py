@@ -15,9 +15,14 @@ sparse sums, the others dense), "fused" (always feature-major), "dense" (the
 definition) and "jit" (the feature-major pass compiled by torch's compiler, inductor,
 :func:`attnsim.model.fused.jitted`: on the first call of each short input signature it is
 compiled, seconds, and timed against the plans, and the faster is kept; longer inputs as
-"auto"). All give the definition's outputs to rounding. A cache of every hook, forward
-hooks on a module (activation patching), or a device other than the CPU run the
-definition.
+"auto"). All give the definition's outputs to rounding. A cache of every hook, or forward
+hooks on a module (activation patching), run the definition.
+
+Every executor runs on the model's device: what it builds and allocates follows the
+weights' device and dtype (tests/test_device.py runs each with the default device set to
+another, so that an allocation that does not follow fails). Off the CPU, "auto" runs the
+definition: the cost table that chooses between the other executors was measured on CPUs
+(``benchmarks/device_check.py`` times each executor on a GPU against the definition).
 
 >>> import torch
 >>> from attnsim import compile_program, library
@@ -65,8 +70,7 @@ class Runtime:
     keep=None)`` gives what ``net(...)`` gives (see ``Transformer.forward``).
 
     Raises:
-        ValueError: an executor that is not one of :data:`EXECUTORS`; "plan" or "fused"
-            for a model off the CPU.
+        ValueError: an executor that is not one of :data:`EXECUTORS`.
     """
 
     def __init__(self, net, executor: str = "auto") -> None:
@@ -169,14 +173,9 @@ class Runtime:
         keep: Columns | None = None,
     ) -> torch.Tensor:
         net, executor = self.net, self.executor
-        device = net.W_E.device
-        if device.type != "cpu" and executor in ("plan", "fused"):
-            raise ValueError(
-                f"executor={executor!r} runs on CPU only; on {device} the model runs as "
-                "defined: use executor='auto' or 'dense' there"
-            )
         self.current()
-        if executor == "dense" or cache is not None or device.type != "cpu" or self.hooked():
+        defined = executor == "dense" or (executor == "auto" and net.W_E.device.type != "cpu")
+        if defined or cache is not None or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
         if executor == "jit" and not streams and fused.measured(self, n, token_values):
@@ -208,8 +207,10 @@ class Runtime:
             try:
                 for _ in range(MEASURED_RUNS):
                     for i, run in enumerate(runs):
+                        _finish(token_ids.device)  # (an accelerator runs asynchronously)
                         start = time.perf_counter()
                         run()
+                        _finish(token_ids.device)
                         best[i] = min(best[i], time.perf_counter() - start)
                         for state, (misses, distinct) in zip(self.layers, learned):
                             state.misses, state._distinct_misses = dict(misses), distinct
@@ -231,9 +232,9 @@ class Runtime:
             for i in range(0, b, step):  # each part's stream is a slice of the output
                 p, vals = slice(i, i + step), token_values
                 self._run(token_ids[p], vals if vals is None else vals[p], None, n, out[p])
-            return out if keep is None else out[..., keep.cols]
+            return out if keep is None else out[..., keep.cols.to(out.device)]
         x = self._run(token_ids, token_values, streams, n)
-        return x if keep is None else x[..., keep.cols]
+        return x if keep is None else x[..., keep.cols.to(x.device)]
 
     def _run(self, token_ids, token_values, streams, n: int, out=None) -> torch.Tensor:
         """The planned pass on checked inputs (into ``out`` when given)."""
@@ -319,6 +320,12 @@ def _embedding_parts(net) -> tuple:
         v_cols = torch.nonzero((W_v != 0).any(dim=0)).flatten()
         proj = Projection(W_v[:, v_cols])
     return (e_cols, W_E[:, e_cols].contiguous()), (n_cols, W_n[n_cols]), (v_cols, proj), table
+
+
+def _finish(device: torch.device) -> None:
+    """Waits for the work queued on ``device`` (nothing to wait for on the CPU)."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
 
 
 class _Clock:

@@ -45,7 +45,7 @@ from attnsim.model import gather_batch, head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import PART_BYTES, PLANS_KEPT, READS_KEPT
 from attnsim.model.positions import PositionTable
-from attnsim.model.sparse_layers import SparseHeads, SparseLayer, SparseUnits
+from attnsim.model.sparse_layers import OnTheCpu, SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
     HeadMaps,
     Linear,
@@ -71,7 +71,7 @@ from attnsim.model.stream import Columns, Forms, check_positions
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
 
 
-class SparseTransformer:
+class SparseTransformer(OnTheCpu):
     """A compiled transformer stored as its non-zero weights (see the module docstring).
 
     Attributes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SparseHeads", "SparseLayer", "SparseUnits"]
+__all__ = ["OnTheCpu", "SparseHeads", "SparseLayer", "SparseUnits"]
 
 
 @dataclass
@@ -40,3 +40,20 @@ class SparseUnits:
 class SparseLayer:
     heads: SparseHeads
     units: list[SparseUnits]
+
+
+class OnTheCpu:
+    """Where a model in sparse storage runs: on the CPU only (its rows are paged with Linux's
+    madvise); ``to`` leaves it there and refuses another device, saying what moves.
+
+    >>> OnTheCpu().to("cpu").__class__.__name__
+    'OnTheCpu'
+    """
+
+    def to(self, device):
+        if torch.device(device).type != "cpu":
+            raise ValueError(
+                f"a model in sparse storage runs on the CPU only, not on {device}: compile "
+                "it with storage='dense' (or move model.to_dense()) to run it there"
+            )
+        return self

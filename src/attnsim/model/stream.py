@@ -105,7 +105,7 @@ class Forms(Columns):
                 )
         self.forms = [(c.tolist(), w.tolist()) for c, w in forms]
         every = sorted({c for cols, _ in self.forms for c in cols})
-        super().__init__(torch.tensor(every, dtype=torch.long))
+        super().__init__(torch.tensor(every, dtype=torch.long, device="cpu"))
 
     @classmethod
     def named(cls, forms, index: dict) -> Forms:
@@ -123,8 +123,8 @@ class Forms(Columns):
         return cls(
             [
                 (
-                    torch.tensor([index[d] for d, _ in form], dtype=torch.long),
-                    torch.tensor([float(w) for _, w in form], dtype=torch.float64),
+                    torch.tensor([index[d] for d, _ in form], dtype=torch.long, device="cpu"),
+                    torch.tensor([float(w) for _, w in form], dtype=torch.float64, device="cpu"),
                 )
                 for form in forms
             ]
