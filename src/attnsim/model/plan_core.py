@@ -312,11 +312,10 @@ def candidate_keys(
         rows_q, inverse, first = q, None, torch.arange(n, device=q.device)
     else:
         rows_q, inverse = distinct_rows(q)
+        # a query of each row (any: they share their candidates, select_keys spreads
+        # each row's)
         first = inverse.new_zeros(len(rows_q))
-        first.scatter_(
-            0, inverse, torch.arange(n, device=q.device)
-        )  # a query of each row (any: they share
-        # their candidates, select_keys spreads each row's)
+        first.scatter_(0, inverse, torch.arange(n, device=q.device))
     others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype, device=q.device)
     todo = torch.arange(len(rows_q), device=q.device)
     curve = _curve(cfg, k, curves)
@@ -334,9 +333,8 @@ def candidate_keys(
         c = counts[at_q]
         at = torch.repeat_interleave(offsets[at_q] - (torch.cumsum(c, 0) - c), c)
         own = keys[at + torch.arange(len(at), device=q.device)]
-        scores[torch.repeat_interleave(torch.arange(len(part), device=q.device), c), own] = float(
-            "-inf"
-        )
+        row = torch.repeat_interleave(torch.arange(len(part), device=q.device), c)
+        scores[row, own] = float("-inf")
         others[part] = scores.amax(dim=-1)
     gap = best - (others if inverse is None else others[inverse])
     if not bool((gap > cfg.hard_tolerance).all()):

@@ -2,7 +2,9 @@
 from (see :mod:`attnsim.model.plans`). A direction is static when its value at every position
 is the same for every input of a length; a head whose queries and keys read static
 directions only has a pattern the length alone decides. The analysis reads which weights are
-non-zero, nothing else.
+non-zero, nothing else: :func:`static_flow` is the one analysis, of what each sublayer reads
+and writes, which the dense weights (:func:`analysis`) and the sparse storage
+(``SparseTransformer._analysis``) describe each in their own terms.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import torch
 from attnsim.model.config import AttentionMode
 from attnsim.model.patterns import head_keys
 
-__all__ = ["static_directions", "static_heads", "known_patterns", "pattern_keys"]
+__all__ = [
+    "analysis",
+    "static_flow",
+    "static_directions",
+    "static_heads",
+    "known_patterns",
+    "pattern_keys",
+]
 
 
 def known_patterns(model) -> tuple:
@@ -54,6 +63,95 @@ def _writes(w: torch.Tensor) -> torch.Tensor:
     return w.abs().sum(dim=0) > 0
 
 
+def static_flow(static: torch.Tensor, layers, hard: bool) -> dict:
+    """The static analysis, for either storage: which directions are static after each
+    stage, from ``static [d_model]`` (the embedding's) and, per layer, what its sublayers
+    read and write (``layers``: ``(heads, groups)`` each; ``heads``: ``(head, qk, v,
+    writes)``, the directions its queries and keys read, its values read and it writes,
+    each a list of ints; ``groups``, per kind of unit: ``(reads, writes)``,
+    ``reads(static)`` ``[units]`` bool, the units that read static directions only, and
+    ``writes(units)`` the directions those units write, an index tensor).
+
+    Returns ``masks`` (``[2 * n_layers + 1]``: entry 2l before layer l's attention, 2l + 1
+    before its MLP, the last the final stream), per layer the static ``heads`` (queries
+    and keys read static directions only) and, with ``hard``, the ``partial`` ones (they
+    read some static direction), and per layer and kind of unit the static ``units``.
+
+    >>> flow = static_flow(torch.tensor([True, False]), [([(0, [0], [0], [0])], [])], True)
+    >>> flow["heads"], [m.tolist() for m in flow["masks"]]
+    ([[0]], [[True, False], [True, False], [True, False]])
+    """
+    masks, heads, partial, units = [static.clone()], [], [], []
+    for layer_heads, groups in layers:
+        found, some, dynamic, on = [], [], torch.zeros_like(static), static.tolist()
+        for h, qk, v, writes in layer_heads:
+            pattern = [on[c] for c in qk]
+            if all(pattern):
+                found.append(h)
+            elif hard and any(pattern):
+                some.append(h)
+            if not (all(pattern) and all(on[c] for c in v)):
+                dynamic[list(writes)] = True
+        static = static & ~dynamic
+        masks.append(static.clone())
+        heads.append(found)
+        partial.append(some)
+        layer_units, dynamic = [], torch.zeros_like(static)
+        for reads, writes in groups:
+            ok = reads(static)
+            layer_units.append(ok)
+            if not bool(ok.all()):
+                dynamic[writes(torch.nonzero(~ok).flatten())] = True
+        static = static & ~dynamic
+        masks.append(static.clone())
+        units.append(layer_units)
+    return {"masks": masks, "heads": heads, "partial": partial, "units": units}
+
+
+def analysis(transformer) -> dict:
+    """:func:`static_flow` of a dense model, read from which of its weights are non-zero.
+
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> analysis(m.model)["partial"]  # hist's head: tokens, and BOS's static score
+    [[0]]
+    """
+    with torch.no_grad():
+        W_E = transformer.W_E
+        static = transformer.W_E_num == 0
+        if transformer.cfg.token_width:  # vector tokens write their channels' directions
+            static = static & (transformer.W_E_vec == 0).all(dim=0)
+        if W_E.shape[0] > 1:  # every non-BOS token row writes the same (usually nothing)
+            static = static & (W_E[1:] == W_E[1:2]).all(dim=0)
+        layers = [(_heads(b.attn), _groups(b.mlp)) for b in transformer.blocks]
+        hard = transformer.cfg.attention is AttentionMode.HARD
+        return static_flow(static, layers, hard)
+
+
+def _heads(a):
+    def at(mask: torch.Tensor) -> list[int]:
+        return torch.nonzero(mask).flatten().tolist()
+
+    for h in a.active_heads().tolist():
+        qk = _reads(a.W_Q[h]) | _reads(a.W_K[h])
+        yield h, at(qk), at(_reads(a.W_V[h])), at(_writes(a.W_O[h]))
+
+
+def _groups(mlp) -> list:
+    out = []
+    for w_in, w_out, *gates in _mlp_units(mlp):
+        reads = w_in.abs() > 0  # [d_model, units]
+        for g in gates:
+            reads = reads | (g.abs() > 0)
+        out.append(
+            (
+                lambda static, r=reads: (static[:, None] | ~r).all(dim=0),
+                lambda units, w=w_out: _writes(w[units]),
+            )
+        )
+    return out
+
+
 def static_directions(transformer) -> list[torch.Tensor]:
     """The static residual directions before each sublayer: ``[2 * n_layers + 1]`` masks
     ``[d_model]`` (entry 2l: before layer l's attention; 2l + 1: before its MLP; the last:
@@ -64,36 +162,7 @@ def static_directions(transformer) -> list[torch.Tensor]:
     >>> [int(mask.sum()) for mask in static_directions(m.model)][-1], m.config.d_model
     (26, 30)
     """
-    with torch.no_grad():
-        d = transformer.cfg.d_model
-        W_E = transformer.W_E
-        static = transformer.W_E_num == 0
-        if transformer.cfg.token_width:  # vector tokens write their channels' directions
-            static = static & (transformer.W_E_vec == 0).all(dim=0)
-        if W_E.shape[0] > 1:  # every non-BOS token row writes the same (usually nothing)
-            static = static & (W_E[1:] == W_E[1:2]).all(dim=0)
-        out = [static]
-        for block in transformer.blocks:
-            a = block.attn
-            dynamic = torch.zeros(d, dtype=torch.bool, device=W_E.device)
-            for h in a.active_heads().tolist():
-                pattern_static = bool((static | ~(_reads(a.W_Q[h]) | _reads(a.W_K[h]))).all())
-                values_static = bool((static | ~_reads(a.W_V[h])).all())
-                if not (pattern_static and values_static):
-                    dynamic |= _writes(a.W_O[h])
-            static = static & ~dynamic
-            out.append(static)
-            dynamic = torch.zeros(d, dtype=torch.bool, device=W_E.device)
-            for w_in, w_out, *gates in _mlp_units(block.mlp):
-                reads = w_in.abs() > 0  # [d_model, units]
-                for g in gates:
-                    reads = reads | (g.abs() > 0)
-                unit_static = (static[:, None] | ~reads).all(dim=0)  # [units]
-                if not bool(unit_static.all()):
-                    dynamic |= _writes(w_out[~unit_static])
-            static = static & ~dynamic
-            out.append(static)
-        return out
+    return analysis(transformer)["masks"]
 
 
 def _mlp_units(mlp) -> list[tuple[torch.Tensor, ...]]:
@@ -121,16 +190,4 @@ def static_heads(transformer) -> tuple[tuple[int, ...], ...]:
     >>> static_heads(m.model)  # length (layer 0) and the reversing gather (layer 3)
     ((0,), (), (), (0,))
     """
-    masks = static_directions(transformer)
-    out = []
-    with torch.no_grad():
-        for layer, block in enumerate(transformer.blocks):
-            static, a = masks[2 * layer], block.attn
-            out.append(
-                tuple(
-                    h
-                    for h in a.active_heads().tolist()
-                    if bool((static | ~(_reads(a.W_Q[h]) | _reads(a.W_K[h]))).all())
-                )
-            )
-    return tuple(out)
+    return tuple(tuple(hs) for hs in analysis(transformer)["heads"])

@@ -64,7 +64,6 @@ from typing import ClassVar
 import torch
 
 from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_tables
-from attnsim.model.config import AttentionMode
 from attnsim.model.plan_keys import SidePlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     _mlp_units,
@@ -259,8 +258,8 @@ class StaticAnalysis:
 
     @classmethod
     def of(cls, transformer) -> StaticAnalysis:
-        masks = static_directions(transformer)
-        heads = static_heads(transformer)
+        flow = plan_static.analysis(transformer)
+        masks, heads = flow["masks"], tuple(tuple(hs) for hs in flow["heads"])
         with torch.no_grad():
             parts = [
                 _static_part(b, masks[2 * i], masks[2 * i + 1])
@@ -268,7 +267,7 @@ class StaticAnalysis:
             ]
             found = plan_tables.table_plans(transformer, heads)
             sides = plan_keys.side_heads(transformer, masks, heads)
-        partial = partial_heads(transformer, masks, heads)
+        partial = tuple(tuple(hs) for hs in flow["partial"])
         skip = [
             set(hs) | {t.head for t in tb} | {h for h, _ in one}
             for hs, tb, one in zip(heads, found, sides)
@@ -277,7 +276,7 @@ class StaticAnalysis:
         return cls(masks, heads, parts, partial, found, sides, rows)
 
 
-def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...], ...]:
+def partial_heads(transformer) -> tuple[tuple[int, ...], ...]:
     """Per layer, the hard heads that are not static but whose queries or keys read some
     static direction: candidates for a plan on the static part of their scores.
 
@@ -286,23 +285,7 @@ def partial_heads(transformer, masks=None, heads=None) -> tuple[tuple[int, ...],
     >>> partial_heads(m.model)  # hist's head: tokens, and BOS's static score
     ((0,),)
     """
-    masks = static_directions(transformer) if masks is None else masks
-    heads = static_heads(transformer) if heads is None else heads
-    if transformer.cfg.attention is not AttentionMode.HARD:
-        return tuple(() for _ in transformer.blocks)
-    out = []
-    with torch.no_grad():
-        for i, b in enumerate(transformer.blocks):
-            a, static = b.attn, masks[2 * i]
-            out.append(
-                tuple(
-                    h
-                    for h in a.active_heads().tolist()
-                    if h not in heads[i]
-                    and bool(((_reads(a.W_Q[h]) | _reads(a.W_K[h])) & static).any())
-                )
-            )
-    return tuple(out)
+    return tuple(tuple(hs) for hs in plan_static.analysis(transformer)["partial"])
 
 
 def summary(transformer) -> dict:
@@ -313,12 +296,8 @@ def summary(transformer) -> dict:
     >>> summary(m.model)
     {'static_heads': [[0], [], [], [0]], 'partial_heads': [[], [], [], []]}
     """
-    masks = static_directions(transformer)
-    heads = static_heads(transformer)
-    return {
-        "static_heads": [list(hs) for hs in heads],
-        "partial_heads": [list(hs) for hs in partial_heads(transformer, masks, heads)],
-    }
+    flow = plan_static.analysis(transformer)
+    return {"static_heads": flow["heads"], "partial_heads": flow["partial"]}
 
 
 def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -> list[tuple]:

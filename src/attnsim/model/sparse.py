@@ -213,49 +213,26 @@ class SparseTransformer(OnTheCpu):
         ones (hard heads whose queries or keys read some static direction) and, per kind of
         unit, which units read static directions only."""
         got = getattr(self, "_analysis_cache", None)
-        if got is not None:
-            return got
-        d = self.cfg.d_model
-        e = self.embed
-        static = torch.ones(d, dtype=torch.bool)
-        static[e["num"]] = False
-        static[e["vec"][:, 1]] = False
-        E = e["E"]
-        if len(E):  # a direction the token rows (1, 2, ...) write differently is dynamic
-            full = torch.zeros(max(int(E[:, 0].max()) + 1, 2), d, dtype=e["E_w"].dtype)
-            full[E[:, 0], E[:, 1]] = e["E_w"]
-            if full.shape[0] > 2:
-                static &= (full[1:] == full[1:2]).all(dim=0)
-        masks = [static.clone()]
-        heads, partial, units = [], [], []
-        for hm, ums in zip(self._heads, self._units):
-            sh, ph, dynamic = [], [], set()
-            for h in hm.active:
-                qk = [bool(static[r]) for r in hm.reads_qk[h]]
-                v_ok = all(bool(static[r]) for r in hm.reads_v[h])
-                if all(qk):
-                    sh.append(h)
-                elif self.cfg.attention is AttentionMode.HARD and any(qk):
-                    ph.append(h)
-                if not (all(qk) and v_ok):
-                    dynamic |= hm.writes[h]
-            static[list(dynamic)] = False
-            masks.append(static.clone())
-            heads.append(sh)
-            partial.append(ph)
-            su, dynamic = [], set()
-            for um in ums:
-                ok = torch.tensor(
-                    [all(bool(static[c]) for c in r) for r in um.unit_reads], dtype=torch.bool
+        if got is None:
+            e = self.embed
+            static = torch.ones(self.cfg.d_model, dtype=torch.bool)
+            static[e["num"]] = False
+            static[e["vec"][:, 1]] = False
+            E = e["E"]
+            if len(E):  # a direction the token rows (1, 2, ...) write differently is dynamic
+                full = e["E_w"].new_zeros(max(int(E[:, 0].max()) + 1, 2), self.cfg.d_model)
+                full[E[:, 0], E[:, 1]] = e["E_w"]
+                if full.shape[0] > 2:
+                    static &= (full[1:] == full[1:2]).all(dim=0)
+            layers = [
+                (
+                    [(h, hm.reads_qk[h], hm.reads_v[h], hm.writes[h]) for h in hm.active],
+                    [(_static_units(um), _unit_writes(um)) for um in ums],
                 )
-                su.append(ok)
-                if not bool(ok.all()):
-                    dynamic |= unit_writes(um, torch.nonzero(~ok).flatten().tolist())
-            static[list(dynamic)] = False
-            masks.append(static.clone())
-            units.append(su)
-        got = dict(masks=masks, heads=heads, partial=partial, units=units)
-        self._analysis_cache = got
+                for hm, ums in zip(self._heads, self._units)
+            ]
+            hard = self.cfg.attention is AttentionMode.HARD
+            got = self._analysis_cache = plan_static.static_flow(static, layers, hard)
         return got
 
     # -- the forward pass ----------------------------------------------------------------
@@ -595,3 +572,19 @@ class SparseTransformer(OnTheCpu):
     def to_dense(self):
         """The dense :class:`Transformer` with these weights (assembly's factorisation)."""
         return dense_of(self)
+
+
+def _static_units(um):
+    """``reads(static)`` of :func:`attnsim.model.plan_static.static_flow` for the units of
+    ``um``: ``[units]`` bool, those that read static directions only."""
+
+    def reads(static: torch.Tensor) -> torch.Tensor:
+        on = static.tolist()
+        return torch.tensor([all(on[c] for c in r) for r in um.unit_reads], dtype=torch.bool)
+
+    return reads
+
+
+def _unit_writes(um):
+    """``writes(units)`` of :func:`attnsim.model.plan_static.static_flow` for ``um``."""
+    return lambda units: torch.tensor(sorted(unit_writes(um, units.tolist())), dtype=torch.long)

@@ -103,11 +103,8 @@ class SimulatorReport(Resources):
     token_width: int = 1
 
     def __str__(self) -> str:
-        tokens = (
-            f"vector tokens of width {self.token_width}"
-            if self.layout == "vector"
-            else "one number per position"
-        )
+        width = self.token_width  # (one number per position: the scalar layout's tokens)
+        tokens = f"vector tokens of width {width}" if width > 1 else "one number per position"
         return (
             f"U(N={self.max_n}, D={self.max_d}, H={self.max_heads}"
             f"{f', F={self.max_ff}' if self.max_ff else ''}), {self.layout} layout "
