@@ -16,6 +16,7 @@ import torch._inductor  # the compiler executor='jit' calls: patched below
 from attnsim import library, rasp
 from attnsim.compiler import compile_program
 from attnsim.model import fused
+from attnsim.model.costs import MEASURED_RUNS
 from attnsim.model.runtime import Runtime
 from tests.test_plans import assert_close
 
@@ -84,6 +85,30 @@ def test_measuring_leaves_the_plans_as_one_call_does():
         learned.append(([dict(s.misses) for s in rt.layers], sorted(rt.profile)))
     assert learned[0] == learned[1]
     assert any(learned[0][0])  # the batch made a certificate fail somewhere
+
+
+def test_the_plans_are_timed_as_later_calls_run_them(monkeypatch):
+    """A head whose certificate fails twice runs dense from then on: the timed planned
+    runs of jit's first call see that settled state (timed before it, the plans looked
+    slower than later calls make them: make_sort at 20 kept a pass twice as slow)."""
+    entry = library.PROGRAMS["make_sort"]
+    model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=8)
+    ids, vals = model.encode(_inputs(entry, 8, 64, 4))
+    rt = Runtime(model.model, "jit")
+    seen = []
+    planned = rt._planned
+
+    def spy(*args):
+        seen.append([dict(s.misses) for s in rt.layers])
+        return planned(*args)
+
+    monkeypatch.setattr(rt, "_planned", spy)
+    with torch.no_grad():
+        rt(ids, vals)
+    timed = seen[3 : 3 + MEASURED_RUNS]  # after the first run and the two settling runs
+    assert len(timed) == MEASURED_RUNS
+    assert not any(seen[0]) and any(timed[0])  # (a dict of counts: true when not empty)
+    assert all(count >= 2 for state in timed for m in state for count in m.values())
 
 
 def test_a_compiler_that_fails_warns_once_and_the_pass_runs_uncompiled(monkeypatch):
