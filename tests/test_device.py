@@ -7,6 +7,7 @@ assumed)."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import sys
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_every_executor_allocates_on_the_models_device(name):
         if name == "sort_freq" and length == 40:
             continue  # (its selector table is refused there)
         m = compile_program(make(), vocab=vocab, max_seq_len=length, **options)
-        rng = __import__("random").Random(0)
+        rng = random.Random(0)
         xs = [[rng.choice(vocab) for _ in range(length)] for _ in range(24)]
         ids, vals = m.encode(xs)
         want = m.model(ids, vals)
@@ -195,3 +196,7 @@ def test_sparse_storage_stays_on_the_cpu_and_says_so():
         m.model.to("cuda")
     with pytest.raises(ValueError, match="not on meta"):
         m.model.to(torch.device("meta"))
+    with pytest.raises(ValueError, match="keeps the dtype it was compiled in"):
+        m.model.to(torch.float32)
+    with pytest.raises(TypeError, match="takes a device"):
+        m.model.to(3)

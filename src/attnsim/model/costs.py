@@ -58,6 +58,11 @@ COMPILED_KEPT = 16
 # executor "jit" times the compiled feature-major pass and the plans this many times each on
 # the first call of an input signature, and keeps the faster (model.runtime)
 MEASURED_RUNS = 3
+# a planned way of running a head (a certificate, a one-sided head, classes of rows) or an
+# MLP's grouped rows that fails on this many calls is not tried again: the head or MLP runs
+# the general way from then on (model.plans, model.plan_core, model.sparse_plans; jit's
+# measurement runs the plans this many times before timing them, model.runtime)
+TRIES = 2
 # the sparse storage's sublayer-read tables kept per model, one per plan set (model.sparse)
 READS_KEPT = 40
 # one build of plans keeps the curves of the last keys, reused by heads that read equal keys

@@ -24,6 +24,7 @@ from attnsim.model.costs import (
     PAIRS_PER_CHUNK,
     ROWS_PER_CHUNK,
     STREAM_BYTES,
+    TRIES,
 )
 from attnsim.model.hard import HEAD_CHUNK_VALUES, hard_selection, mix  # noqa: F401
 from attnsim.model.projection import Projection, add_columns, columns, set_columns
@@ -143,7 +144,7 @@ def repeated_rows(n: int, get_rows, owner, work: int):
     ([[1.0, 1.0]], 0)
     """
     misses = getattr(owner, "_distinct_misses", 0)
-    if owner is None or n < DISTINCT_MIN_ROWS or work < DISTINCT_MIN_WORK or misses >= 2:
+    if owner is None or n < DISTINCT_MIN_ROWS or work < DISTINCT_MIN_WORK or misses >= TRIES:
         return None
     xs = get_rows()
     rows, inverse = distinct_rows(xs)

@@ -64,6 +64,7 @@ from typing import ClassVar
 import torch
 
 from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_tables
+from attnsim.model.costs import TRIES
 from attnsim.model.plan_keys import SidePlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     _mlp_units,
@@ -435,7 +436,7 @@ def planned_attention(
     # would cost more than it saves (the outputs are the dense ones either way)
     misses = {} if state is None else state.misses
     for p in by["candidates"]:
-        if p.head not in planned and misses.get(p.head, 0) < 2:
+        if p.head not in planned and misses.get(p.head, 0) < TRIES:
             z = _run_candidates(attn, p, x, kept)
             if z is not None:  # certified: the head's keys are among its candidates
                 add(p.head, z)
@@ -443,14 +444,14 @@ def planned_attention(
                 misses[p.head] = misses.get(p.head, 0) + 1
     # None twice (too many distinct rows on the dynamic side): the head stops trying
     for p in by["side"]:
-        if p.head not in planned and misses.get(("side", p.head), 0) < 2:
+        if p.head not in planned and misses.get(("side", p.head), 0) < TRIES:
             z = plan_keys.run(attn, p, x, kept)
             if z is not None:
                 add(p.head, z)
             else:
                 misses[("side", p.head)] = misses.get(("side", p.head), 0) + 1
     for p in by["rows"]:  # None (too many classes) twice: the head runs dense from then on
-        if p.head not in planned and misses.get(("rows", p.head), 0) < 2:
+        if p.head not in planned and misses.get(("rows", p.head), 0) < TRIES:
             z = plan_tables.run_rows(attn, p, x, misses, kept)
             if z is not None:
                 add(p.head, z)

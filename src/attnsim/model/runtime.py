@@ -40,7 +40,7 @@ import time
 import torch
 
 from attnsim.model import fused, plan_core, plan_steps, plans
-from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES
+from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES, TRIES
 from attnsim.model.plans import EXECUTORS
 from attnsim.model.projection import Projection, add_columns
 from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
@@ -190,8 +190,8 @@ class Runtime:
         plans, whichever ran faster on the first call of this input signature (each run
         once, the pass compiled and the plans built, then :data:`MEASURED_RUNS` times each
         in turn, the least time of each compared; kept with the prepared weights). The
-        plans are timed as later calls run them (after two more runs, within which what
-        their layers learn from failed certificates settles); afterwards what they
+        plans are timed as later calls run them (after :data:`TRIES` more runs, within
+        which what their layers learn from failed certificates settles); afterwards what they
         learned (their layers' counts) and the sublayer profile are as after one call."""
         key = fused.signature(token_ids, token_values)
         runs = (
@@ -207,9 +207,9 @@ class Runtime:
             best = [float("inf")] * len(runs)
             try:
                 # the plans as later calls run them: what a layer learns from failed
-                # certificates and distinct rows settles within two calls
-                runs[1]()
-                runs[1]()
+                # certificates and distinct rows settles within TRIES calls
+                for _ in range(TRIES):
+                    runs[1]()
                 for _ in range(MEASURED_RUNS):
                     for i, run in enumerate(runs):
                         _finish(token_ids.device)  # (an accelerator runs asynchronously)

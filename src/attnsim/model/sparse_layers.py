@@ -44,13 +44,21 @@ class SparseLayer:
 
 class OnTheCpu:
     """Where a model in sparse storage runs: on the CPU only (its rows are paged with Linux's
-    madvise); ``to`` leaves it there and refuses another device, saying what moves.
+    madvise), in the dtype it was compiled in; ``to`` leaves it there and refuses another
+    device or a dtype, saying what to do instead.
 
     >>> OnTheCpu().to("cpu").__class__.__name__
     'OnTheCpu'
     """
 
     def to(self, device):
+        if isinstance(device, torch.dtype):
+            raise ValueError(
+                f"a model in sparse storage keeps the dtype it was compiled in, not {device}: "
+                "compile it with dtype=... to change it"
+            )
+        if not isinstance(device, (str, torch.device)):
+            raise TypeError(f"to() takes a device (say 'cpu'), got {type(device).__name__}")
         if torch.device(device).type != "cpu":
             raise ValueError(
                 f"a model in sparse storage runs on the CPU only, not on {device}: compile "

@@ -19,7 +19,7 @@ import torch
 
 from attnsim.model import plan_core, plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.costs import RUN_POSITIONS, TERMS_PER_CHUNK
+from attnsim.model.costs import RUN_POSITIONS, TERMS_PER_CHUNK, TRIES
 from attnsim.model.patterns import gather_keys
 from attnsim.model.plan_static import pattern_keys
 from attnsim.model.sparse_ops import rows_last, split_qk
@@ -376,7 +376,7 @@ def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask,
     x, slot = store.data, store.slot
     v = hm.V[h](x, slot)
     z = None
-    if p is not None and counts.get((li, h), 0) < 2:  # certify first
+    if p is not None and counts.get((li, h), 0) < TRIES:  # certify first
         parts = split_qk(hm, h, x, slot, static_mask)
         z = run_candidates(cfg, p, *(rows_last(t) for t in parts), rows_last(v))
         if z is None:
@@ -384,7 +384,7 @@ def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask,
     if z is None:
         q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
         side = ("side", li, h)
-        if counts.get(side, 0) < 2:
+        if counts.get(side, 0) < TRIES:
             qd, kd = hm.Q[h].dirs, hm.K[h].dirs
             z = plan_keys.one_sided(cfg, static_mask, qd, kd, q, k, rows_last(v))
             counts[side] = counts.get(side, 0) + (z is None)
