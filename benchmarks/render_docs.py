@@ -1612,6 +1612,68 @@ def calibrate_costs(data: dict) -> str:
     return "\n".join(out)
 
 
+def plan_kinds(data: dict) -> str:
+    """``benchmarks/plan_kinds.py``: how much slower the plan executor runs with each kind
+    of plan left out."""
+    kinds, rows = data["kinds"], data["rows"]
+    out = [
+        "## What each kind of plan buys",
+        "",
+        "The plan executor runs a head by one of several kinds of plan and an MLP's "
+        "one-number discretisers as step tables; each kind is code to keep. "
+        '`benchmarks/plan_kinds.py` times the same models by `executor="plan"` with every '
+        "kind, and with each kind left out (`Runtime(net, without={kind})`: those heads and "
+        "units then run by the next way that applies, to the same outputs, checked against "
+        f"the definition: at most {fmt(max(r['max_relative_error'] for r in rows))} relative "
+        "here), one thread, called one after the other round after round (a disturbance "
+        "of the machine falls on all alike), the least time of each kept; the cells are "
+        "the time without the kind over the time with all of them; the control is a second "
+        "runtime with every kind, timed the same way (its distance from 1.00x is the "
+        "resolution). "
+        "Kinds: `head` fixed keys (gathers and sums), `const` heads and units that add a "
+        "constant, `table` token tables, `candidates` certified candidate keys, `side` "
+        "one-sided heads over distinct rows, `rows` classes of rows, `steps` step tables."
+        + (" (A `--quick` run.)" if data.get("quick") else ""),
+        "",
+    ]
+    out.append(
+        table(
+            ["setting", "all kinds (ms)"] + [f"without {k}" for k in kinds] + ["control"],
+            [
+                [r["setting"], fmt(r["ms"])]
+                + [f"{r['without'][k]['ratio']:.2f}x" for k in kinds]
+                + [f"{r['control_ratio']:.2f}x"]
+                for r in rows
+            ],
+        )
+    )
+    out.append("")
+    pays = data["pays"]
+    for k, s in data["summary"].items():
+        where = ", ".join(s["pays_on"]) or "none"
+        out.append(
+            f"- `{k}`: at least {fmt(pays)}x slower without it on {len(s['pays_on'])} of "
+            f"{len(rows)} settings ({where}); at most {s['most']:.2f}x ({s['most_on']})."
+        )
+    never = [k for k, s in data["summary"].items() if not s["pays_on"]]
+    control = [r["control_ratio"] for r in rows]
+    out += [
+        "",
+        f"The control came out between {min(control):.2f}x and {max(control):.2f}x of the "
+        "runtime with every kind: differences of that size are the machine's, not the "
+        "kinds'.",
+        "",
+        (
+            "Every kind pays on some setting, so none can go without a slower pass there."
+            if not never
+            else f"Kinds that paid on no setting here: {', '.join(never)}."
+        ),
+        "",
+        machine_line(data.get("machine", {})),
+    ]
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "compress_sweep": compress_sweep,
     "simulator_cost": simulator_cost,
@@ -1625,6 +1687,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "startup": startup,
     "device_check": device_check,
     "calibrate_costs": calibrate_costs,
+    "plan_kinds": plan_kinds,
 }
 ORDER = (
     "simulator_cost",

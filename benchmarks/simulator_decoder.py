@@ -113,7 +113,7 @@ def llama(seed: int = 0, score: float = 30.0) -> dict:
         "d_model": r_.d_model,
         "layers": r_.layers,
         "storage": U.model.storage,
-        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "peak_live_columns": getattr(U.model.runtime, "peak_columns", None),
         "build_seconds": build,
         "simulate_seconds": simulate,
         "direct_seconds": direct,

@@ -142,7 +142,7 @@ def measure(
         "storage": U.model.storage,
         # sparse storage: the most residual directions alive at once (of d_model), and the
         # stream they take (float64, every position)
-        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "peak_live_columns": getattr(U.model.runtime, "peak_columns", None),
         "stream_mb": _stream_mb(U),
         # sparse storage: the store's peak cells and peak non-zero entries (StreamFill)
         "stream_cells_peak": None if fill is None else fill.cells,
@@ -208,7 +208,7 @@ class StreamFill:
 
 def _stream_mb(U) -> float:
     """MB of U's residual stream for one input: the live columns (sparse) or d_model."""
-    cols = getattr(U.model.model, "peak_columns", None) or U.model.config.d_model
+    cols = getattr(U.model.runtime, "peak_columns", None) or U.model.config.d_model
     return cols * (U.layout.length + 1) * 8 / 2**20
 
 
@@ -440,7 +440,7 @@ def minilm_stack(layers: int, seed: int = 0, tokens: int | None = None) -> dict:
         "peak_extra_mb": mem.extra_mb,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_virtual_mb": _peak_virtual_mb(),
-        "peak_live_columns": getattr(U.model.model, "peak_columns", None),
+        "peak_live_columns": getattr(U.model.runtime, "peak_columns", None),
         "stream_mb": _stream_mb(U),
         "max_abs_score": max(scores),
         "error_vs_torch": relative_error(got, inner),

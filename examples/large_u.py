@@ -33,7 +33,8 @@ def main() -> None:
         want = layer(X[None])[0]
     got = U.simulate(layer, X)
     err = float((got - want).abs().max() / want.abs().max())
-    print(f"directions alive at once: at most {net.peak_columns:,} of {net.cfg.d_model:,}")
+    peak = U.model.runtime.peak_columns  # (the last planned call's)
+    print(f"directions alive at once: at most {peak:,} of {net.cfg.d_model:,}")
     print(f"max relative error vs torch: {err:.1e}")
     assert U.model.storage == "sparse"
     assert err <= 1e-9

@@ -147,8 +147,8 @@ def test_blocked_and_dense_stores_run_the_same_model(monkeypatch):
         monkeypatch.setattr(sparse_ops, "ROW_BY_TERM", by_term)
         for limit in (1 << 62, 1):
             monkeypatch.setattr(store_mod, "BLOCKED_ROW_VALUES", limit)
-            U.model.model._plans.clear()
-            m.model._plans.clear()
+            U.model.runtime.forget()
+            m.runtime.forget()
             got[limit, by_term] = ([m.run(w) for w in words], U.simulate(t, X))
     assert all(g[0] == [sorted(w) for w in words] for g in got.values())
     assert all(torch.equal(g[1], got[1, 1][1]) for g in got.values())

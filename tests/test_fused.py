@@ -223,7 +223,7 @@ def test_changed_weights_are_prepared_again():
 def test_sparse_storage_refuses_fused():
     model = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
     ids, vals = model.encode(["aba"])
-    model.model.executor = "fused"  # the sparse storage runs itself
+    model.executor = "fused"  # refused when it runs: the sparse storage has no feature-major pass
     with pytest.raises(ValueError, match="feature-major 'fused' and 'jit' need dense weights"):
         model.runtime(ids, vals)
 

@@ -41,7 +41,7 @@ def test_u_in_parts_of_one_column_matches_torch_and_the_whole_pass(monkeypatch, 
     heads = []
     real_parts = head_parts.parts
     monkeypatch.setattr(head_parts, "parts", lambda *a: heads.append(a) or real_parts(*a))
-    U.model.model._plans.clear()  # the static pass runs in parts too
+    U.model.runtime.forget()  # the static pass runs in parts too
     for t, w in zip(targets, whole):
         got = U.simulate(t, X)
         with torch.no_grad():

@@ -197,7 +197,7 @@ def test_the_executor_is_named_where_it_is_taken():
         model.executor = "jitted"
     sparse = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
     ids, vals = sparse.encode(["aba"])
-    sparse.model.executor = "jit"
+    sparse.executor = "jit"
     with pytest.raises(ValueError, match="'fused' and 'jit' need dense weights"):
         sparse.runtime(ids, vals)
 

@@ -30,20 +30,19 @@ def _case(seed=0):
 
 def test_a_planned_run_keeps_fewer_rows_and_gives_the_same_output():
     U = _u()
-    net = U.model.model
     t, X, want = _case()
     got = U.simulate(t, X)
-    planned = net.peak_columns
-    net.executor = "dense"  # every head over its scores: reads every query and key
+    planned = U.model.runtime.peak_columns
+    U.model.executor = "dense"  # every head over its scores: reads every query and key
     dense = U.simulate(t, X)
-    assert planned < net.peak_columns, (planned, net.peak_columns)
+    assert planned < U.model.runtime.peak_columns, (planned, U.model.runtime.peak_columns)
     assert torch.allclose(got, dense, rtol=1e-12, atol=1e-12)
     assert float((got - want).abs().max()) <= 1e-9 * max(1.0, float(want.abs().max()))
 
 
 def test_gather_heads_read_only_their_values_in_a_planned_run():
     net = _u().model.model
-    plans = net.plans(net.cfg.n_ctx)
+    plans = net.build_plans(net.cfg.n_ctx)
     everything = liveness.sublayer_reads(net._heads, net._units)[1]
     planned = liveness.sublayer_reads(net._heads, net._units, plans)[1]
     assert set(planned) < set(everything)
@@ -76,11 +75,10 @@ def test_deferred_position_rows_give_the_same_plans(monkeypatch, n_layers):
     if n_layers > 1:
         seen = [c for s in deferred for c in s]
         assert len(seen) > len(set(seen))  # some row deferred in two layers
-    with_groups = net.plans(n)
-    net._plans.clear()
+    with_groups = net.build_plans(n)
     net._deferred_rows = [set() for _ in deferred]  # nothing deferred
     monkeypatch.setattr("attnsim.model.head_parts.PART_BYTES", 8)  # (groups of one row)
-    plain = net.plans(n)
+    plain = net.build_plans(n)
     assert [sorted(p) for p in with_groups] == [sorted(p) for p in plain]
     for a, b in zip(with_groups, plain):
         for h in a:
@@ -95,7 +93,7 @@ def test_deferred_rows_in_groups_of_one(monkeypatch):
     t, X, want = _case(1)
     whole = U.simulate(t, X)
     monkeypatch.setattr("attnsim.model.head_parts.PART_BYTES", 8)
-    U.model.model._plans.clear()
+    U.model.runtime.forget()
     assert torch.allclose(U.simulate(t, X), whole, rtol=1e-12, atol=1e-12)
 
 

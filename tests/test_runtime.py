@@ -192,9 +192,11 @@ def test_bad_executors_are_refused():
     with pytest.raises(AttributeError, match="no executor"):
         m.model.executor = "plan"
     sparse = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
-    with pytest.raises(TypeError, match="sparse model runs itself"):
-        Runtime(sparse.model)
-    assert sparse.runtime is sparse.model
+    assert type(sparse.runtime) is Runtime and sparse.runtime.net is sparse.model
+    with pytest.raises(AttributeError, match="no executor"):
+        sparse.model.executor = "plan"
+    with pytest.raises(TypeError, match="Runtime runs an attnsim Transformer"):
+        Runtime(m)  # the compiled model, not its network
 
 
 @settings(max_examples=60, deadline=None)

@@ -113,9 +113,8 @@ def test_stream_keeps_only_live_columns():
     U = universal.build(4, 4, 2, layer="encoder", max_ff=8, storage="sparse")
     target = sampling.random_encoder_layer(2, 4, 8, seed=0)
     U.simulate(target, torch.zeros(2, 4, dtype=torch.float64))
-    model = U.model.model
     # each direction holds a row from its write to its last read only
-    assert 0 < model.peak_columns < model.cfg.d_model / 2
+    assert 0 < U.model.runtime.peak_columns < U.model.model.cfg.d_model / 2
 
 
 def test_save_and_load_give_the_same_outputs(tmp_path):
@@ -194,7 +193,7 @@ def test_bad_inputs_get_clear_errors():
         universal.build(2, 2, 1, storage="compressed")
     with pytest.raises(ValueError, match="executor must be one of"):
         m.executor = "fast"
-    m.model.executor = "fast"  # set behind the model's back: refused when it runs
+    m.runtime._executor = "fast"  # set behind the setter's back: refused when it runs
     with pytest.raises(ValueError, match="executor must be one of"):
         m.run(["a"])
     m.executor = "plan"
@@ -427,10 +426,10 @@ def test_planned_means_in_parts_add_their_terms_in_the_same_order(monkeypatch):
     rng = np.random.default_rng(4)
     xs = ["".join(rng.choice(list("ab"), size=12)) for _ in range(16)]
     ids, vals = m.encode(xs)
-    whole = m.model(ids, vals)
+    whole = m.runtime(ids, vals)
     monkeypatch.setattr(sparse_plans, "TERMS_PER_CHUNK", 7)
-    m.model._plans.clear()
-    parts = m.model(ids, vals)
+    m.runtime.forget()
+    parts = m.runtime(ids, vals)
     assert torch.equal(parts, whole)
     assert False in ran  # a mean over several keys ran from its plan
     for x in xs[:4]:
@@ -455,3 +454,32 @@ def test_a_sparse_product_sums_its_terms_in_order_on_long_and_short_rows(dtype, 
         for d, c, wt in zip(slot[dirs].tolist(), cols.tolist(), w):
             want[c] = want[c] + xs[d] * wt
         assert np.array_equal(lin(x, slot).numpy(), want)
+
+
+def test_the_runtime_keeps_what_the_sparse_storage_runs():
+    """One Runtime runs either storage: the sparse storage's plans, failed tries and peak
+    columns live in it, not on the model; called as a module, the model runs its definition
+    (no plans) to the planned pass's outputs; an executor set on the model is refused."""
+    from attnsim.model.runtime import Runtime
+
+    m = compile_program(
+        library.make_sort_unique(rasp.tokens, rasp.tokens),
+        vocab=[1, 2, 3],
+        max_seq_len=5,
+        storage="sparse",
+    )
+    assert type(m.runtime) is Runtime
+    ids, vals = m.encode([[3, 1, 2], [2, 3, 1]])
+    planned = m.runtime(ids, vals)
+    assert m.runtime.plans(ids.shape[1]) is m.runtime.plans(ids.shape[1])  # kept per length
+    assert any(m.runtime.plans(ids.shape[1]))
+    assert m.runtime.peak_columns > 0
+    assert not any(k.startswith("_plans") or k == "_misses" for k in vars(m.model))
+    assert torch.allclose(m.model(ids, vals), planned, rtol=1e-12, atol=1e-12)
+    other = Runtime(m.model, "plan")  # a second runtime keeps its own
+    assert torch.allclose(other(ids, vals), planned, rtol=1e-12, atol=1e-12)
+    assert other.plans(ids.shape[1]) is not m.runtime.plans(ids.shape[1])
+    with pytest.raises(AttributeError, match="no executor"):
+        m.model.executor = "plan"
+    with pytest.raises(TypeError, match="sparse storage"):
+        Runtime(object())

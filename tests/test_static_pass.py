@@ -48,12 +48,10 @@ def _full_pass(net: SparseTransformer, n: int, monkeypatch) -> list:
         return len(self.layers), heads, units
 
     monkeypatch.setattr(SparseTransformer, "_static_work", everything)
-    net._plans.clear()
     try:
-        return net.plans(n)
+        return net.build_plans(n)
     finally:
         monkeypatch.undo()
-        net._plans.clear()
 
 
 @pytest.mark.parametrize("layout", ["vector", "scalar"])
@@ -67,8 +65,7 @@ def test_the_static_pass_stops_where_no_later_plan_needs_it(layout, monkeypatch)
     # sublayer writes, so the pass runs none
     assert not any(heads) and not any(units)
     want = _full_pass(net, n, monkeypatch)
-    net._plans.clear()
-    _same_plans(net.plans(n), want)
+    _same_plans(net.build_plans(n), want)
 
 
 def test_without_written_patterns_every_layer_with_static_heads_runs(monkeypatch):
@@ -80,7 +77,7 @@ def test_without_written_patterns_every_layer_with_static_heads_runs(monkeypatch
     net.head_patterns = ()  # weights alone: every static head is found from scores
     assert net._static_work()[0] >= last_static
     want = _full_pass(net, 6, monkeypatch)
-    _same_plans(net.plans(6), want)
+    _same_plans(net.build_plans(6), want)
     for xs in ([3, 1, 2, 2, 1], [2, 2, 2, 2, 2], [1, 3, 2, 3, 1]):  # and the interpreter's
         assert m.run(xs) == rasp.evaluate(program, xs)
 

@@ -131,11 +131,10 @@ class CompiledModel(GroundTruth):
     __call__ = forward
 
     @property
-    def runtime(self) -> Runtime | SparseTransformer:
-        """What runs :attr:`model`, called as the model is: a :class:`Runtime` over the
-        dense storage (it keeps the plans, counts and prepared weights of its executor),
-        or the sparse storage itself (it runs its own plans). One per model object; a new
-        :attr:`model` gets a new one, with the same executor.
+    def runtime(self) -> Runtime:
+        """What runs :attr:`model`, called as the model is: a :class:`Runtime`, in either
+        storage (it keeps the plans, counts and prepared weights of its executor). One per
+        model object; a new :attr:`model` gets a new one, with the same executor.
 
         >>> from attnsim import compile_program, library
         >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
@@ -146,10 +145,7 @@ class CompiledModel(GroundTruth):
         got = self.__dict__.get("_runtime")
         if got is not None and got[0] is self.model:
             return got[1]
-        if getattr(self.model, "storage", "dense") == "sparse":
-            rt = self.model
-        else:
-            rt = Runtime(self.model, got[1].executor if got is not None else "auto")
+        rt = Runtime(self.model, got[1].executor if got is not None else "auto")
         self._runtime = (self.model, rt)
         return rt
 

@@ -107,6 +107,9 @@ EXECUTORS = ("auto", "plan", "fused", "dense", "jit")
 # :func:`planned_attention` runs them: constants, token tables (exact whenever every class
 # is known), certified candidates, one-sided heads, classes of rows, then fixed keys
 KINDS = ("const", "table", "candidates", "side", "rows", "head")
+# what a runtime can be built without (Runtime(net, without=...)): every kind of head plan
+# and the MLPs' step tables; benchmarks/plan_kinds.py measures what each buys
+OPTIONAL_KINDS = KINDS + ("steps",)
 
 
 def by_kind(plans) -> dict[str, list]:
@@ -256,25 +259,31 @@ class StaticAnalysis:
     sides: tuple[tuple[tuple[int, str], ...], ...] = ()
     # per layer, the other heads that are not static: run over the classes of their rows
     rows: tuple[tuple[RowTablePlan, ...], ...] = ()
+    # the kinds of OPTIONAL_KINDS left out: their heads run by the next way that applies
+    without: frozenset = frozenset()
 
     @classmethod
-    def of(cls, transformer) -> StaticAnalysis:
-        flow = plan_static.analysis(transformer)
-        masks, heads = flow["masks"], tuple(tuple(hs) for hs in flow["heads"])
+    def of(cls, transformer, without=frozenset()) -> StaticAnalysis:
+        flow, without = plan_static.analysis(transformer), frozenset(without)
+
+        def kept(kind: str, per_layer) -> tuple:  # () per layer for a kind left out
+            return tuple(() if kind in without else tuple(x) for x in per_layer)
+
+        masks, heads = flow["masks"], kept("head", flow["heads"])
         with torch.no_grad():
             parts = [
                 _static_part(b, masks[2 * i], masks[2 * i + 1])
                 for i, b in enumerate(transformer.blocks)
             ]
-            found = plan_tables.table_plans(transformer, heads)
-            sides = plan_keys.side_heads(transformer, masks, heads)
-        partial = tuple(tuple(hs) for hs in flow["partial"])
+            found = kept("table", plan_tables.table_plans(transformer, heads))
+            sides = kept("side", plan_keys.side_heads(transformer, masks, heads))
+        partial = kept("candidates", flow["partial"])
         skip = [
             set(hs) | {t.head for t in tb} | {h for h, _ in one}
             for hs, tb, one in zip(heads, found, sides)
         ]
-        rows = plan_tables.row_table_plans(transformer, skip)
-        return cls(masks, heads, parts, partial, found, sides, rows)
+        rows = kept("rows", plan_tables.row_table_plans(transformer, skip))
+        return cls(masks, heads, parts, partial, found, sides, rows, without)
 
 
 def partial_heads(transformer) -> tuple[tuple[int, ...], ...]:
@@ -344,13 +353,16 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
             one = analysis.sides[layer] if analysis.sides else ()
             found += tuple(plan_keys.side_plan(block.attn, h, side, x) for h, side in one)
             found += analysis.rows[layer] if analysis.rows else ()
-            out.append(_const_plan(block.attn, x, plans, masks[2 * layer]) + cands + found)
+            const = "const" not in analysis.without  # (the static pass runs the plans)
+            heads_or_const = _const_plan(block.attn, x, plans, masks[2 * layer]) if const else plans
+            out.append(heads_or_const + cands + found)
             attn, mlp = analysis.parts[layer]
             x = keep_static(x + planned_attention(attn, x, plans), 2 * layer + 1)
             if steps is not None:
-                static = masks[2 * layer + 1]
-                found = plan_steps.const_units(block.mlp, x, static)
-                steps.append(found + plan_steps.for_layer(block.mlp, x, static))
+                static, leave = masks[2 * layer + 1], analysis.without
+                found = () if "const" in leave else plan_steps.const_units(block.mlp, x, static)
+                found += () if "steps" in leave else plan_steps.for_layer(block.mlp, x, static)
+                steps.append(found)
             x = keep_static(x + mlp(x, None, ""), 2 * layer + 2)
     return out
 

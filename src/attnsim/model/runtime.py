@@ -9,6 +9,13 @@ batches without repeated rows (:class:`LayerState`), and the feature-major execu
 prepared weights (:mod:`attnsim.model.fused`). All of it is keyed to the weights'
 versions: changed weights start afresh.
 
+A model in sparse storage (:class:`attnsim.model.sparse.SparseTransformer`) runs under the
+same runtime: the runtime keeps its plans per length (found by the storage's static pass),
+its layers' failed tries and what the storage derives from a set of plans; the storage
+runs them over its live columns (``executor`` "auto" and "plan" by the plans, "dense"
+without; it has no feature-major pass). Called as a module, either storage runs its
+definition.
+
 The executors: "auto" (the default: short inputs feature-major where that costs less, the
 others by the plans), "plan" (heads whose pattern only the length decides as gathers and
 sparse sums, the others dense), "fused" (always feature-major), "dense" (the
@@ -41,11 +48,11 @@ import torch
 
 from attnsim.model import fused, plan_core, plan_steps, plans
 from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES, TRIES
-from attnsim.model.plans import EXECUTORS
+from attnsim.model.plans import EXECUTORS, OPTIONAL_KINDS
 from attnsim.model.projection import Projection, add_columns
 from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
 
-__all__ = ["EXECUTORS", "PLANS_KEPT", "LayerState", "Runtime"]
+__all__ = ["EXECUTORS", "OPTIONAL_KINDS", "PLANS_KEPT", "LayerState", "Runtime"]
 
 
 class LayerState:
@@ -69,23 +76,42 @@ class Runtime:
     Call it as the model: ``runtime(token_ids, token_values, cache=None, streams=None,
     keep=None)`` gives what ``net(...)`` gives (see ``Transformer.forward``).
 
+    ``without``: kinds of plan (of :data:`OPTIONAL_KINDS`) this runtime does not build, their
+    heads and units run by the next way that applies, with the same outputs (to measure
+    what each kind buys: ``benchmarks/plan_kinds.py``); dense storage only.
+
     Raises:
-        ValueError: an executor that is not one of :data:`EXECUTORS`.
+        ValueError: an executor that is not one of :data:`EXECUTORS`; ``without`` other than
+            a set of :data:`OPTIONAL_KINDS`, or given for a model in sparse storage.
     """
 
-    def __init__(self, net, executor: str = "auto") -> None:
-        if not all(hasattr(net, a) for a in ("prepare_inputs", "embed", "blocks", "cfg")):
+    def __init__(self, net, executor: str = "auto", without=frozenset()) -> None:
+        self.sparse = getattr(net, "storage", "dense") == "sparse"
+        if not self.sparse and not all(
+            hasattr(net, a) for a in ("prepare_inputs", "embed", "blocks", "cfg")
+        ):
             raise TypeError(
-                "Runtime runs a dense attnsim Transformer (attnsim.model.transformer), got "
-                f"{type(net).__name__}; a sparse model runs itself (CompiledModel.runtime)"
+                "Runtime runs an attnsim Transformer (attnsim.model.transformer) or a model "
+                f"in sparse storage (attnsim.model.sparse), got {type(net).__name__}"
             )
         self.net = net
         self.executor = executor
+        without = () if without is None else without
+        if isinstance(without, str) or not hasattr(without, "__iter__"):
+            raise ValueError(f"without takes a set of kinds of {OPTIONAL_KINDS}, got {without!r}")
+        bad = set(without) - set(OPTIONAL_KINDS)
+        if bad:
+            raise ValueError(f"without takes kinds of {OPTIONAL_KINDS}, got {sorted(bad)}")
+        if without and self.sparse:
+            raise ValueError("without leaves out kinds of the dense storage's plans only")
+        self.without = frozenset(without)
         self._key: tuple | None = None
         self._modules, self._params = _walk(net)
         # a dict to fill with the seconds of each planned sublayer ("blocks.{l}.attn",
         # "blocks.{l}.mlp"), summed over calls (forward hooks would run the definition)
         self.profile: dict[str, float] | None = None
+        # sparse storage: the most directions alive at once in the last planned call
+        self.peak_columns: int | None = 0 if self.sparse else None
         self._reset(None)
 
     @property
@@ -102,8 +128,10 @@ class Runtime:
         self._key = key
         self._plans: dict = {}
         self._analysis = None
-        self.layers = [LayerState() for _ in self.net.blocks]
+        self.layers = [LayerState() for _ in range(self.net.cfg.n_layers)]
         self.fused: dict = {}  # attnsim.model.fused's prepared weights and choices
+        # what the sparse storage derives from a set of plans (attnsim.model.sparse)
+        self.kept: dict = {}
         self._embedding: tuple | None = None
 
     def current(self) -> None:
@@ -125,8 +153,9 @@ class Runtime:
 
     def plans(self, n: int) -> list | None:
         """Per layer, the execution plans for inputs of ``n`` positions (BOS included), or
-        None when no head's pattern is static and no MLP has step plans. Built once per
-        length and kept (the last :data:`PLANS_KEPT` lengths) until the weights change.
+        None when no head's pattern is static and no MLP has step plans (the sparse
+        storage: per layer, head -> plan). Built once per length and kept (the last
+        :data:`PLANS_KEPT` lengths) until the weights change.
 
         >>> from attnsim import compile_program, library
         >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
@@ -149,14 +178,19 @@ class Runtime:
         return self._built(n)[1]
 
     def _built(self, n: int) -> tuple:
-        """The plans for ``n`` positions, for the weights :meth:`current` last saw."""
+        """The plans for ``n`` positions, for the weights :meth:`current` last saw (the
+        sparse storage: per layer, head -> plan, found by its static pass)."""
         if n not in self._plans:
-            if self._analysis is None:
-                self._analysis = plans.StaticAnalysis.of(self.net)
-            steps: list = []
-            heads = plans.build_plans(self.net, n, self._analysis, steps=steps)
             if len(self._plans) >= PLANS_KEPT:  # the least recently built length goes
                 del self._plans[next(iter(self._plans))]
+                self.kept.clear()  # (found again for the lengths kept)
+            if self.sparse:
+                self._plans[n] = (self.net.build_plans(n), [])
+                return self._plans[n]
+            if self._analysis is None:
+                self._analysis = plans.StaticAnalysis.of(self.net, self.without)
+            steps: list = []
+            heads = plans.build_plans(self.net, n, self._analysis, steps=steps)
             self._plans[n] = (heads if any(heads) or any(steps) else None, steps)
         return self._plans[n]
 
@@ -174,6 +208,8 @@ class Runtime:
     ) -> torch.Tensor:
         net, executor = self.net, self.executor
         self.current()
+        if self.sparse:  # the sparse storage runs the plans this runtime keeps
+            return net.run(token_ids, token_values, cache, streams, keep, self)
         defined = executor == "dense" or (executor == "auto" and net.W_E.device.type != "cpu")
         if defined or cache is not None or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
@@ -349,7 +385,10 @@ class _Clock:
 
 def _walk(net) -> tuple[list, list]:
     """The modules of ``net`` and their parameters, in ``modules()`` order (the module
-    dictionaries read directly: a forward pass does this once)."""
+    dictionaries read directly: a forward pass does this once); none for the sparse
+    storage, whose tensors are not parameters."""
+    if not isinstance(net, torch.nn.Module):
+        return [], []
     modules, params, todo = [], [], [net]
     while todo:
         m = todo.pop()

@@ -43,7 +43,7 @@ import torch
 
 from attnsim.model import gather_batch, head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
-from attnsim.model.costs import PART_BYTES, PLANS_KEPT, READS_KEPT
+from attnsim.model.costs import PART_BYTES, READS_KEPT
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import OnTheCpu, SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
@@ -74,11 +74,15 @@ __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseU
 class SparseTransformer(OnTheCpu):
     """A compiled transformer stored as its non-zero weights (see the module docstring).
 
+    Called as a model, it runs the definition in this storage: every head over ``[query,
+    key]`` in row chunks (one-sided heads over the distinct rows of their dynamic side). A
+    :class:`attnsim.model.runtime.Runtime` runs it by its plans (:meth:`run`) and keeps
+    them, with everything else an executor keeps between calls; the model keeps only what
+    it derives from its weights.
+
     Attributes:
         cfg: the :class:`ModelConfig` (the same as the dense form's).
         layers: per block, a :class:`SparseLayer`.
-        executor: "auto" (the default) or "plan": static heads as gathers; or "dense"
-            (every head over ``[query, key]``, in row chunks).
 
     >>> from attnsim import compile_program, library
     >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
@@ -86,6 +90,8 @@ class SparseTransformer(OnTheCpu):
     >>> again = SparseTransformer.from_state(net.cfg, net.layout(), net.state_dict())
     >>> ids, vals = m.encode(["aba"])
     >>> bool(torch.equal(again(ids, vals), net(ids, vals)))
+    True
+    >>> bool(torch.allclose(m.runtime(ids, vals), net(ids, vals), rtol=1e-12))  # by its plans
     True
     >>> net.plan_summary(), net.nonzero_weights() == m.report().nonzero_parameters
     ({'static_heads': [[]], 'partial_heads': [[0]]}, True)
@@ -108,15 +114,11 @@ class SparseTransformer(OnTheCpu):
         # "pos_default" [P] (each column's value at most positions) and the other entries,
         # "pos_at" [T, 2] (position, column) + "pos_at_w" (see position_rows)
         self.embed = embed
-        self.executor = "auto"
         # per layer and head, what the compiler knew of the head's keys (see
         # attnsim.model.patterns; () when unknown): the plans take them from here
         self.head_patterns: tuple = ()
-        self.peak_columns = 0  # set by each forward pass
         self._heads = [HeadMaps(layer.heads) for layer in layers]
         self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
-        self._plans: dict[int, list] = {}
-        self._misses: dict[tuple, int] = {}  # (layer, head) and ("side", layer, head)
 
     # -- what it is ----------------------------------------------------------------------
     @property
@@ -236,48 +238,50 @@ class SparseTransformer(OnTheCpu):
         return got
 
     # -- the forward pass ----------------------------------------------------------------
-    def __call__(self, *args, **kwargs) -> torch.Tensor:
-        return self.forward(*args, **kwargs)
-
-    def forward(
-        self,
-        token_ids: torch.Tensor,
-        token_values: torch.Tensor | None = None,
-        cache: dict | None = None,
-        streams: dict | None = None,
-        keep: Columns | None = None,
-    ) -> torch.Tensor:
+    def forward(self, token_ids, token_values=None, cache=None, streams=None, keep=None):
         """As :meth:`Transformer.forward` (no ``cache``: the sparse form has no hooks);
         ``keep``: return only these columns of the final stream ``[batch, pos, len]``
         (otherwise the whole stream ``[batch, pos, d_model]``). A model that reads vector
         tokens takes ``token_values [batch, m, token_width]`` for the first ``m <= pos``
         positions: the tokens after read as 0 (U's long inputs are zero past their first
-        few thousand positions)."""
+        few thousand positions). The definition: no plans (:meth:`run` with a runtime runs
+        them)."""
+        return self.run(token_ids, token_values, cache, streams, keep, None)
+
+    __call__ = forward
+
+    def run(self, token_ids, token_values, cache, streams, keep, runtime) -> torch.Tensor:
+        """:meth:`forward` under ``runtime`` (a :class:`attnsim.model.runtime.Runtime`: its
+        executor, its plans for the length and what its layers learn between calls), or
+        the definition (None)."""
         if cache is not None:
             raise ValueError(
                 "a model in sparse storage records no hooks (run_with_cache); compile with "
                 "storage='dense' to read every head's scores and patterns"
             )
-        if self.executor not in ("auto", "plan", "dense"):
+        executor = "dense" if runtime is None else runtime.executor
+        if executor not in ("auto", "plan", "dense"):
             raise ValueError(
                 "executor must be one of ('auto', 'plan', 'dense') for sparse storage (the "
-                f"feature-major 'fused' and 'jit' need dense weights), got {self.executor!r}"
+                f"feature-major 'fused' and 'jit' need dense weights), got {executor!r}"
             )
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         if self.cfg.token_width:
             head_parts.check_vector_tokens(self.cfg.token_width, token_ids, token_values)
-        plans = self.plans(n) if self.executor in ("auto", "plan") else None
-        return self._run(token_ids, token_values, streams, keep, plans, None)
+        plans = None if executor == "dense" else runtime.plans(n)
+        return self._run(token_ids, token_values, streams, keep, plans, None, runtime)
 
-    def _run(self, ids, vals, streams, keep, plans, found):
-        """The forward pass. With ``found`` (a list), the static pass: only the static
-        directions on the canonical input; each layer's plans are appended to ``found``."""
+    def _run(self, ids, vals, streams, keep, plans, found, runtime=None):
+        """The forward pass (``runtime``: what it keeps between calls, see :meth:`run`).
+        With ``found`` (a list), the static pass: only the static directions on the
+        canonical input; each layer's plans are appended to ``found``."""
         d, dtype = self.cfg.d_model, self.dtype
         b, n = ids.shape
         requests = {} if streams is None else dict(streams)
         final = 2 * len(self.layers)
+        kept = {} if runtime is None else runtime.kept
         first_read, last = self._read_stages(
-            requests, keep, final, plans if found is None else None
+            requests, keep, final, plans if found is None else None, kept
         )
         # the position rows (static S-ops) enter the stream at their first reader's stage
         extra = 0
@@ -308,7 +312,9 @@ class SparseTransformer(OnTheCpu):
             else:
                 plans_l = None if plans is None else plans[li]
             run = None if work is None else (work[1][li], work[2][li])
-            self._attention(store, li, n, plans_l, None if masks is None else masks[stage], run)
+            state = None if runtime is None else runtime.layers[li]
+            mask = None if masks is None else masks[stage]
+            self._attention(store, li, n, plans_l, mask, run, state, kept)
             store.release(stage)
             self._positions(store, first, stage, b, n)
             self._capture(store, streams, requests, stage)
@@ -319,18 +325,19 @@ class SparseTransformer(OnTheCpu):
             self._capture(store, streams, requests, stage + 1)
         if static_layers == len(self.layers):
             self._positions(store, first, final + 1, b, n)
-        if found is None:
-            self.peak_columns = store.peak  # the most directions alive at once (this run)
+        if runtime is not None and found is None:
+            runtime.peak_columns = store.peak  # the most directions alive at once (this run)
         cols = keep.cols if keep is not None else torch.arange(d)
         return store.read(cols).permute(1, 2, 0).contiguous()
 
-    def _read_stages(self, requests: dict, keep, final: int, plans) -> tuple[dict, dict]:
+    def _read_stages(self, requests: dict, keep, final: int, plans, kept) -> tuple[dict, dict]:
         """``(first, last)``: direction -> the first and the last stage before which it is
         read, by a sublayer (after stage 2l for layer l's attention, 2l + 1 for its MLP), a
         stream request or the final read-out (``final + 1``). A direction nobody reads is in
         neither; in a planned run a gather head's query and key directions are not read
-        (:func:`~attnsim.model.liveness.sublayer_reads`)."""
-        cache = self.__dict__.setdefault("_sublayer_reads", {})
+        (:func:`~attnsim.model.liveness.sublayer_reads`; kept per set of plans in
+        ``kept``, the runtime's)."""
+        cache = kept.setdefault("sublayer_reads", {})
         key = None if plans is None else id(plans)
         got = cache.get(key)
         if got is None or got[0] is not plans:  # the sublayers' part, once per plan set
@@ -465,12 +472,14 @@ class SparseTransformer(OnTheCpu):
                 found[h] = p
         return found
 
-    def _attention(self, store, li: int, n: int, plans, mask, run=None) -> None:
+    def _attention(self, store, li, n, plans, mask, run=None, state=None, kept=None) -> None:
         """Layer li's attention, head by head, added to the stream (``mask``: the static
         pass, where only heads whose pattern and values are static run, and of those the
         ones in ``run[0]``, :meth:`_static_work`). A planned head runs on the span of the
         rows its values read (:meth:`Store.span`) and writes on the span of the queries
-        whose keys lie there (:func:`run_plan`)."""
+        whose keys lie there (:func:`run_plan`). ``state``: the layer's
+        :class:`attnsim.model.runtime.LayerState` (its heads' failed tries); ``kept``: the
+        runtime's, where the layer's batch of gathers is kept for its plans."""
         hm, cfg = self._heads[li], self.cfg
         if not hm.active:
             return
@@ -481,7 +490,7 @@ class SparseTransformer(OnTheCpu):
         apart = mask is None and head_parts.writes_apart(hm)
         # the heads' writes, together (a layer that writes apart: a part's bytes at a time)
         held = head_parts.HeldWrites(store, hm.written, PART_BYTES if apart else None, mask)
-        batch = None if mask is not None or plans is None else self._batch(li, plans)
+        batch = None if mask is not None or plans is None else self._batch(li, plans, kept)
         batched = None if batch is None else gather_batch.run(batch, store)
         if batched is not None:  # the small gathers at once
             held.add(*batched)
@@ -516,16 +525,18 @@ class SparseTransformer(OnTheCpu):
                     continue  # its values are 0 where its queries read: it adds 0
                 z, at = got
             else:  # on whole rows
-                z, at = whole_head(cfg, hm, h, p, store, static_mask, (self._misses, li)), 0
+                misses = {} if state is None else state.misses
+                z, at = whole_head(cfg, hm, h, p, store, static_mask, misses), 0
             held.add(hm.O_at[h], hm.O[h](z, torch.arange(z.shape[0])), at)
         held.flush()
 
-    def _batch(self, li: int, plans: dict):
+    def _batch(self, li: int, plans: dict, kept: dict):
         """Layer li's small gathers as one batch (:mod:`attnsim.model.gather_batch`), found
-        once per plan set."""
-        got = self.__dict__.setdefault("_batches", {}).get(id(plans))
+        once per plan set (kept in ``kept``)."""
+        batches = kept.setdefault("batches", {})
+        got = batches.get(id(plans))
         if got is None or got[0] is not plans:
-            got = self._batches[id(plans)] = (plans, gather_batch.build(self._heads[li], plans))
+            got = batches[id(plans)] = (plans, gather_batch.build(self._heads[li], plans))
         return got[1]
 
     def _mlp(self, store, li: int, mask, run=None) -> None:
@@ -553,20 +564,15 @@ class SparseTransformer(OnTheCpu):
             store.write(um.written[keep], um.O(act, torch.arange(um.n))[keep], lo)
 
     # -- plans ---------------------------------------------------------------------------
-    def plans(self, n: int) -> list | None:
-        """Per layer, head -> plan, for inputs of ``n`` positions (BOS included); found
-        once per length by one static pass."""
-        if n not in self._plans:
-            ids = torch.zeros(1, n, dtype=torch.long)
-            ids[0, 1:] = 1
-            found: list = []
-            with torch.no_grad():
-                self._run(ids, None, None, Columns(long_tensor([])), None, found)
-            if len(self._plans) >= PLANS_KEPT:  # as the dense model: the oldest length goes
-                del self._plans[next(iter(self._plans))]
-                self.__dict__.pop("_batches", None)  # (found again for the lengths kept)
-            self._plans[n] = found
-        return self._plans[n]
+    def build_plans(self, n: int) -> list:
+        """Per layer, head -> plan, for inputs of ``n`` positions (BOS included), found by
+        one static pass (a :class:`attnsim.model.runtime.Runtime` keeps them per length)."""
+        ids = torch.zeros(1, n, dtype=torch.long)
+        ids[0, 1:] = 1
+        found: list = []
+        with torch.no_grad():
+            self._run(ids, None, None, Columns(long_tensor([])), None, found)
+        return found
 
     # -- the dense form ------------------------------------------------------------------
     def to_dense(self):

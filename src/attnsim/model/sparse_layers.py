@@ -45,7 +45,8 @@ class SparseLayer:
 class OnTheCpu:
     """Where a model in sparse storage runs: on the CPU only (its rows are paged with Linux's
     madvise), in the dtype it was compiled in; ``to`` leaves it there and refuses another
-    device or a dtype, saying what to do instead.
+    device or a dtype, saying what to do instead. How it runs is its runtime's: setting an
+    ``executor`` on the model is refused (it would be silently ignored).
 
     >>> OnTheCpu().to("cpu").__class__.__name__
     'OnTheCpu'
@@ -65,3 +66,12 @@ class OnTheCpu:
                 "it with storage='dense' (or move model.to_dense()) to run it there"
             )
         return self
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "executor":  # called as a module, the model runs its definition
+            raise AttributeError(
+                "a model in sparse storage has no executor: run it through "
+                "attnsim.model.runtime.Runtime(model, executor=...), or set "
+                "CompiledModel.executor (its runtime is CompiledModel.runtime)"
+            )
+        object.__setattr__(self, name, value)

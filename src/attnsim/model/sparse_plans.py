@@ -355,9 +355,9 @@ def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask, misses):
     """Head ``h`` of the maps ``hm`` (a :class:`attnsim.model.sparse_ops.HeadMaps`) on
     whole rows, ``[w, batch, pos]``: on its candidate keys where the certificate holds
-    (``p``, a candidate plan), else as a one-sided head, else dense; ``misses = (counts,
-    layer)``: after two failed tries at a head, the candidates (or the one-sided way) are
-    not tried again.
+    (``p``, a candidate plan), else as a one-sided head, else dense; ``misses``: the
+    layer's failed tries per head (as the dense plans count them, ``h`` and ``("side",
+    h)``): after :data:`TRIES`, the candidates (or the one-sided way) are not tried again.
 
     >>> from attnsim.model.config import ModelConfig
     >>> from attnsim.model.sparse import SparseHeads
@@ -369,25 +369,24 @@ def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask,
     >>> hm = HeadMaps(SparseHeads(1, qk, 0 * w, ov, w))
     >>> st = Store(1, 3, d=3, dtype=torch.float64, last={0: 1, 1: 1})
     >>> st.write(torch.tensor([1]), torch.tensor([[[3.0, 6.0, 9.0]]], dtype=torch.float64))
-    >>> whole_head(cfg, hm, 0, None, st, torch.zeros(3, dtype=torch.bool), ({}, 0)).flatten()
+    >>> whole_head(cfg, hm, 0, None, st, torch.zeros(3, dtype=torch.bool), {}).flatten()
     tensor([6., 6., 6.], dtype=torch.float64)
     """
-    counts, li = misses
     x, slot = store.data, store.slot
     v = hm.V[h](x, slot)
     z = None
-    if p is not None and counts.get((li, h), 0) < TRIES:  # certify first
+    if p is not None and misses.get(h, 0) < TRIES:  # certify first
         parts = split_qk(hm, h, x, slot, static_mask)
         z = run_candidates(cfg, p, *(rows_last(t) for t in parts), rows_last(v))
         if z is None:
-            counts[(li, h)] = counts.get((li, h), 0) + 1
+            misses[h] = misses.get(h, 0) + 1
     if z is None:
         q, k = rows_last(hm.Q[h](x, slot)), rows_last(hm.K[h](x, slot))
-        side = ("side", li, h)
-        if counts.get(side, 0) < TRIES:
+        side = ("side", h)
+        if misses.get(side, 0) < TRIES:
             qd, kd = hm.Q[h].dirs, hm.K[h].dirs
             z = plan_keys.one_sided(cfg, static_mask, qd, kd, q, k, rows_last(v))
-            counts[side] = counts.get(side, 0) + (z is None)
+            misses[side] = misses.get(side, 0) + (z is None)
         if z is None:
             z = dense_head(cfg, q, k, rows_last(v))
     return z.permute(2, 0, 1)
