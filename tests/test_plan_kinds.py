@@ -94,5 +94,8 @@ def test_bad_kinds_are_refused():
         Runtime(m.model, without=3)
     assert Runtime(m.model, without=None).without == frozenset()  # nothing left out
     sparse = compile_program(library.make_hist(), vocab="ab", max_seq_len=4, storage="sparse")
-    with pytest.raises(ValueError, match="dense storage"):
+    with pytest.raises(ValueError, match="this model is in sparse storage"):
         Runtime(sparse.model, without={"table"})
+    for bad in (0, m.model.cfg.n_ctx + 1, "5"):  # plans for a length the model cannot take
+        with pytest.raises(ValueError, match="number of positions from 1 to"):
+            Runtime(m.model).plans(bad)

@@ -483,3 +483,11 @@ def test_the_runtime_keeps_what_the_sparse_storage_runs():
         m.model.executor = "plan"
     with pytest.raises(TypeError, match="sparse storage"):
         Runtime(object())
+    twin = compile_program(library.make_hist(), vocab="ab", max_seq_len=5, storage="sparse")
+    with pytest.raises(ValueError, match="runs another model"):  # its plans are not these
+        m.model.run(ids, vals, None, None, None, twin.runtime)
+    for bad in (0, m.config.n_ctx + 1, 2.0, True):
+        with pytest.raises(ValueError, match="number of positions from 1 to"):
+            m.model.build_plans(bad)
+        with pytest.raises(ValueError, match="number of positions from 1 to"):
+            m.runtime.plans(bad)

@@ -38,6 +38,15 @@ class PositionTable:
         ends = torch.bincount(col, minlength=len(embed["pos_dirs"])).cumsum(0)
         self._starts = [0, *ends.tolist()]
 
+    def groups(self, first: dict[int, int]) -> dict[int, list[int]]:
+        """Stage -> the columns (indices into ``embed["pos_dirs"]``) whose directions are
+        first read there (``first``: direction -> stage), in column order."""
+        out: dict[int, list[int]] = {}
+        for c, j in self.index.items():
+            if c in first:
+                out.setdefault(first[c], []).append(j)
+        return out
+
     def entries(self, js: torch.Tensor) -> torch.Tensor:
         """The rows of ``embed["pos_at"]`` that list entries of the columns ``js``."""
         st = self._starts

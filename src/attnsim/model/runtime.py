@@ -50,7 +50,7 @@ from attnsim.model import fused, plan_core, plan_steps, plans
 from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES, TRIES
 from attnsim.model.plans import EXECUTORS, OPTIONAL_KINDS
 from attnsim.model.projection import Projection, add_columns
-from attnsim.model.stream import Columns, _add, _capture, new_stream, stamp
+from attnsim.model.stream import Columns, _add, _capture, check_length, new_stream, stamp
 
 __all__ = ["EXECUTORS", "OPTIONAL_KINDS", "PLANS_KEPT", "LayerState", "Runtime"]
 
@@ -98,12 +98,19 @@ class Runtime:
         self.executor = executor
         without = () if without is None else without
         if isinstance(without, str) or not hasattr(without, "__iter__"):
-            raise ValueError(f"without takes a set of kinds of {OPTIONAL_KINDS}, got {without!r}")
+            raise ValueError(
+                f"without takes a set of kinds of {OPTIONAL_KINDS}, got {without!r}: name "
+                "them in a set, say without={'table'}"
+            )
         bad = set(without) - set(OPTIONAL_KINDS)
         if bad:
             raise ValueError(f"without takes kinds of {OPTIONAL_KINDS}, got {sorted(bad)}")
         if without and self.sparse:
-            raise ValueError("without leaves out kinds of the dense storage's plans only")
+            raise ValueError(
+                f"without={sorted(without)} leaves out kinds of the dense storage's plans, and "
+                "this model is in sparse storage (its plans have no such kinds): leave "
+                "without out, or compile with storage='dense' to measure them"
+            )
         self.without = frozenset(without)
         self._key: tuple | None = None
         self._modules, self._params = _walk(net)
@@ -181,6 +188,7 @@ class Runtime:
         """The plans for ``n`` positions, for the weights :meth:`current` last saw (the
         sparse storage: per layer, head -> plan, found by its static pass)."""
         if n not in self._plans:
+            check_length(n, self.net.cfg.n_ctx)
             if len(self._plans) >= PLANS_KEPT:  # the least recently built length goes
                 del self._plans[next(iter(self._plans))]
                 self.kept.clear()  # (found again for the lengths kept)

@@ -55,8 +55,9 @@ from attnsim.model.sparse_ops import (
     distinct_nonzero,
     long_tensor,
     split_qk,
+    static_reads,
     unit_output,
-    unit_writes,
+    writes_of,
 )
 from attnsim.model.sparse_plans import (
     candidate_plan,
@@ -66,7 +67,7 @@ from attnsim.model.sparse_plans import (
     run_plan,
     whole_head,
 )
-from attnsim.model.stream import Columns, Forms, check_positions
+from attnsim.model.stream import Columns, Forms, check_length, check_positions
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
 
@@ -229,7 +230,7 @@ class SparseTransformer(OnTheCpu):
             layers = [
                 (
                     [(h, hm.reads_qk[h], hm.reads_v[h], hm.writes[h]) for h in hm.active],
-                    [(_static_units(um), _unit_writes(um)) for um in ums],
+                    [(static_reads(um), writes_of(um)) for um in ums],
                 )
                 for hm, ums in zip(self._heads, self._units)
             ]
@@ -251,9 +252,23 @@ class SparseTransformer(OnTheCpu):
     __call__ = forward
 
     def run(self, token_ids, token_values, cache, streams, keep, runtime) -> torch.Tensor:
-        """:meth:`forward` under ``runtime`` (a :class:`attnsim.model.runtime.Runtime`: its
-        executor, its plans for the length and what its layers learn between calls), or
-        the definition (None)."""
+        """:meth:`forward` under ``runtime`` (a :class:`attnsim.model.runtime.Runtime` of
+        this model: its executor, its plans for the length and what its layers learn
+        between calls), or the definition (None).
+
+        >>> from attnsim import compile_program, library
+        >>> from attnsim.model.runtime import Runtime
+        >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=3, storage="sparse")
+        >>> ids, vals = m.encode(["aba"])
+        >>> planned = m.model.run(ids, vals, None, None, None, Runtime(m.model, "plan"))
+        >>> bool(torch.allclose(planned, m.model(ids, vals), rtol=1e-12))
+        True
+        """
+        if runtime is not None and runtime.net is not self:
+            raise ValueError(
+                "this runtime runs another model (its plans are that model's): pass "
+                "Runtime(model) of this model, or call the model for its definition"
+            )
         if cache is not None:
             raise ValueError(
                 "a model in sparse storage records no hooks (run_with_cache); compile with "
@@ -289,7 +304,7 @@ class SparseTransformer(OnTheCpu):
             extra = head_parts.columns_per_part(b, n)
             for c in set().union(*self._deferred()):
                 first_read.pop(c, None)
-        first = self._position_groups(first_read)
+        first = self._table().groups(first_read)
         rows = liveness.rows_needed(self.embed, self._heads, self._units, last, first)
         store = Store(b, n, d, dtype, last, rows + extra + 1)
         masks = self._analysis()["masks"] if found is not None else None
@@ -351,14 +366,6 @@ class SparseTransformer(OnTheCpu):
                 first[c] = min(first.get(c, stage), stage)
                 last[c] = max(last.get(c, stage), stage)
         return first, last
-
-    def _position_groups(self, first: dict[int, int]) -> dict[int, list[int]]:
-        """Stage -> the position rows (indices into ``embed["pos_dirs"]``) first read there."""
-        out: dict[int, list[int]] = {}
-        for j, c in enumerate(self.embed["pos_dirs"].tolist()):
-            if c in first:
-                out.setdefault(first[c], []).append(j)
-        return out
 
     def _positions(self, store, first: dict, stage: int, b: int, n: int) -> None:
         """Writes the position rows first read at ``stage``."""
@@ -566,7 +573,18 @@ class SparseTransformer(OnTheCpu):
     # -- plans ---------------------------------------------------------------------------
     def build_plans(self, n: int) -> list:
         """Per layer, head -> plan, for inputs of ``n`` positions (BOS included), found by
-        one static pass (a :class:`attnsim.model.runtime.Runtime` keeps them per length)."""
+        one static pass (a :class:`attnsim.model.runtime.Runtime` keeps them per length).
+
+        Raises:
+            ValueError: ``n`` is not a number of positions from 1 to ``cfg.n_ctx``.
+
+        >>> from attnsim import compile_program, library, rasp
+        >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=3,
+        ...                     storage="sparse")
+        >>> [sorted(layer) for layer in m.model.build_plans(4)]  # the heads planned, per layer
+        [[0], [], [], [0]]
+        """
+        check_length(n, self.cfg.n_ctx)
         ids = torch.zeros(1, n, dtype=torch.long)
         ids[0, 1:] = 1
         found: list = []
@@ -578,19 +596,3 @@ class SparseTransformer(OnTheCpu):
     def to_dense(self):
         """The dense :class:`Transformer` with these weights (assembly's factorisation)."""
         return dense_of(self)
-
-
-def _static_units(um):
-    """``reads(static)`` of :func:`attnsim.model.plan_static.static_flow` for the units of
-    ``um``: ``[units]`` bool, those that read static directions only."""
-
-    def reads(static: torch.Tensor) -> torch.Tensor:
-        on = static.tolist()
-        return torch.tensor([all(on[c] for c in r) for r in um.unit_reads], dtype=torch.bool)
-
-    return reads
-
-
-def _unit_writes(um):
-    """``writes(units)`` of :func:`attnsim.model.plan_static.static_flow` for ``um``."""
-    return lambda units: torch.tensor(sorted(unit_writes(um, units.tolist())), dtype=torch.long)

@@ -474,3 +474,19 @@ def dense_of(sp):
                 for name, r, c, w in parts:
                     getattr(m, name).index_put_((r, c), w.to(dt), accumulate=True)
     return model
+
+
+def static_reads(um: UnitMaps):
+    """``reads(static)`` of :func:`attnsim.model.plan_static.static_flow` for the units of
+    ``um``: ``[units]`` bool, those that read static directions only."""
+
+    def reads(static: torch.Tensor) -> torch.Tensor:
+        on = static.tolist()
+        return torch.tensor([all(on[c] for c in r) for r in um.unit_reads], dtype=torch.bool)
+
+    return reads
+
+
+def writes_of(um: UnitMaps):
+    """``writes(units)`` of :func:`attnsim.model.plan_static.static_flow` for ``um``."""
+    return lambda units: torch.tensor(sorted(unit_writes(um, units.tolist())), dtype=torch.long)

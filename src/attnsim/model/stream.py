@@ -182,6 +182,26 @@ def _add(x: torch.Tensor, update: torch.Tensor | tuple[torch.Tensor, torch.Tenso
         x += update
 
 
+def check_length(n, n_ctx: int) -> int:
+    """``n``, a number of positions (BOS included) that plans can be built for: an integer
+    from 1 to ``n_ctx``.
+
+    >>> check_length(5, 5)
+    5
+    >>> try:
+    ...     check_length(9, 5)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:48])
+    a length must be a number of positions from 1 to
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_ctx:
+        raise ValueError(
+            f"a length must be a number of positions from 1 to this model's n_ctx ({n_ctx}, "
+            f"BOS included), got {n!r}; pass token_ids.shape[1]"
+        )
+    return n
+
+
 def check_positions(token_ids: torch.Tensor, n_ctx: int, d_vocab: int) -> int:
     """The number of positions of ``token_ids [batch, pos]`` (BOS included), after checking
     that it fits the model and that every id is a row of its embedding (a negative id would
