@@ -36,7 +36,7 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 # isort: on
 import numpy as np
 import torch
-from _common import Run, least_seconds, write_json
+from _common import Run, least_in_turn, least_seconds, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "plan_kinds.json"
 LENGTH = 40
@@ -112,16 +112,9 @@ def measure(label: str, make, kinds: tuple[str, ...], rounds: int) -> dict:
             got = rt(ids, vals)  # the plans built, and checked against the definition
             scale = max(1.0, float(want.abs().max()))
             worst[k] = float((got - want).abs().max()) / scale
-        # one call of each runtime in turn, round after round (a disturbance of the
-        # machine falls on all of them alike), the least time of each kept
         one = least_seconds(lambda: runtimes["all"](ids, vals), SECONDS / 10)
         calls = min(MAX_CALLS, max(MIN_CALLS, int(rounds * SECONDS / one)))
-        best = dict.fromkeys(runtimes, float("inf"))
-        for _ in range(calls):
-            for key, rt in runtimes.items():
-                start = time.perf_counter()
-                rt(ids, vals)
-                best[key] = min(best[key], time.perf_counter() - start)
+        best = least_in_turn({k: lambda rt=rt: rt(ids, vals) for k, rt in runtimes.items()}, calls)
     row = {
         "setting": label,
         "ms": best["all"] * 1e3,

@@ -1674,6 +1674,58 @@ def plan_kinds(data: dict) -> str:
     return "\n".join(out)
 
 
+def executors(data: dict) -> str:
+    """``benchmarks/executors.py``: what the feature-major pass buys on short inputs, and
+    the definition compiled by ``torch.compile`` beside it."""
+    paths, rows, summ = data["paths"], data["rows"], data["summary"]
+    errors = [e for r in rows for e in r["max_relative_error"].values()]
+    first = [r["first_call_s"]["compiled definition"] for r in rows]
+    out = [
+        "## What the feature-major pass buys on short inputs",
+        "",
+        "On inputs of at most 32 positions the runtime may run a model feature-major "
+        '(`attnsim.model.fused`), uncompiled (`"auto"`, `"fused"`) or compiled by torch\'s '
+        'inductor (`"jit"`); that is code beside the plans, and the obvious alternative is '
+        "to hand the definition itself to `torch.compile`. `benchmarks/executors.py` times, "
+        "per setting and in one process: the plan executor (`plan`), the feature-major pass "
+        "uncompiled (`fused`), the default executor's choice (`auto`), executor `jit`, and "
+        "the definition's embedding and blocks under `torch.compile` in its default mode "
+        f"(`compiled definition`, torch {data.get('torch', '?')}, compiled once per setting: "
+        f"{fmt(min(first))} to {fmt(max(first))} s). One thread, batch 256 of compare_tracr's "
+        "inputs, one call of each in turn round after round, the least time of each kept; "
+        "every output checked against the definition's (at most "
+        f"{fmt(max(errors))} relative)." + (" (A `--quick` run.)" if data.get("quick") else ""),
+        "",
+        table(
+            [
+                "setting",
+                *[f"{p} (us)" for p in paths],
+                "jit kept",
+                "plan / fused",
+                "compiled definition / jit",
+            ],
+            [
+                [
+                    r["setting"],
+                    *[fmt(r["us"][p]) for p in paths],
+                    r["jit_kept"],
+                    f"{r['us']['plan'] / r['us']['fused']:.2f}x",
+                    f"{r['us']['compiled definition'] / r['us']['jit']:.2f}x",
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+    ]
+    for name, s in summ.items():
+        out.append(
+            f"- `{name}`: {s['least']:.2f}x to {s['most']:.2f}x, median {s['median']:.2f}x "
+            f"(least on {s['least_on']})."
+        )
+    out += ["", machine_line(data.get("machine", {}))]
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "compress_sweep": compress_sweep,
     "simulator_cost": simulator_cost,
@@ -1688,6 +1740,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "device_check": device_check,
     "calibrate_costs": calibrate_costs,
     "plan_kinds": plan_kinds,
+    "executors": executors,
 }
 ORDER = (
     "simulator_cost",

@@ -1,9 +1,9 @@
 """Runs every benchmark in this folder, then regenerates docs/benchmarks.md.
 
 Scripts, in order: startup.py, interpreter.py, rasp_text.py, compare_tracr.py,
-calibrate_costs.py, plan_kinds.py, compiler_fuzz.py, simulator_cost.py, simulator_layouts.py,
-simulator_decoder.py, simulator_accuracy.py (a missing one is skipped with a message), then
-render_docs.py. Each script writes its JSON under
+calibrate_costs.py, plan_kinds.py, executors.py, compiler_fuzz.py, simulator_cost.py,
+simulator_layouts.py, simulator_decoder.py, simulator_accuracy.py (a missing one is skipped
+with a message), then render_docs.py. Each script writes its JSON under
 benchmarks/results/. A failing script is reported and the others still run; the exit status is
 1 if any failed.
 
@@ -30,6 +30,7 @@ SCRIPTS = (
     "compare_tracr.py",
     "calibrate_costs.py",
     "plan_kinds.py",
+    "executors.py",
     "compiler_fuzz.py",
     "simulator_cost.py",
     "simulator_layouts.py",
