@@ -15,8 +15,9 @@ executor:
 and times a batch on the device by each executor against the CPU plan executor in the
 same run.
 
-Run: ``python benchmarks/device_check.py [--device cuda]`` (default: cuda when available,
-else cpu with the device passed explicitly; writes benchmarks/results/device_check.json).
+Run: ``python benchmarks/device_check.py [--device cuda] [--programs hist,reverse]``
+(default: cuda when available, else cpu with the device passed explicitly; every program;
+writes benchmarks/results/device_check.json).
 The docs report device figures only from a run on a GPU.
 """
 
@@ -139,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="a torch device (default: cuda if any)")
     parser.add_argument("--length", type=int, default=10, help="input length of the programs")
     parser.add_argument("--batch", type=int, default=64, help="sequences per batch")
+    parser.add_argument(
+        "--programs",
+        default=",".join(PROGRAMS),
+        help=f"comma-separated programs to check (default: all of {', '.join(PROGRAMS)})",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -154,8 +160,15 @@ def main(argv: list[str] | None = None) -> int:
             "no GPU here: a smoke run on cpu with the device passed explicitly, every "
             "executor on the device side as on another device"
         )
+    names = [p.strip() for p in args.programs.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PROGRAMS]
+    if unknown or not names:
+        print(
+            f"--programs: {', '.join(unknown) or 'none given'}; choose from {', '.join(PROGRAMS)}"
+        )
+        return 2
     run = Run()
-    programs = [check_program(p, device, args.length, args.batch) for p in PROGRAMS]
+    programs = [check_program(p, device, args.length, args.batch) for p in names]
     for r in programs:
         for executor, e in r["executors"].items():
             ok = e["outputs_equal_interpreter"]

@@ -7,8 +7,8 @@ with a message), then render_docs.py. Each script writes its JSON under
 benchmarks/results/. A failing script is reported and the others still run; the exit status is
 1 if any failed.
 
-Run: ``python benchmarks/run_all.py``. At the default sizes ``make bench`` takes about an hour
-and a half on two CPU cores (each script records its own seconds); ``--full`` passes
+Run: ``python benchmarks/run_all.py``. At the default sizes ``make bench`` takes about two
+hours on two CPU cores (each script records its own seconds); ``--full`` passes
 ``--full`` to the scripts that accept it (the larger sweeps: ``make bench-full``),
 ``--quick`` passes ``--quick``, and ``--only NAME ...`` runs a subset.
 """

@@ -147,7 +147,7 @@ def test_docs_section_renders_a_run_without_tracr():
 
 
 def test_the_attnsim_worker_times_each_setting_twice_and_merge_keeps_the_faster(
-    capsys, monkeypatch, tmp_path
+    capsys, monkeypatch, tmp_path, uncompiled_jit
 ):
     import json
 

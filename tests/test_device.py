@@ -100,7 +100,7 @@ def test_every_executor_allocates_on_the_models_device(name):
     definition's stream (to rounding): every tensor it builds or allocates follows the
     model's device, the plans' and the feature-major pass's alike."""
     make, vocab, options = PROGRAMS[name]
-    short = ("fused", "auto", "plan") + (("jit",) if name in ("hist", "frac_prevs") else ())
+    short = ("fused", "auto", "plan") + (("jit",) if name == "hist" else ())  # jit: seconds
     for length, executors in ((6, short), (40, ("plan", "auto"))):
         if name == "sort_freq" and length == 40:
             continue  # (its selector table is refused there)
@@ -159,7 +159,7 @@ def test_auto_runs_the_definition_off_the_cpu(monkeypatch):
     assert called
 
 
-def test_device_check_runs_on_cpu_and_agrees(tmp_path, capsys):
+def test_device_check_runs_on_cpu_and_agrees(tmp_path, capsys, uncompiled_jit):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import device_check
@@ -167,15 +167,21 @@ def test_device_check_runs_on_cpu_and_agrees(tmp_path, capsys):
         sys.path.remove(str(ROOT / "benchmarks"))
     out = tmp_path / "device.json"
     assert (
-        device_check.main(["--device", "cpu", "--length", "6", "--batch", "8", "--out", str(out)])
+        device_check.main(
+            ["--device", "cpu", "--length", "6", "--batch", "8", "--programs", "hist,reverse"]
+            + ["--out", str(out)]
+        )
         == 0
     )
+    assert [r["program"] for r in json.loads(out.read_text())["programs"]] == ["hist", "reverse"]
     got = json.loads(out.read_text())
     assert all(r["outputs_equal_interpreter"] for r in got["programs"])
     assert all(r["max_stream_difference_vs_cpu_plan"] < 1e-9 for r in got["programs"])
     assert got["u"]["max_error_vs_reference"] < 1e-12
     assert "no GPU here" in capsys.readouterr().out
     assert device_check.main(["--device", "nosuchdevice", "--out", str(out)]) == 2
+    assert device_check.main(["--device", "cpu", "--programs", "hist,nosuch"]) == 2
+    assert "--programs: nosuch; choose from reverse, hist" in capsys.readouterr().out
 
 
 def test_a_model_moved_back_and_forth_still_runs():

@@ -245,3 +245,31 @@ def test_an_error_of_the_input_is_raised_and_compiling_stays(monkeypatch):
             with torch.no_grad():
                 rt(ids)
     assert rt.fused.get("jit") is not False
+
+
+def test_weights_made_in_inference_mode_run_uncompiled_with_a_warning(monkeypatch):
+    """Tensors made under ``torch.inference_mode()`` keep no version counter, so nothing
+    compiled for them could be kept between calls: executor "jit" compiles nothing for such
+    weights (before, it compiled again on every call, seconds each), says so, and gives the
+    definition's outputs."""
+    compiled = []
+
+    def refuse(*args):
+        compiled.append(args)
+        raise AssertionError("compiled")
+
+    monkeypatch.setattr(fused, "_compile", refuse)
+    entry = library.PROGRAMS["make_hist"]
+    xs = _inputs(entry, entry.max_seq_len, 4, seed=5)
+    with torch.inference_mode():
+        model = compile_program(entry.factory(), vocab=entry.vocab, max_seq_len=entry.max_seq_len)
+        ids, _ = model.encode(xs)
+        rt = Runtime(model.model, "jit")
+        for _ in range(3):
+            with pytest.warns(RuntimeWarning, match="inference_mode"):
+                got = rt(ids)
+            assert_close(got, model.model(ids))
+        want = [model.run(x, executor="dense") for x in xs]
+        with pytest.warns(RuntimeWarning, match="runs uncompiled"):
+            assert [model.run(x, executor="jit") for x in xs] == want
+    assert compiled == []

@@ -36,7 +36,8 @@ def test_the_runtime_leaves_no_state_on_the_modules(name):
     with torch.no_grad():
         want = net(ids, vals)  # the definition (its own weight-derived caches included)
     before = _module_state(net)
-    for executor in EXECUTORS:
+    # executor "jit" compiles (seconds): on one program, whose compiled pass it keeps
+    for executor in [e for e in EXECUTORS if e != "jit" or name == "make_hist"]:
         rt = Runtime(net, executor)
         with torch.no_grad():
             got = rt(ids, vals)

@@ -470,7 +470,7 @@ def read_weights(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     if not weights.is_file():
         raise damaged(weights, "is not a file (a directory?)")
     expected = memory.weight_shapes(cfg)
-    need = memory.weight_bytes(cfg)
+    need = memory.weight_bytes(cfg, expected)
     sizes = (
         f"(the config asks for {cfg.n_layers} layers, d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
         f"n_ctx={cfg.n_ctx}: about {memory.gib(need)} of weights)"

@@ -41,10 +41,11 @@ def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], torch.dt
     return {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
 
 
-def weight_bytes(cfg: ModelConfig) -> int:
-    """Bytes of the weights of a model with config ``cfg``."""
+def weight_bytes(cfg: ModelConfig, shapes: dict | None = None) -> int:
+    """Bytes of the weights of a model with config ``cfg`` (``shapes``: its
+    :func:`weight_shapes`, where the caller has them)."""
     total = 0
-    for shape, dtype in weight_shapes(cfg).values():
+    for shape, dtype in (weight_shapes(cfg) if shapes is None else shapes).values():
         n = 1
         for s in shape:
             n *= s

@@ -43,6 +43,7 @@ definition: the cost table that chooses between the other executors was measured
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -222,10 +223,10 @@ class Runtime:
         if defined or cache is not None or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
-        if executor == "jit" and not streams and fused.measured(self, n, token_values):
+        jit = executor == "jit" and _compilable(self)  # the feature-major pass compiled
+        if jit and not streams and fused.measured(self, n, token_values):
             return self._fastest(token_ids, token_values, keep, n)
         if fused.chosen(self, n):
-            jit = executor == "jit"  # the feature-major pass compiled
             return fused.forward(self, token_ids, token_values, streams, keep, jit)
         return self._planned(token_ids, token_values, streams, keep, n)
 
@@ -343,6 +344,35 @@ class Runtime:
         if net.cfg.token_width and len(v_cols):
             add_columns(x, v_cols, proj(token_values.to(x.dtype)))
         return x
+
+
+def _compilable(rt) -> bool:
+    """Whether ``executor="jit"`` may compile for the runtime ``rt``: not where its weights
+    were made under ``torch.inference_mode()``. Such tensors carry no version counter, so
+    nothing derived from them can be kept between calls (:func:`stamp`) and a compiled
+    pass would be compiled again, seconds, on every call; the model then runs uncompiled,
+    as ``"auto"`` does, with a warning that says so.
+
+    >>> from attnsim import compile_program, library
+    >>> with torch.inference_mode():
+    ...     m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     _compilable(Runtime(m.model, "jit")), "inference_mode" in str(w[0].message)
+    (False, True)
+    """
+    if not any(p.is_inference() for p in rt.params):
+        return True
+    warnings.warn(
+        "executor='jit': this model's weights were made under torch.inference_mode(), "
+        "where tensors keep no version counter, so a compiled pass could not be kept between "
+        "calls; it runs uncompiled, as executor='auto'. Build or load the model outside "
+        "inference mode (and run it inside) to compile it",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def _embedding_parts(net) -> tuple:
