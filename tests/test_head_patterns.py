@@ -11,7 +11,6 @@ import torch
 
 from attnsim import compile_program, library, rasp, simulator
 from attnsim.model import plans as P
-from attnsim.model import sparse_plans
 from attnsim.model.patterns import KeyIndex, StaticPattern, head_keys
 from attnsim.model.plan_static import known_patterns
 
@@ -176,7 +175,7 @@ def test_head_keys_follow_the_hard_rule(mode, causal, seed, spread):
 def test_a_gather_pattern_becomes_a_sparse_gather_plan():
     p = StaticPattern.equality([2.0, 1.0, 0.0], [0.0, 1.0, 2.0])
     offsets, keys = head_keys(p, 4, False)
-    plan = sparse_plans.plan_of(torch.from_numpy(offsets), torch.from_numpy(keys), None, True)
+    plan = P.head_plan(0, torch.from_numpy(offsets), torch.from_numpy(keys), None, True, True)
     assert plan.gather and plan.fill == 0  # BOS reads BOS: the fill, left out
     assert plan.queries.tolist() == [1, 2, 3] and plan.keys.tolist() == [3, 2, 1]
 

@@ -1,5 +1,5 @@
 """The sparse storage's shortcuts against plain oracles: a planned gather copied run by run
-(``Plan.runs``) against numpy's indexed gather, heads' outputs added together
+(``sparse_plans.runs``) against numpy's indexed gather, heads' outputs added together
 (``HeldWrites``) against one write per head, the span on which a unit group can be non-zero
 (``UnitMaps.span``) against the dense product of its factors (NaN kept where a factor is not
 finite), and a copy of consecutive long rows read as a view."""
@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from attnsim.model import sparse_plans
 from attnsim.model.head_parts import HeldWrites
+from attnsim.model.plans import HeadPlan
 from attnsim.model.sparse import SparseUnits
 from attnsim.model.sparse_ops import Linear, UnitMaps
-from attnsim.model.sparse_plans import Plan, run_plan
+from attnsim.model.sparse_plans import run_plan, runs
 from attnsim.model.store import Store
 
 F64 = torch.float64
@@ -45,11 +46,11 @@ def gathers(draw):
     return n, keys, fill, at, w
 
 
-def _plan(keys: np.ndarray, fill: int) -> Plan:
+def _plan(keys: np.ndarray, fill: int) -> HeadPlan:
     """The gather plan of ``keys`` (query q reads key ``keys[q]``): the others than fill listed."""
     listed = np.flatnonzero(keys != fill)
     queries, keys = torch.from_numpy(listed), torch.from_numpy(keys[listed])
-    return Plan(None, keys, None, True, queries=queries, fill=fill)
+    return HeadPlan(0, None, keys, None, True, queries=queries, fill=fill)
 
 
 def _dense(z_at, n: int) -> torch.Tensor:
@@ -100,10 +101,10 @@ def test_runs_cover_the_keys(case):
 
 def test_runs_are_kept_only_when_long_enough():
     q = torch.arange(0, 1000, 2)  # every other query reads a key of its own: 1,000 runs
-    assert Plan(None, q + 1, None, True, queries=q).runs(1000) is None
+    assert runs(HeadPlan(0, None, q + 1, None, True, queries=q), 1000) is None
     q = torch.arange(0, 1000)
-    p = Plan(None, torch.full((1000,), 7), None, True, queries=q, fill=3)
-    assert p.runs(1000).tolist() == [[0, 1000, 7, 0]]
+    p = HeadPlan(0, None, torch.full((1000,), 7), None, True, queries=q, fill=3)
+    assert runs(p, 1000).tolist() == [[0, 1000, 7, 0]]
 
 
 def _store(n: int, dirs: int) -> Store:
@@ -230,7 +231,7 @@ def _gather_layer(seed: int, heads: int = 12, n: int = 40, dirs: int = 8):
         m = int(rng.integers(1, 10))
         queries = torch.from_numpy(np.sort(rng.choice(np.arange(1, n), size=m, replace=False)))
         keys = torch.from_numpy(rng.integers(1, n, size=m))
-        plans[h] = Plan(None, keys, None, True, queries=queries, fill=0)
+        plans[h] = HeadPlan(h, None, keys, None, True, queries=queries, fill=0)
     qk = torch.tensor([[h, 0, 0] for h in range(heads)])
     ov_t, w_t = torch.tensor(ov), torch.tensor(ov_w, dtype=F64)
     hm = HeadMaps(SparseHeads(heads, qk, torch.ones(heads, dtype=F64), ov_t, w_t))

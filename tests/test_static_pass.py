@@ -14,8 +14,8 @@ from attnsim.model import plan_core
 from attnsim.model.config import ModelConfig
 from attnsim.model.patterns import StaticPattern, gather_keys, head_keys
 from attnsim.model.plan_static import pattern_keys
+from attnsim.model.plans import head_plan, pattern_plan
 from attnsim.model.sparse import SparseTransformer
-from attnsim.model.sparse_plans import pattern_plan, plan_of
 from attnsim.rasp import library
 from attnsim.simulator import universal
 
@@ -138,7 +138,7 @@ def _generic(pattern: StaticPattern, n: int, causal: bool):
     offsets, keys = head_keys(pattern, n, causal)
     if not (np.diff(offsets) == 1).all():
         return None
-    plan = plan_of(torch.from_numpy(offsets), torch.from_numpy(keys), None, True)
+    plan = head_plan(0, torch.from_numpy(offsets), torch.from_numpy(keys), None, True, True)
     return plan.fill, plan.queries.numpy(), plan.keys.numpy()
 
 
@@ -189,7 +189,7 @@ def test_gather_keys_declines_what_it_does_not_cover():
     assert gather_keys(p, 7, causal=True) is None  # causal: keys past the query
     assert gather_keys(p, 5, causal=False) is None  # fewer positions than it covers
     with pytest.raises(ValueError, match="covers 6 positions, not 8: ask for at most 6"):
-        pattern_plan(p, 9, False)  # more than it covers: the pattern's own error
+        pattern_plan(p, 0, 9, False, listed=True)  # more than it covers: the pattern's own error
     assert gather_keys(p.with_mode("width"), 7, causal=False) is None  # BOS beside
     assert gather_keys(StaticPattern.table(np.eye(6, dtype=bool)), 7, False) is None
     dense = StaticPattern.equality(np.arange(6.0)[::-1].copy(), keys)  # held dense
@@ -206,8 +206,8 @@ def test_pattern_plans_are_the_plans_of_every_querys_keys():
     gathers = 0
     for p in patterns:
         offsets, keys = pattern_keys(p, n, False)
-        want = plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
-        got = pattern_plan(p, n, False)
+        want = head_plan(0, offsets, keys, None, bool((offsets.diff() == 1).all()), True)
+        got = pattern_plan(p, 0, n, False, listed=True)
         gathers += got.gather
         fa, fb = _fields(got), _fields(want)
         for key in fa:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnsim.model import store as store_mod
-from attnsim.model.sparse_plans import plan_of, run_plan
+from attnsim.model.plans import head_plan
+from attnsim.model.sparse_plans import run_plan
 from attnsim.model.store import Store
 
 N, D = 37, 6
@@ -92,7 +93,7 @@ def test_a_gather_on_a_span_equals_the_whole_row_gather(fill):
     rng = np.random.default_rng(fill)
     keys = torch.from_numpy(rng.integers(0, n, size=n))
     keys[torch.from_numpy(rng.random(n) < 0.4)] = fill
-    p = plan_of(torch.arange(n + 1), keys, None, True)
+    p = head_plan(0, torch.arange(n + 1), keys, None, True, listed=True)
     whole = torch.zeros(2, 1, n, dtype=torch.float64)
     whole[:, :, 2:7] = torch.from_numpy(rng.standard_normal((2, 1, 5)))
     want, at = run_plan(None, p, whole, n)

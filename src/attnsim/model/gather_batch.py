@@ -71,11 +71,11 @@ def build(hm, plans: dict) -> GatherBatch | None:
 
     >>> from attnsim.model.sparse import SparseHeads
     >>> from attnsim.model.sparse_ops import HeadMaps
-    >>> from attnsim.model.sparse_plans import Plan
+    >>> from attnsim.model.plans import HeadPlan
     >>> w = torch.ones(2, dtype=torch.float64)  # head h moves direction h into 2 + h
     >>> hm = HeadMaps(SparseHeads(2, torch.tensor([[0, 0, 0], [1, 0, 0]]), w,
     ...                           torch.tensor([[0, 0, 2], [1, 1, 3]]), w))
-    >>> p = Plan(None, torch.tensor([3]), None, True, queries=torch.tensor([1]))
+    >>> p = HeadPlan(0, None, torch.tensor([3]), None, True, queries=torch.tensor([1]))
     >>> g = build(hm, {0: p, 1: p})  # both: query 1 reads key 3
     >>> sorted(g.heads), g.rows.tolist(), (g.lo, g.hi)
     ([0, 1], [0, 1], (1, 2))
@@ -163,12 +163,12 @@ def run(g: GatherBatch, store) -> tuple | None:
 
     >>> from attnsim.model.sparse import SparseHeads
     >>> from attnsim.model.sparse_ops import HeadMaps
-    >>> from attnsim.model.sparse_plans import Plan
+    >>> from attnsim.model.plans import HeadPlan
     >>> from attnsim.model.store import Store
     >>> w = torch.ones(2, dtype=torch.float64)
     >>> hm = HeadMaps(SparseHeads(2, torch.tensor([[0, 0, 0], [1, 0, 0]]), w,
     ...                           torch.tensor([[0, 0, 2], [1, 1, 3]]), w))
-    >>> p = Plan(None, torch.tensor([3]), None, True, queries=torch.tensor([1]))
+    >>> p = HeadPlan(0, None, torch.tensor([3]), None, True, queries=torch.tensor([1]))
     >>> st = Store(1, 4, d=4, dtype=torch.float64, last={0: 9, 1: 9})
     >>> vals = torch.tensor([[[0, 0, 0, 5.0]], [[0, 0, 0, 7.0]]], dtype=torch.float64)
     >>> st.write(torch.tensor([0, 1]), vals)

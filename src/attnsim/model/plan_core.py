@@ -297,7 +297,15 @@ def candidate_keys(
     scores: the candidates per query, how far below its best static score its best other
     key lies, and the largest |static key coordinate|; None when that would not save work
     (more than a quarter of all pairs) or some query has no gap above the tolerance.
-    Example: :func:`attnsim.model.sparse_ops.candidate_plan`."""
+
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> q = torch.ones(4, 1, dtype=torch.float64)
+    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
+    >>> _, keys, gap, _ = candidate_keys(cfg, q, k)  # each query's candidate: key 1, 9 above
+    >>> keys.tolist(), gap.tolist()
+    ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
+    """
     n = q.shape[0]
     offsets, keys, _, _ = select_keys(cfg, q, k, curves)
     if len(keys) * 4 > n * n:

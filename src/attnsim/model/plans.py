@@ -59,12 +59,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import torch
 
 from attnsim.model import plan_core, plan_keys, plan_static, plan_steps, plan_tables
 from attnsim.model.costs import TRIES
+from attnsim.model.patterns import gather_keys
 from attnsim.model.plan_keys import SidePlan
 from attnsim.model.plan_static import (  # noqa: F401 - read by the tests
     _mlp_units,
@@ -87,6 +89,10 @@ from attnsim.model.projection import (  # noqa: F401 - read by tests
 
 __all__ = [
     "HeadPlan",
+    "head_plan",
+    "keys_plan",
+    "pattern_plan",
+    "candidate_plan",
     "ConstPlan",
     "TablePlan",
     "SidePlan",
@@ -127,19 +133,26 @@ def by_kind(plans) -> dict[str, list]:
 
 @dataclass(frozen=True)
 class HeadPlan:
-    """The keys one head selects for every query, for one input length.
+    """The keys one head selects for every query, for one input length: the plan both
+    storages run (the sparse storage, :mod:`attnsim.model.sparse_plans`, on its spans).
 
     Attributes:
         head: the head's index in its layer.
-        offsets: ``[pos + 1]`` int64: query q's keys are ``keys[offsets[q]:offsets[q + 1]]``.
+        offsets: ``[pos + 1]`` int64: query q's keys are ``keys[offsets[q]:offsets[q + 1]]``
+            (None in a listed gather).
         keys: ``[nnz]`` int64 key positions, query by query.
         weights: softmax heads: ``[nnz]`` the pattern's weights; hard heads: None (the mean
             of the selected keys' values).
-        gather: every query selects exactly one key (then ``keys`` is ``[pos]``).
+        gather: every query selects exactly one key (then ``keys`` is ``[pos]``, or in a
+            listed gather ``[len(queries)]``).
+        queries: a listed gather (the sparse storage's form, where most queries of a gather
+            read one key, BOS): the queries whose key is not ``fill``, ascending, and
+            ``keys`` theirs; None where every query's keys are held.
+        fill: a listed gather's key for the queries it does not list.
     """
 
     head: int
-    offsets: torch.Tensor
+    offsets: torch.Tensor | None
     keys: torch.Tensor
     weights: torch.Tensor | None
     gather: bool
@@ -152,6 +165,8 @@ class HeadPlan:
     gap: torch.Tensor | None = None
     key_bound: torch.Tensor | None = None
     static_rows: torch.Tensor | None = None  # [d_model] bool: the static directions
+    queries: torch.Tensor | None = None
+    fill: int = 0
 
     @property
     def kind(self) -> str:
@@ -162,17 +177,83 @@ class HeadPlan:
     def nnz(self) -> int:
         return int(self.keys.numel())
 
+    @cached_property
+    def rows(self) -> torch.Tensor:
+        """The query of each key (not in a listed gather; found once)."""
+        counts = self.offsets[1:] - self.offsets[:-1]
+        return torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+
+    @cached_property
+    def by_key(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A listed gather's keys in ascending order and their queries (found once): the
+        queries whose keys lie in a span of positions are one slice."""
+        order = torch.argsort(self.keys, stable=True)
+        return self.keys[order], self.queries[order]
+
     def dense(self, dtype: torch.dtype) -> torch.Tensor:
-        """The pattern ``[query, key]`` this plan stands for (for checks and caches)."""
+        """The pattern ``[query, key]`` this plan stands for (not of a listed gather)."""
         n = self.offsets.numel() - 1
         counts = self.offsets[1:] - self.offsets[:-1]
-        rows = torch.repeat_interleave(torch.arange(n, device=counts.device), counts)
         out = torch.zeros(n, n, dtype=dtype, device=counts.device)
         if self.weights is None:
-            out[rows, self.keys] = 1.0 / counts[rows].to(dtype)
+            out[self.rows, self.keys] = 1.0 / counts[self.rows].to(dtype)
         else:
-            out[rows, self.keys] = self.weights.to(dtype)
+            out[self.rows, self.keys] = self.weights.to(dtype)
         return out
+
+
+def head_plan(h: int, offsets, keys, weights, gather: bool, listed: bool = False) -> HeadPlan:
+    """Head h's plan from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
+    softmax, ``weights [nnz]``; ``gather``: one key per query); ``listed``: a gather in the
+    listed form, with the most read key (BOS, mostly) as the fill.
+
+    >>> p = head_plan(0, torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 0]), None, True, True)
+    >>> p.fill, p.queries.tolist(), p.keys.tolist(), p.offsets
+    (0, [1], [2], None)
+    """
+    if not (listed and gather):
+        return HeadPlan(h, offsets, keys, weights, gather)
+    fill = int(torch.bincount(keys).argmax())
+    queries = torch.nonzero(keys != fill).flatten()
+    return HeadPlan(h, None, keys[queries], None, True, queries=queries, fill=fill)
+
+
+def keys_plan(cfg, h: int, q: torch.Tensor, k: torch.Tensor, curves=None, listed=False):
+    """Head h's plan from its queries and keys ``[pos, width]`` on one input, by the dense
+    forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`; ``curves``: see there)."""
+    return head_plan(h, *plan_core.select_keys(cfg, q, k, curves), listed=listed)
+
+
+def pattern_plan(pattern, h: int, n: int, causal: bool, device=None, listed=False) -> HeadPlan:
+    """Head h's plan for ``n`` positions from the keys the compiler wrote down for it
+    (``pattern``, an :class:`attnsim.model.patterns.StaticPattern`); a listed gather is made
+    from the pattern's listed queries where it is one
+    (:func:`attnsim.model.patterns.gather_keys`).
+
+    >>> from attnsim.model.patterns import StaticPattern
+    >>> p = pattern_plan(StaticPattern.equality([1.0, 0.0], [0.0, 1.0]), 0, 3, False, listed=True)
+    >>> p.gather, p.fill, p.queries.tolist(), p.keys.tolist()  # BOS reads BOS: the fill
+    (True, 0, [1, 2], [2, 1])
+    """
+    got = gather_keys(pattern, n, causal) if listed else None
+    if got is not None:
+        fill, queries, keys = got
+        keys, queries = torch.from_numpy(keys), torch.from_numpy(queries)
+        return HeadPlan(h, None, keys, None, True, queries=queries, fill=fill)
+    offsets, keys = pattern_keys(pattern, n, causal, device)
+    return head_plan(h, offsets, keys, None, bool((offsets.diff() == 1).all()), listed)
+
+
+def candidate_plan(cfg, h: int, q, k, curves=None, static_rows=None) -> HeadPlan | None:
+    """A plan on the static part ``q, k [pos, width]`` of hard head h's scores, or None when
+    it would not save work: the static part selects more than a quarter of all pairs, or
+    leaves some query without a gap above the tolerance
+    (:func:`attnsim.model.plan_core.candidate_keys`)."""
+    got = plan_core.candidate_keys(cfg, q, k, curves)
+    if got is None:
+        return None
+    offsets, keys, gap, key_bound = got
+    return HeadPlan(h, offsets, keys, None, False, gap, key_bound, static_rows)
 
 
 @dataclass(frozen=True)
@@ -201,44 +282,10 @@ def _canonical_input(transformer, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.zeros(1, n, dtype=torch.float64, device=device)
 
 
-def _head_plan(attn, h: int, x: torch.Tensor, pattern=None, curves=None) -> HeadPlan:
-    """The plan of head h on the stream ``x [1, pos, d_model]``: from the keys the compiler
-    wrote down for it (``pattern``, an :class:`attnsim.model.patterns.StaticPattern`), else
-    computed in row chunks with the dense forward's arithmetic
-    (:func:`attnsim.model.plan_core.select_keys`: once per distinct query vector, a
-    compiled head has few; ``curves``: see that function)."""
-    if pattern is not None:
-        offsets, keys = pattern_keys(pattern, x.shape[1], attn.cfg.causal, x.device)
-        gather = bool(((offsets[1:] - offsets[:-1]) == 1).all())
-        return HeadPlan(head=h, offsets=offsets, keys=keys, weights=None, gather=gather)
-    width = max(1, int(attn._plan()[1][h]))  # columns past this are zero (as in the model)
-    q = x[0] @ attn.W_Q[h, :, :width]  # [pos, used d_head]
-    k = x[0] @ attn.W_K[h, :, :width]
-    offsets, keys, weights, gather = plan_core.select_keys(attn.cfg, q, k, curves)
-    return HeadPlan(head=h, offsets=offsets, keys=keys, weights=weights, gather=gather)
-
-
-def _candidate_plan(attn, h: int, x, static: torch.Tensor, curves=None) -> HeadPlan | None:
-    """A plan on the static part of head h's scores (``x`` holds the static directions
-    only, the others 0), or None when it would not save work: the static part selects more
-    than a quarter of all pairs, or leaves some query without a gap above the tolerance."""
+def _qk(attn, h: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Head h's queries and keys ``[pos, used width]`` on the stream ``x [1, pos, d_model]``."""
     width = max(1, int(attn._plan()[1][h]))
-    q = x[0] @ attn.W_Q[h, :, :width]  # [pos, width]: the static parts of queries and keys
-    k = x[0] @ attn.W_K[h, :, :width]
-    got = plan_core.candidate_keys(attn.cfg, q, k, curves)
-    if got is None:
-        return None
-    offsets, keys, gap, key_bound = got
-    return HeadPlan(
-        head=h,
-        offsets=offsets,
-        keys=keys,
-        weights=None,
-        gather=False,
-        gap=gap,
-        key_bound=key_bound,
-        static_rows=static,
-    )
+    return x[0] @ attn.W_Q[h, :, :width], x[0] @ attn.W_K[h, :, :width]
 
 
 @dataclass(frozen=True)
@@ -341,12 +388,18 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     with torch.no_grad():
         x = keep_static(transformer.W_E[ids] + transformer.W_pos[:n], 0)
         for layer, block in enumerate(transformer.blocks):
+            cfg, mine = block.attn.cfg, patterns[layer] if patterns else None
             plans = tuple(
-                _head_plan(block.attn, h, x, patterns[layer][h] if patterns else None, curves)
+                pattern_plan(mine[h], h, n, cfg.causal, x.device)
+                if mine and mine[h] is not None
+                else keys_plan(cfg, h, *_qk(block.attn, h, x), curves)
                 for h in heads[layer]
             )
             partial = analysis.partial[layer] if analysis.partial else ()
-            cands = (_candidate_plan(block.attn, h, x, masks[2 * layer], curves) for h in partial)
+            static = masks[2 * layer]
+            cands = (
+                candidate_plan(cfg, h, *_qk(block.attn, h, x), curves, static) for h in partial
+            )
             cands = tuple(p for p in cands if p is not None)
             found = analysis.tables[layer] if analysis.tables else ()
             found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))

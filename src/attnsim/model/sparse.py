@@ -44,6 +44,7 @@ import torch
 from attnsim.model import gather_batch, head_parts, liveness, plan_static
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import PART_BYTES, READS_KEPT
+from attnsim.model.plans import candidate_plan, keys_plan, pattern_plan
 from attnsim.model.positions import PositionTable
 from attnsim.model.sparse_layers import OnTheCpu, SparseHeads, SparseLayer, SparseUnits
 from attnsim.model.sparse_ops import (
@@ -59,14 +60,7 @@ from attnsim.model.sparse_ops import (
     unit_output,
     writes_of,
 )
-from attnsim.model.sparse_plans import (
-    candidate_plan,
-    head_plan,
-    mixed,
-    pattern_plan,
-    run_plan,
-    whole_head,
-)
+from attnsim.model.sparse_plans import mixed, run_plan, whole_head
 from attnsim.model.stream import Columns, Forms, check_length, check_positions
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
@@ -453,7 +447,7 @@ class SparseTransformer(OnTheCpu):
         for h in [*a["heads"][li], None]:  # a few heads and their position rows at a time
             pattern = patterns[li][h] if patterns and h is not None else None
             if pattern is not None:  # the keys the compiler wrote down: no scores needed
-                found[h] = pattern_plan(pattern, n, cfg.causal)
+                found[h] = pattern_plan(pattern, h, n, cfg.causal, listed=True)
                 continue
             mine = set() if h is None else hm.reads_qk[h] & defer
             if group and (h is None or len(need | mine) > step):
@@ -464,7 +458,7 @@ class SparseTransformer(OnTheCpu):
                 x, slot = store.data, store.slot  # [width, 1, pos] -> [pos, width]
                 for g in group:
                     q, k = hm.Q[g](x, slot)[:, 0].T, hm.K[g](x, slot)[:, 0].T
-                    found[g] = head_plan(cfg, q, k, curves)
+                    found[g] = keys_plan(cfg, g, q, k, curves, listed=True)
                 store.drop(sorted(need))
                 group, need = [], set()
             if h is not None:
@@ -474,7 +468,7 @@ class SparseTransformer(OnTheCpu):
         mask = a["masks"][2 * li]
         for h in a["partial"][li]:
             q_s, _, k_s, _ = split_qk(hm, h, x, slot, mask)
-            p = candidate_plan(cfg, q_s[:, 0].T, k_s[:, 0].T, curves)
+            p = candidate_plan(cfg, h, q_s[:, 0].T, k_s[:, 0].T, curves)
             if p is not None:
                 found[h] = p
         return found

@@ -1,18 +1,16 @@
-"""Heads whose keys the sparse storage knows before it runs them: their plans (the keys
-each query selects, found once per input length), and running them on the stream's spans.
+"""Heads whose keys the sparse storage knows before it runs them, run on the stream's spans.
 
-A plan is a gather (one key per query: the queries that do not read the ``fill`` key are
-listed with their keys) or a list of keys per query (CSR) whose values are averaged (hard
-attention) or weighted (softmax); a candidate plan adds the gap its run-time certificate
-checks. :func:`run_plan` mixes a head's values on the positions where they can be non-zero
-(the span of the rows they read, see :class:`attnsim.model.store.Store`) and returns the
-mixed values on the span of the queries that read those positions.
+Their plans are the dense storage's (:class:`attnsim.model.plans.HeadPlan`, found once per
+input length by the same functions), a gather in its listed form (one key per query: the
+queries that do not read the ``fill`` key are listed with their keys) or a list of keys per
+query (CSR) whose values are averaged (hard attention) or weighted (softmax); a candidate
+plan adds the gap its run-time certificate checks. :func:`run_plan` mixes a head's values
+on the positions where they can be non-zero (the span of the rows they read, see
+:class:`attnsim.model.store.Store`) and returns the mixed values on the span of the queries
+that read those positions.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import torch
@@ -20,87 +18,47 @@ import torch
 from attnsim.model import plan_core, plan_keys
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import RUN_POSITIONS, TERMS_PER_CHUNK, TRIES
-from attnsim.model.patterns import gather_keys
-from attnsim.model.plan_static import pattern_keys
+from attnsim.model.plans import HeadPlan
 from attnsim.model.sparse_ops import rows_last, split_qk
 
 __all__ = [
-    "Plan",
-    "candidate_plan",
     "dense_head",
-    "head_plan",
     "mixed",
-    "pattern_plan",
-    "plan_of",
     "run_candidates",
     "run_plan",
+    "runs",
     "whole_head",
 ]
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A head's selected keys per query (CSR), as :class:`attnsim.model.plans.HeadPlan`.
+def runs(p: HeadPlan, n: int, listed: bool = False) -> np.ndarray | None:
+    """A listed gather over ``n`` positions as runs ``[start, end, key, step]`` (queries
+    ``start .. end - 1`` read keys ``key + step * (q - start)``, step 0 or 1; runs may
+    overlap where they agree), when they average at least :data:`RUN_POSITIONS` positions,
+    else None; ``listed``: the runs of the listed queries only (the others read the fill),
+    averaging that many listed queries (found once per ``n``, kept with the plan).
 
-    A gather (one key per query) keeps only the queries whose key is not ``fill`` (most
-    queries of a gather that serves one role read BOS): ``queries`` and their ``keys``, no
-    offsets.
+    >>> q = torch.arange(100, 300)  # queries 100 .. 299 read keys 1000 .. 1199
+    >>> p = HeadPlan(0, None, q + 900, None, True, queries=q)
+    >>> runs(p, 400).tolist()  # the others read the fill, key 0
+    [[0, 100, 0, 0], [100, 300, 1000, 1], [300, 400, 0, 0]]
+    >>> runs(p, 400, listed=True).tolist()
+    [[100, 300, 1000, 1]]
+    >>> runs(HeadPlan(0, None, q[::2] + 7, None, True, queries=q[::2]), 400) is None  # 201 runs
+    True
     """
-
-    offsets: torch.Tensor | None
-    keys: torch.Tensor
-    weights: torch.Tensor | None
-    gather: bool
-    gap: torch.Tensor | None = None  # candidate heads: see plans.HeadPlan
-    key_bound: torch.Tensor | None = None
-    queries: torch.Tensor | None = None  # gathers: the queries listed in keys
-    fill: int = 0  # gathers: the key of every other query
-
-    @property
-    def nnz(self) -> int:
-        return int(self.keys.numel())
-
-    @cached_property
-    def rows(self) -> torch.Tensor:
-        """The query of each listed key (CSR plans; found once)."""
-        counts = self.offsets[1:] - self.offsets[:-1]
-        return torch.repeat_interleave(torch.arange(len(counts)), counts)
-
-    def runs(self, n: int, listed: bool = False) -> np.ndarray | None:
-        """A gather over ``n`` positions as runs ``[start, end, key, step]`` (queries
-        ``start .. end - 1`` read keys ``key + step * (q - start)``, step 0 or 1; runs may
-        overlap where they agree), when they average at least :data:`RUN_POSITIONS`
-        positions, else None; ``listed``: the runs of the listed queries only (the others
-        read the fill), averaging that many listed queries (found once per ``n``).
-
-        >>> q = torch.arange(100, 300)  # queries 100 .. 299 read keys 1000 .. 1199
-        >>> p = Plan(None, q + 900, None, True, queries=q)
-        >>> p.runs(400).tolist()  # the others read the fill, key 0
-        [[0, 100, 0, 0], [100, 300, 1000, 1], [300, 400, 0, 0]]
-        >>> p.runs(400, listed=True).tolist()
-        [[100, 300, 1000, 1]]
-        >>> Plan(None, q[::2] + 7, None, True, queries=q[::2]).runs(400) is None  # 201 runs
-        True
-        """
-        got = self.__dict__.setdefault("_runs", {})
-        if (n, listed) not in got:
-            runs = _runs(self, n)
-            if listed:
-                runs = runs[(runs[:, 2] != self.fill) | (runs[:, 3] != 0)]
-            size = len(self.queries) if listed else n
-            got[n, listed] = runs if len(runs) * RUN_POSITIONS <= size else None
-        return got[n, listed]
-
-    @cached_property
-    def by_key(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A gather's listed keys in ascending order and their queries (found once): the
-        queries whose keys lie in a span are one slice."""
-        order = torch.argsort(self.keys, stable=True)
-        return self.keys[order], self.queries[order]
+    got = p.__dict__.setdefault("_runs", {})  # (derived from the frozen plan, as its rows)
+    if (n, listed) not in got:
+        found = _runs(p, n)
+        if listed:
+            found = found[(found[:, 2] != p.fill) | (found[:, 3] != 0)]
+        size = len(p.queries) if listed else n
+        got[n, listed] = found if len(found) * RUN_POSITIONS <= size else None
+    return got[n, listed]
 
 
-def _runs(p: Plan, n: int) -> np.ndarray:
-    """:meth:`Plan.runs`, whatever their length."""
+def _runs(p: HeadPlan, n: int) -> np.ndarray:
+    """:func:`runs`, whatever their length."""
     keys = np.full(n, p.fill, dtype=np.int64)
     keys[p.queries.numpy()] = p.keys.numpy()
     if n < 2:
@@ -123,79 +81,7 @@ def _runs(p: Plan, n: int) -> np.ndarray:
     return runs[np.argsort(runs[:, 0], kind="stable")]
 
 
-def head_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves=None) -> Plan:
-    """The plan of a head from its queries and keys ``[pos, width]`` (one input); with
-    :func:`run_plan` it mixes values as the dense head does (``curves``: one build's, see
-    :func:`attnsim.model.plan_core.select_keys`).
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=3, d_vocab=2)
-    >>> pos = torch.arange(3, dtype=torch.float64)[:, None]
-    >>> q, k = torch.cat([2 * (2 - pos), -torch.ones(3, 1)], 1), torch.cat([pos, pos**2], 1)
-    >>> p = head_plan(cfg, q, k)  # query i reads key 2 - i: a gather
-    >>> p.gather, run_plan(cfg, p, torch.tensor([[[1.0, 2.0, 3.0]]]), 3)[0].flatten().tolist()
-    (True, [3.0, 2.0, 1.0])
-    """
-    return plan_of(*plan_core.select_keys(cfg, q, k, curves))
-
-
-def plan_of(offsets, keys, weights, gather: bool) -> Plan:
-    """A :class:`Plan` from every query's keys ``offsets [pos + 1], keys [nnz]`` (and, for
-    softmax, ``weights [nnz]``); ``gather``: one key per query.
-
-    >>> p = plan_of(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 2, 0]), None, True)
-    >>> p.fill, p.queries.tolist(), p.keys.tolist()  # BOS, the most read key, is the fill
-    (0, [1], [2])
-    """
-    if not gather:
-        return Plan(offsets, keys, weights, False)
-    fill = int(torch.bincount(keys).argmax())
-    queries = torch.nonzero(keys != fill).flatten()
-    return Plan(None, keys[queries], None, True, queries=queries, fill=fill)
-
-
-def pattern_plan(pattern, n: int, causal: bool) -> Plan:
-    """The plan of a head whose keys the compiler wrote down (a
-    :class:`~attnsim.model.patterns.StaticPattern`) for ``n`` positions: a gather made from
-    the pattern's listed queries where it is one (:func:`attnsim.model.patterns.gather_keys`),
-    else from every query's keys.
-
-    >>> from attnsim.model.patterns import StaticPattern
-    >>> p = pattern_plan(StaticPattern.equality([1.0, 0.0], [0.0, 1.0]), 3, False)
-    >>> p.gather, p.fill, p.queries.tolist(), p.keys.tolist()  # BOS reads BOS: the fill
-    (True, 0, [1, 2], [2, 1])
-    """
-    got = gather_keys(pattern, n, causal)
-    if got is not None:
-        fill, queries, keys = got
-        keys, queries = torch.from_numpy(keys), torch.from_numpy(queries)
-        return Plan(None, keys, None, True, queries=queries, fill=fill)
-    offsets, keys = pattern_keys(pattern, n, causal)
-    return plan_of(offsets, keys, None, bool((offsets.diff() == 1).all()))
-
-
-def candidate_plan(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves=None) -> Plan | None:
-    """A plan on the static part ``q, k [pos, width]`` of a hard head's scores, or None
-    (:func:`attnsim.model.plan_core.candidate_keys`).
-
-    >>> from attnsim.model.config import ModelConfig
-    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
-    ...                   n_ctx=4, d_vocab=2)
-    >>> q = torch.ones(4, 1, dtype=torch.float64)
-    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
-    >>> p = candidate_plan(cfg, q, k)  # every query's candidate: key 1, 9 above the rest
-    >>> p.keys.tolist(), p.gap.tolist()
-    ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
-    """
-    got = plan_core.candidate_keys(cfg, q, k, curves)
-    if got is None:
-        return None
-    offsets, keys, gap, key_bound = got
-    return Plan(offsets, keys, None, False, gap, key_bound)
-
-
-def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
+def run_plan(cfg: ModelConfig, p: HeadPlan, v: torch.Tensor, n: int, at: int = 0):
     """A planned head's mixed values from its values ``v [w, batch, span]`` on positions
     ``at .. at + span - 1`` (0 elsewhere): ``(z [w, batch, m], z_at)``, the mixed values on
     positions ``z_at .. z_at + m - 1`` (0 elsewhere), or None where they are 0 at every
@@ -203,7 +89,9 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     only the queries whose keys lie in the span are written; a mean (hard) or weighted sum
     (softmax) over each query's keys runs on every position.
 
-    >>> p = plan_of(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 0, 1, 2]), None, True)
+    >>> from attnsim.model.plans import head_plan
+    >>> offsets, keys = torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 0, 1, 2])
+    >>> p = head_plan(0, offsets, keys, None, True, listed=True)
     >>> z, z_at = run_plan(None, p, torch.tensor([[[5.0, 7.0]]]), 4, at=1)  # keys 1, 2 only
     >>> z.flatten().tolist(), z_at  # queries 2 and 3 read keys 1 and 2; 0, 1 read key 0
     ([5.0, 7.0], 2)
@@ -212,9 +100,9 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
     if not p.gather:
         return _mean(cfg, p, v, n, at)
     inside = at <= p.fill < at + w
-    runs = p.runs(n, listed=not inside)
-    if runs is not None:  # run by run (where the fill is outside the span: it reads 0)
-        return _copy_runs(v, runs, at)
+    found = runs(p, n, listed=not inside)
+    if found is not None:  # run by run (where the fill is outside the span: it reads 0)
+        return _copy_runs(v, found, at)
     if not inside:  # the other queries read 0
         keys, queries = p.by_key
         i, j = torch.searchsorted(keys, torch.tensor([at, at + w])).tolist()
@@ -235,7 +123,7 @@ def run_plan(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int = 0):
 
 
 def _copy_runs(v: torch.Tensor, runs: np.ndarray, at: int):
-    """:func:`run_plan` of a gather copied run by run (:meth:`Plan.runs`) from ``v [w,
+    """:func:`run_plan` of a gather copied run by run (:func:`runs`) from ``v [w,
     batch, span]`` on positions ``at .. at + span - 1`` (0 elsewhere): ``(z, z_at)`` on the
     queries from the first to the last that reads inside the span, or None."""
     w, copies = v.shape[2], []
@@ -261,7 +149,7 @@ def _copy_runs(v: torch.Tensor, runs: np.ndarray, at: int):
     return z, z_at
 
 
-def _mean(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int):
+def _mean(cfg: ModelConfig, p: HeadPlan, v: torch.Tensor, n: int, at: int):
     """:func:`run_plan` of a mean (hard) or weighted sum (softmax) over each query's keys:
     only the terms whose keys lie in the span ``at .. at + w - 1`` of ``v`` (the others
     are 0), written on the queries from the first to the last that has one."""
@@ -289,7 +177,7 @@ def _mean(cfg: ModelConfig, p: Plan, v: torch.Tensor, n: int, at: int):
     return z, lo
 
 
-def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):
+def mixed(cfg: ModelConfig, p: HeadPlan, store, lin, n: int):
     """:func:`run_plan` of the values ``lin`` (a :class:`attnsim.model.sparse_ops.Linear`)
     computes from ``store`` on the span of the rows it reads (None where those are 0).
 
@@ -297,7 +185,8 @@ def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):
     >>> st = Store(1, 6, d=1, dtype=torch.float64, last={0: 1})
     >>> st.write(torch.tensor([0]), torch.tensor([[[4.0]]], dtype=torch.float64), at=2)
     >>> lin = Linear(torch.tensor([0]), torch.tensor([0]), torch.ones(1, dtype=torch.float64), 1)
-    >>> p = plan_of(torch.arange(7), torch.tensor([0, 0, 0, 0, 0, 2]), None, True)
+    >>> from attnsim.model.plans import head_plan
+    >>> p = head_plan(0, torch.arange(7), torch.tensor([0, 0, 0, 0, 0, 2]), None, True, listed=True)
     >>> z, at = mixed(None, p, st, lin, 6)  # query 5 reads key 2; the others BOS (0 there)
     >>> z.flatten().tolist(), at
     ([4.0], 5)
@@ -308,7 +197,7 @@ def mixed(cfg: ModelConfig, p: Plan, store, lin, n: int):
     return run_plan(cfg, p, lin(store.view(lo, hi), store.slot), n, lo)
 
 
-def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
+def run_candidates(cfg, p: HeadPlan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
     """A candidate head on its candidate keys, or None when the certificate fails
     (:func:`attnsim.model.plan_core.candidate_mean`); inputs ``[batch, pos, width]``.
 
@@ -316,7 +205,8 @@ def run_candidates(cfg, p: Plan, q_s, q_d, k_s, k_d, v) -> torch.Tensor | None:
     >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
     ...                   n_ctx=4, d_vocab=2)
     >>> q, k = torch.ones(4, 1, dtype=torch.float64), torch.tensor([[0.0], [9.0], [0.0], [0.0]])
-    >>> p = candidate_plan(cfg, q, k.double())
+    >>> from attnsim.model.plans import candidate_plan
+    >>> p = candidate_plan(cfg, 0, q, k.double())
     >>> v, none = torch.arange(4.0, dtype=torch.float64)[None, :, None], torch.zeros(1, 4, 1)
     >>> run_candidates(cfg, p, q[None], none.double(), k.double()[None], none.double(), v)
     tensor([[[1.],
@@ -352,7 +242,7 @@ def dense_head(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return z
 
 
-def whole_head(cfg: ModelConfig, hm, h: int, p: Plan | None, store, static_mask, misses):
+def whole_head(cfg: ModelConfig, hm, h: int, p: HeadPlan | None, store, static_mask, misses):
     """Head ``h`` of the maps ``hm`` (a :class:`attnsim.model.sparse_ops.HeadMaps`) on
     whole rows, ``[w, batch, pos]``: on its candidate keys where the certificate holds
     (``p``, a candidate plan), else as a one-sided head, else dense; ``misses``: the
