@@ -21,9 +21,10 @@ others by the plans), "plan" (heads whose pattern only the length decides as gat
 sparse sums, the others dense), "fused" (always feature-major), "dense" (the
 definition) and "jit" (the feature-major pass compiled by torch's compiler, inductor,
 :func:`attnsim.model.fused.jitted`: on the first call of each short input signature it is
-compiled, seconds, and timed against the plans, and the faster is kept; longer inputs as
-"auto"). All give the definition's outputs to rounding. A cache of every hook, or forward
-hooks on a module (activation patching), run the definition.
+compiled, seconds, and timed against the plans, and the faster is kept; longer inputs, and
+weights made under ``torch.inference_mode()``, as "auto"). All give the definition's
+outputs to rounding. A cache of every hook, or forward hooks on a module (activation
+patching), run the definition.
 
 Every executor runs on the model's device: what it builds and allocates follows the
 weights' device and dtype (tests/test_device.py runs each with the default device set to
