@@ -83,7 +83,7 @@ def build(hm, plans: dict) -> GatherBatch | None:
     heads = []
     for h in hm.active:
         p = plans.get(h)
-        if p is not None and p.gather and p.gap is None and len(p.queries):
+        if p is not None and p.gather and p.kind == "head" and len(p.queries):
             if hm.V[h].width * len(p.queries) <= BATCH_CELLS:
                 heads.append(h)
     if len(heads) < 2:

@@ -19,7 +19,7 @@ Stages: layer ``l``'s attention reads before stage ``2l + 1``, its MLP before ``
 ...                  torch.tensor([[0, 2, 3]]), torch.ones(1))
 >>> sublayer_reads([HeadMaps(hs)], [[]])  # head 0 reads 0 (query), 1 (key), 2 (value)
 ({0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 0})
->>> class Gather: gap = None
+>>> class Gather: kind = "head"
 >>> sublayer_reads([HeadMaps(hs)], [[]], plans=[{0: Gather()}])  # planned: values only
 ({2: 0}, {2: 0})
 """
@@ -45,7 +45,7 @@ def sublayer_reads(heads, units, plans: list | None = None) -> tuple[dict, dict]
         reads = []
         for h in hm.active:
             p = planned.get(h)
-            gather = p is not None and p.gap is None  # runs without its scores
+            gather = p is not None and p.kind == "head"  # runs without its scores
             reads.append((2 * li, hm.reads_v[h] if gather else hm.reads_qk[h] | hm.reads_v[h]))
         reads += [(2 * li + 1, um.reads) for um in ums]
         for stage, cols in reads:

@@ -502,18 +502,18 @@ class SparseTransformer(OnTheCpu):
             if mask is not None and (
                 p is None
                 or (run is not None and h not in run[0])
-                or p.gap is not None
+                or p.kind == "candidates"
                 or not all(bool(static_mask[r]) for r in hm.reads_v[h])
             ):
                 continue  # the static pass runs the static heads with static values only
-            if apart and p is not None and p.gap is None and hm.V[h].width > step:
+            if apart and p is not None and p.kind == "head" and hm.V[h].width > step:
                 for vp, op, dirs in head_parts.parts(hm, h, step):  # a wide planned head
                     got = mixed(cfg, p, store, vp, n)
                     if got is not None:
                         store.write(dirs, op(got[0], torch.arange(got[0].shape[0])), got[1])
                 continue
             lin = hm.V[h]  # a value map that serves several heads is computed once
-            if p is not None and p.gap is None:
+            if p is not None and p.kind == "head":
                 if id(lin) in values:
                     v = values[id(lin)]
                 else:
