@@ -142,6 +142,8 @@ class Runtime:
         # what the sparse storage derives from a set of plans (attnsim.model.sparse)
         self.kept: dict = {}
         self._embedding: tuple | None = None
+        # weights made under torch.inference_mode() (no version counter): reset every call
+        self.inference = any(p.is_inference() for p in self._params)
 
     def current(self) -> None:
         """Drops what was kept for other weights: parameters or modules replaced, weights
@@ -363,7 +365,7 @@ def _compilable(rt) -> bool:
     ...     _compilable(Runtime(m.model, "jit")), "inference_mode" in str(w[0].message)
     (False, True)
     """
-    if not any(p.is_inference() for p in rt.params):
+    if not rt.inference:
         return True
     warnings.warn(
         "executor='jit': this model's weights were made under torch.inference_mode(), "
