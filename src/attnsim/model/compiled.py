@@ -341,8 +341,8 @@ class CompiledModel(GroundTruth):
         "dense" (every head over [query, key]: the plain definition) or "jit" (short
         inputs: the feature-major pass compiled by torch's compiler, inductor, and timed
         against the plans on the first call of each input shape, seconds, the faster kept;
-        longer ones as "auto"). All give the dense outputs to rounding. Settable; kept by
-        :attr:`runtime`.
+        longer ones, and weights made under ``torch.inference_mode()``, as "auto"). All give
+        the dense outputs to rounding. Settable; kept by :attr:`runtime`.
 
         >>> from attnsim import rasp
         >>> from attnsim.compiler import compile_program
