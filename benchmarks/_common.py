@@ -9,6 +9,7 @@ The scripts run as ``python benchmarks/NAME.py``, so this folder is on the impor
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -41,6 +42,21 @@ class Run:
         except ImportError:  # the interpreter benchmark does not need torch
             pass
         return meta
+
+
+def quick_args(doc: str, results: Path, quick: str, argv: list[str] | None) -> argparse.Namespace:
+    """The usual options of a benchmark script, parsed from ``argv``: ``--quick`` (a smaller
+    run, what ``quick`` says) and ``--out`` (the results JSON, ``results`` by default); the
+    description is the first line of the script's ``doc``.
+
+    >>> args = quick_args("Times things.", Path("r.json"), "one size", ["--quick"])
+    >>> args.quick, args.out.name
+    (True, 'r.json')
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--out", type=Path, default=results, help="where to write the JSON")
+    return parser.parse_args(argv)
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -30,7 +30,6 @@ one round).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 
 # isort: on
 import torch
-from _common import Run, least_in_turn, least_seconds, write_json
+from _common import Run, least_in_turn, least_seconds, quick_args, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "executors.json"
 LONGER = 20  # besides each program's conformance setting
@@ -176,10 +175,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="hist and count, one round")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
-    args = parser.parse_args(argv)
+    args = quick_args(__doc__, RESULTS, "hist and count, one round", argv)
     torch.set_num_threads(1)
     run = Run()
     rounds = 1 if args.quick else ROUNDS

@@ -25,7 +25,6 @@ benchmarks/results/plan_kinds.json; ``--quick``: three programs, U(8) only, one 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 # isort: on
 import numpy as np
 import torch
-from _common import Run, least_in_turn, least_seconds, write_json
+from _common import Run, least_in_turn, least_seconds, quick_args, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "plan_kinds.json"
 LENGTH = 40
@@ -178,10 +177,7 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     from attnsim.model.plans import OPTIONAL_KINDS
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="three programs, U(8), one round")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
-    args = parser.parse_args(argv)
+    args = quick_args(__doc__, RESULTS, "three programs, U(8), one round", argv)
     torch.set_num_threads(1)
     run = Run()
     rounds = 1 if args.quick else ROUNDS

@@ -31,7 +31,6 @@ Run: ``python benchmarks/simulator_cost.py`` (writes benchmarks/results/simulato
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import statistics
@@ -47,7 +46,15 @@ import attnsim  # noqa: F401  (before torch: its huge-page setting takes effect)
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import Run, fit_exponent, machine_rates, saved_and_loaded, stream_floor, write_json
+from _common import (
+    Run,
+    fit_exponent,
+    machine_rates,
+    quick_args,
+    saved_and_loaded,
+    stream_floor,
+    write_json,
+)
 
 from attnsim.model import plan_costs
 from attnsim.report import simulator_table as st
@@ -368,10 +375,7 @@ def _exponents(one: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="stop at n = d = 16")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
-    args = parser.parse_args(argv)
+    args = quick_args(__doc__, RESULTS, "stop at n = d = 16", argv)
 
     # one CPU thread for U and for the direct path alike: on a shared two-core machine a
     # second thread waits on the other core's work, and timings swing by several times

@@ -29,14 +29,10 @@ rounding of the sum).
 (:class:`attnsim.model.plan_steps.ConstUnits`), give the same output on every input of the
 length: it is computed once, on the stream the plans are built from, and added as it is.
 
-**Token-table heads** (:mod:`attnsim.model.plan_tables`): a head whose queries and keys
-read only directions the token rows of the embedding write runs over classes of positions.
+**Token-table heads** (:mod:`attnsim.model.plan_tables`) run over classes of positions, and
+**one-sided heads** (:mod:`attnsim.model.plan_keys`) over their other side's distinct rows.
 
-**One-sided heads** (:mod:`attnsim.model.plan_keys`): a head whose keys (or queries) read
-static directions only runs over the distinct rows its other side takes in a batch.
-
-Shapes: batch, pos (BOS included), d_model; a head's plan holds ``offsets [pos + 1]`` and
-``keys [nnz]``.
+Shapes: batch, pos (BOS included), d_model; a plan: ``offsets [pos + 1]``, ``keys [nnz]``.
 
 >>> import torch
 >>> from attnsim.model.config import ModelConfig
@@ -156,12 +152,10 @@ class HeadPlan:
     keys: torch.Tensor
     weights: torch.Tensor | None
     gather: bool
-    # a head whose scores also read input-dependent directions (hard attention only):
-    # ``keys`` are then its candidates, the keys the static part of the scores selects;
-    # ``gap [pos]`` is how far below a query's static maximum its best other key lies, and
-    # ``key_bound [width]`` the largest |static key coordinate|. The scores are computed on
-    # the candidates only, after checking that the input-dependent part cannot reach across
-    # the gap (see :func:`_certified`); where it could, the head runs dense.
+    # a hard head whose scores also read input-dependent directions: ``keys`` are the
+    # candidates the static part of the scores selects, ``gap [pos]`` how far below a
+    # query's static maximum its best other key lies, ``key_bound [width]`` the largest
+    # |static key coordinate| (its run checks the gap: plan_core.candidate_mean)
     gap: torch.Tensor | None = None
     key_bound: torch.Tensor | None = None
     static_rows: torch.Tensor | None = None  # [d_model] bool: the static directions
@@ -220,7 +214,17 @@ def head_plan(h: int, offsets, keys, weights, gather: bool, listed: bool = False
 
 def keys_plan(cfg, h: int, q: torch.Tensor, k: torch.Tensor, curves=None, listed=False):
     """Head h's plan from its queries and keys ``[pos, width]`` on one input, by the dense
-    forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`; ``curves``: see there)."""
+    forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`; ``curves``: see there).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=3, d_vocab=2)
+    >>> pos = torch.arange(3, dtype=torch.float64)[:, None]  # query i reads key 2 - i
+    >>> q, k = torch.cat([2 * (2 - pos), -torch.ones(3, 1)], 1), torch.cat([pos, pos**2], 1)
+    >>> p = keys_plan(cfg, 0, q, k)
+    >>> p.kind, p.gather, p.keys.tolist()
+    ('head', True, [2, 1, 0])
+    """
     return head_plan(h, *plan_core.select_keys(cfg, q, k, curves), listed=listed)
 
 
@@ -248,7 +252,16 @@ def candidate_plan(cfg, h: int, q, k, curves=None, static_rows=None) -> HeadPlan
     """A plan on the static part ``q, k [pos, width]`` of hard head h's scores, or None when
     it would not save work: the static part selects more than a quarter of all pairs, or
     leaves some query without a gap above the tolerance
-    (:func:`attnsim.model.plan_core.candidate_keys`)."""
+    (:func:`attnsim.model.plan_core.candidate_keys`).
+
+    >>> from attnsim.model.config import ModelConfig
+    >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
+    ...                   n_ctx=4, d_vocab=2)
+    >>> k = torch.tensor([[0.0], [9.0], [0.0], [0.0]], dtype=torch.float64)
+    >>> p = candidate_plan(cfg, 0, torch.ones(4, 1, dtype=torch.float64), k)
+    >>> p.kind, p.keys.tolist()  # each query's candidate: key 1, 9 above the others
+    ('candidates', [1, 1, 1, 1])
+    """
     got = plan_core.candidate_keys(cfg, q, k, curves)
     if got is None:
         return None
@@ -331,18 +344,6 @@ class StaticAnalysis:
         ]
         rows = kept("rows", plan_tables.row_table_plans(transformer, skip))
         return cls(masks, heads, parts, partial, found, sides, rows, without)
-
-
-def partial_heads(transformer) -> tuple[tuple[int, ...], ...]:
-    """Per layer, the hard heads that are not static but whose queries or keys read some
-    static direction: candidates for a plan on the static part of their scores.
-
-    >>> from attnsim import compile_program, library
-    >>> m = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-    >>> partial_heads(m.model)  # hist's head: tokens, and BOS's static score
-    ((0,),)
-    """
-    return tuple(tuple(hs) for hs in plan_static.analysis(transformer)["partial"])
 
 
 def summary(transformer) -> dict:
