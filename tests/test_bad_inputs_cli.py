@@ -376,6 +376,16 @@ ERRORS = [
         ["report", "all", "--out", "{d}/out", "--cost-json", "{d}/none.json"],
         r"--cost-json .*none\.json: no such file",
     ),
+    (  # read before the report's minutes of work, named in the message
+        "report-all-cost-json-not-json",
+        ["report", "all", "--out", "{d}/out", "--cost-json", "{d}/binary.rasp"],
+        r"--cost-json .*binary\.rasp is not a simulator_cost\.json .*utf-8",
+    ),
+    (
+        "report-all-cost-json-no-rows",
+        ["report", "all", "--out", "{d}/out", "--cost-json", "{d}/rows.json"],
+        r"--cost-json .*rows\.json is not a simulator_cost\.json .*row 0 lacks 4 of the 5 keys",
+    ),
     (
         "report-build-malformed",
         ["report", "simulator", "--builds", "1,2"],
@@ -418,6 +428,7 @@ def files(tmp_path_factory) -> Path:
         (d / name).write_text(text)
     (d / "binary.rasp").write_bytes(b"\xff\xfe\x00 not text")
     (d / "nul.rasp").write_bytes(b"x = 1;\x00\n")
+    (d / "rows.json").write_text('{"results": [{"max_n": 2}]}')
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(4, 2, dtype=torch.float64)
     torch.save(mha.state_dict(), d / "mha2.pt")

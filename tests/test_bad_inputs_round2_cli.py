@@ -49,7 +49,7 @@ def test_a_text_file_as_module_is_not_a_torch_file(tmp_path, capsys):
     err = _error([*SIM, "--module", str(f)], capsys)
     assert err == (
         f"attnsim simulate: error: --module {f}: cannot be loaded: it is not a file written "
-        f"by torch.save\n"
+        f"by torch.save (neither a zip archive nor a pickle)\n"
     )
 
 
@@ -462,6 +462,38 @@ def test_a_piped_prompt_prints_only_what_the_statements_print():
     want.run("set example [1, 2];\nx = tokens_int + 1;\n", "<stdin>")
     assert run.stdout.splitlines() == lines
     assert ">>" not in run.stdout and "RASP (attnsim)" not in run.stdout
+
+
+def _piped(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnsim", "repl"],
+        input=text,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "text, where, why",
+    [
+        ("set example [1, 2];\nx = tokens_int + \n", "<stdin>:2:", "ends in the middle"),
+        ("def f(a) {\n return a;\n", "<stdin>:2:", "expected '}'"),
+    ],
+)
+def test_a_piped_prompt_ending_in_a_statement_says_so_and_fails(text, where, why):
+    # as attnsim rasp on the same text: the statement is not dropped in silence
+    run = _piped(text)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert where in run.stdout and why in run.stdout, run.stdout
+
+
+def test_a_piped_prompt_names_the_input_line_and_fails_after_a_failed_statement():
+    run = _piped("set example [1, 2];\nx = tokens_int + 1;\n\ny = x +* 2;\nz = x - 1;\n")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "<stdin>:4:8: unexpected '*'" in run.stdout, run.stdout
+    assert "s-op: z" in run.stdout  # the statements after it still run
 
 
 # -- 6. "raised by attnsim" is read from module names, not folder names ---------------------

@@ -77,6 +77,15 @@ def test_simulate_refuses_a_causal_that_is_not_a_bool(U, bad):
         checks.prepare(SimulatorConfig(2, 2, layout_kind="scalar"), mha, X, bad)
 
 
+def test_simulate_batch_of_no_pairs_is_empty_and_of_a_bare_pair_is_refused(U):
+    mha, X = _mha(), _X()
+    assert U.simulate_batch([]) == []
+    with pytest.raises(TypeError, match=r"list of \(target, X\) pairs.*simulate\(target, X\)"):
+        U.simulate_batch((mha, X))  # one pair, not a list of them
+    (got,) = U.simulate_batch([(mha, X)])
+    assert torch.allclose(got, _torch_out(mha, X, False), atol=1e-9, rtol=0)
+
+
 def test_simulate_with_real_and_numpy_bools_matches_torch(U):
     mha, X = _mha(), _X()
     for flag in (True, False, np.bool_(True), np.bool_(False)):

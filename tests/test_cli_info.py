@@ -62,7 +62,7 @@ def test_info_list(capsys, monkeypatch):
         (["info", "make_hst"], r"unknown program 'make_hst'; did you mean make_hist"),
         (["info"], r"give a program name, or --list"),
         (["info", "make_hist", "--input", "a z"], r"token 'z' is not in this program's vocab"),
-        (["info", "make_hist", "--input", "a " * 9], r"exceeds max_seq_len=8"),
+        (["info", "make_hist", "--input", "a " * 9], r"--input has 9 tokens, .* at most 8\n"),
         (["info", "make_hist", "--input", " "], r"--input is empty"),
     ],
 )

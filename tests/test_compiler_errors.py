@@ -131,6 +131,20 @@ def test_numerical_eq_on_a_non_integer_value_is_refused_at_run_time():
     assert model.run(bad, check=False) != rasp.evaluate(program, bad)
 
 
+def test_numerical_eq_on_a_near_integer_mean_is_refused_at_run_time():
+    # a mean of 1000 and 1000.0008 is 1000.0004: not an integer (the score would take it for
+    # 1000, as it would 1.0000005 for 1), though within 1e-6 of one; integer means pass
+    tokens = real_tokens()
+    m = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ), tokens))
+    program = rasp.SelectorWidth(rasp.Select(m.named("m"), m, C.EQ))
+    model = compile_program(program, vocab=None, max_seq_len=3)
+    for bad, shown in (([1000.0, 1000.0008], "1000.0004"), ([1.0, 1.000001], "1.0000005")):
+        with pytest.raises(ValueError, match=rf"'m' = {shown} at position 1 .* not an integer"):
+            model.run(bad)
+    for xs in ([1000.0, 1002.0], [5.0, 1.0, 3.0], [3.0, 3.0, 3.0]):
+        assert model.run(xs) == rasp.evaluate(program, xs)
+
+
 def test_run_time_check_names_the_offending_row_and_position():
     tokens = real_tokens()
     doubled = (tokens * 2).named("doubled")

@@ -274,6 +274,28 @@ def test_from_torch_dropout_needs_eval_mode():
     assert spec.from_torch(layer.eval()).d_model == 4
 
 
+def test_from_torch_reads_each_dropout_modules_own_mode():
+    # a dropout module drops by its own mode, whatever its layer's
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.9, batch_first=True).double()
+    layer.eval()
+    layer.dropout2.train()
+    with pytest.raises(ValueError, match=r"\(dropout2\) has dropout=0.9 and is in training"):
+        spec.from_torch(layer)
+    layer.train()  # the layer in training mode, every dropout (and the attention's) not
+    for m in (layer.dropout, layer.dropout1, layer.dropout2, layer.self_attn):
+        m.eval()
+    X = torch.randn(3, 4, dtype=torch.float64)
+    with torch.no_grad():
+        want = layer(X[None])[0]
+    assert torch.allclose(ref.reference(spec.from_torch(layer), X), want, atol=1e-12)
+    layer.dropout1 = nn.Identity()  # no dropout at all
+    assert spec.from_torch(layer).d_model == 4
+    layer.dropout1 = nn.ReLU()
+    with pytest.raises(ValueError, match=r"dropout1 must be an nn.Dropout \(or nn.Identity\)"):
+        spec.from_torch(layer)
+
+
 @pytest.mark.parametrize(
     ("activation", "expected"),
     [("relu", "relu"), ("gelu", "gelu"), (F.relu, "relu"), (F.gelu, "gelu"),

@@ -129,6 +129,12 @@ def test_mistakes_are_one_line_errors(tmp_path, capsys):
     assert "--per-length must be at least 2 (a clean and a corrupted input" in (
         capsys.readouterr().err
     )
+    # names after the options are names too; an unknown option is the subcommand's error
+    assert main(["suite", "build", str(tmp_path / "y"), "--per-length", "1", "make_hist"]) == 2
+    assert "--per-length must be at least 2" in capsys.readouterr().err
+    assert main(["suite", "build", str(tmp_path / "y"), "make_hist", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnsim suite build: error: unrecognized arguments: --bogus"), err
     assert main(["suite", "build", "--list", str(tmp_path)]) == 0
     listed = capsys.readouterr().out.split()
     assert listed == sorted(suite.PROGRAMS) and "inverse" in listed and "sort" in listed

@@ -267,6 +267,16 @@ def test_numerical_sop_cannot_hold_none():
         attnsim_rasp.evaluate(program, ["a", "b"])
 
 
+def test_a_numerical_value_reaches_a_function_as_a_number():
+    # docs/tracr.md: -0.0 is the number 0 there (tracr passes -0.0); the compiled model, whose
+    # stream has no sign of zero, gives the interpreter's value
+    r = attnsim_rasp
+    program = r.numerical(r.Map(lambda x: math.copysign(2.0, x), r.numerical(r.tokens)))
+    assert program([-0.0, 1.0]) == [2.0, 2.0]
+    model = compile_program(program, vocab=[-0.0, -1.0, 1.0], max_seq_len=2)
+    assert model.run([-0.0, -1.0]) == r.evaluate(program, [-0.0, -1.0]) == [2.0, -2.0]
+
+
 def _lib_programs(r, lib):
     """Every program of tracr's lib, built from ``r`` and ``lib`` (tracr's or attnsim's)."""
     return {

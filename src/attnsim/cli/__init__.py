@@ -141,7 +141,36 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
+    _name_commands(parser)
     return parser
+
+
+def _name_commands(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser records its name (``_prog``): an argument it does not
+    know is reported against it, not against ``attnsim``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                sp.set_defaults(_prog=sp.prog)
+                _name_commands(sp)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, where a command that takes a list of names after its
+    options (``set_defaults(_more=dest)``) also takes names given after them (``suite build
+    DIR --per-length 2 make_hist``); any other argument left over is refused by the
+    command that was given it."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        more = getattr(args, "_more", None)
+        if more is not None and not any(a.startswith("-") for a in extra):
+            getattr(args, more).extend(extra)
+        else:
+            prog = getattr(args, "_prog", parser.prog)
+            raise _UsageError(
+                prog, f"unrecognized arguments: {' '.join(extra)} (see '{prog} --help')"
+            )
+    return args
 
 
 def _split_debug(argv: list[str]) -> tuple[list[str], bool]:
@@ -285,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     try:
-        args = parser.parse_args(args_list)
+        args = _parse(parser, args_list)
     except _UsageError as exc:
         print(f"{exc.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

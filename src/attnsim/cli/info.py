@@ -149,6 +149,11 @@ def describe(name: str, xs: list | None = None, causal: bool = False) -> dict[st
     entry = lookup(name)
     program = entry.factory()
     xs = list(entry.example) if xs is None else xs
+    if len(xs) > entry.max_seq_len:  # (the interpreter's advice names a Python argument)
+        raise UserError(
+            f"--input has {len(xs)} tokens, more than {name}'s max_seq_len {entry.max_seq_len} "
+            f"in the library; give at most {entry.max_seq_len}"
+        )
     try:
         out = interpret.evaluate(
             program, xs, causal=causal, vocab=entry.vocab, max_seq_len=entry.max_seq_len

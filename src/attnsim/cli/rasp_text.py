@@ -26,6 +26,7 @@ import contextlib
 import json
 import math
 import numbers
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -61,7 +62,8 @@ def register(subparsers: Any) -> None:
         "--vocab",
         metavar="V1,V2,...",
         help="with --compile: the input vocabulary, in this order (default: the example's "
-        "tokens, in order of appearance)",
+        "tokens, in order of appearance); a string token that looks like a number in quotes: "
+        '\'"1","2"\'',
     )
     p.add_argument(
         "--max-seq-len", type=int, help="with --compile: the longest input (default: the example's)"
@@ -164,11 +166,14 @@ def _vocab_tokens(text: str) -> list:
     """The tokens of ``--vocab V1,V2,...`` in their order, each once.
 
     A token is read as an int, else a float, else the text itself (spaces around it
-    dropped); ``""`` (or ``''``) is the empty string. An empty item (``a,,b``) is refused:
-    it is a typo more often than an empty token.
+    dropped); an item in quotes (``"1"`` or ``'1'``) is the text inside, so ``""`` is the
+    empty string and ``"1"`` the string token 1. An empty item (``a,,b``) is refused: it is
+    a typo more often than an empty token.
 
     >>> _vocab_tokens('a,1,2.5,"",a')
     ['a', 1, 2.5, '']
+    >>> _vocab_tokens('"1", "2",3')
+    ['1', '2', 3]
     """
     items = text.split(",")
     empty = [k + 1 for k, t in enumerate(items) if not t.strip()]
@@ -184,7 +189,15 @@ def _vocab_tokens(text: str) -> list:
             f'end); remove the extra comma, or write "" for the empty string as a token'
         )
     # tokens told apart as the model tells them (1 and 1.0 are two, so are 0.0 and -0.0)
-    return values.distinct("" if t.strip() in ('""', "''") else _parse_token(t) for t in items)
+    return values.distinct(_vocab_item(t) for t in items)
+
+
+def _vocab_item(text: str) -> Any:
+    """One item of ``--vocab``: the text inside quotes, else as :func:`_vocab_tokens` says."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        return t[1:-1]
+    return _parse_token(text)
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -320,6 +333,7 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
     import numpy as np
 
     from attnsim import rasp
+    from attnsim.model.checks import RunTimeCheckError
     from attnsim.rasp.text import values as V
 
     try:
@@ -348,9 +362,11 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
                 f"{t!r} is not the token {v!r}"
                 for t in outside
                 if (v := values.lookalike(t, vocab)) is not None
+                or (isinstance(t, str) and (v := _spelled(t, vocab)) is not None)
             ]
             why = (
-                f" ({', '.join(alike)}: tokens differ by type and value, and a float by its sign)"
+                f" ({', '.join(alike)}: tokens differ by type and value, and a float by its "
+                'sign; a string token is given in quotes, --vocab \'"1","2"\')'
                 if alike
                 else ""
             )
@@ -371,7 +387,10 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
         model = compile_program(program, vocab=vocab, max_seq_len=max_len)
     except (ValueError, NotImplementedError, TypeError) as exc:
         raise LibraryError(f"cannot compile {args.compile}: {exc}") from None
-    compiled = model.run(example)
+    try:
+        compiled = model.run(example)
+    except RunTimeCheckError as exc:  # the check's advice for Python callers does not apply
+        raise UserError(_PYTHON_ONLY.sub("", str(exc))) from None
     if compiled and isinstance(compiled[0], (list, tuple, np.ndarray)) and len(compiled) == 1:
         compiled = list(compiled[0])
     with rt.budget():
@@ -443,9 +462,27 @@ def _check_compile_memory(program: Any, vocab: list, max_len: int, given: bool) 
         )
 
 
+def _spelled(token: str, vocab: list) -> Any:
+    """The number of ``vocab`` that the string ``token`` spells (``1`` for ``"1"``), or None."""
+    v = _parse_token(token)
+    if isinstance(v, str):
+        return None
+    return next((x for x in vocab if values.value_key(x) == values.value_key(v)), None)
+
+
+# advice in a run-time check's message that only a Python caller can follow
+_PYTHON_ONLY = re.compile(r",? or pass check=False for the raw output")
+
+
 def _close(a: Any, b: Any) -> bool:
+    """Equal values; numbers up to float rounding (1e-9 relative, 1e-12 near 0): a compiled
+    model gives the interpreter's value, computed in another order.
+
+    >>> _close(2.0, 2.0000000000000004), _close(1000.0004, 1000.0), _close("a", "a")
+    (True, False, True)
+    """
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-6)
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
     return a == b
 
 

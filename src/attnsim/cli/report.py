@@ -130,6 +130,13 @@ def _check_all(args: argparse.Namespace) -> None:
             f"--cost-json {cost}: no such file; give the simulator_cost.json that "
             f"`make bench` writes, or leave --cost-json out"
         )
+    if cost is not None:  # read now, before minutes of work that would end on it
+        from attnsim.report.report_cli import read_cost_rows
+
+        try:
+            read_cost_rows(cost)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"--cost-json {exc}; give the one `make bench` writes") from None
 
 
 REPORTS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (

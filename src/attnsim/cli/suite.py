@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "programs", nargs="*", metavar="PROGRAM", help="program names (default: all)"
     )
+    build.set_defaults(_more="programs")  # names after the options too
     build.add_argument(
         "--attention",
         choices=["hard", "softmax"],

@@ -20,24 +20,49 @@ value at BOS (a selector width head reads 1 there): the steps then stay off at B
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from attnsim.ir.blocks import BOS, NOTBOS, ReluUnit, linear_form
 
 
 def close_groups(xs: Sequence[float]) -> list[list[float]]:
-    """Sorted values grouped where neighbours differ by float rounding only (1e-9 relative).
+    """Sorted values grouped where neighbours differ by float rounding only: 1e-9 relative,
+    and near 0 1e-9 of the values' size (at most 1: values of size 1e-6 that differ by 1e-13
+    are told apart, 0 and 1e-10 beside 1 are not).
 
     >>> close_groups([0.0, 1.0, 1.0 + 1e-12, 2.0])
     [[0.0], [1.0, 1.000000000001], [2.0]]
+    >>> close_groups([-1.0000001e-06, -1e-06]), close_groups([0.0, 1e-10, 1.0])
+    ([[-1.0000001e-06], [-1e-06]], [[0.0, 1e-10], [1.0]])
     """
+    size = min(1.0, max((abs(x) for x in xs), default=0.0))
     groups: list[list[float]] = []
     for x in xs:
-        if groups and x - groups[-1][0] <= 1e-9 * max(1.0, abs(x)):
+        if groups and x - groups[-1][0] <= 1e-9 * max(size, abs(x)):
             groups[-1].append(x)
         else:
             groups.append([x])
     return groups
+
+
+def on_a_ramp(groups: Sequence[Sequence[float]]) -> tuple[float, float, float] | None:
+    """``(first, x, next)`` for a value ``x`` of a group of :func:`close_groups` that lies on
+    the ramp of the step from its group's first value to the next group's, where the steps
+    of :func:`step_units` (flat up to a quarter of the way) no longer give it the group's
+    output; None when every value lies on a flat part.
+
+    >>> on_a_ramp(close_groups([0.0, 1.0, 1.0 + 1e-12, 2.0])) is None
+    True
+    >>> on_a_ramp(close_groups([1e6, 1e6 + 9e-4, 1e6 + 1.5e-3]))  # 9e-4 of a 1.5e-3 step
+    (1000000.0, 1000000.0009, 1000000.0015)
+    """
+    for gi, group in enumerate(groups):
+        nxt = groups[gi + 1][0] if gi + 1 < len(groups) else math.inf
+        for x in group:
+            if x - group[0] > (nxt - group[0]) / 4:
+                return group[0], x, nxt
+    return None
 
 
 def _difference(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:

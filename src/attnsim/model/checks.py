@@ -243,8 +243,8 @@ def check_guards(
             slack = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0, abs(hi))
             bad = (vals < lo - slack) | (vals > hi + slack) | ~torch.isfinite(vals)
             what = f"inside its declared range [{lo:g}, {hi:g}]"
-        elif g.integer:
-            bad = (vals - vals.round()).abs() > 1e-6 * vals.abs().clamp(min=1)
+        elif g.integer:  # up to float rounding (1e-9 relative): 1000.0004 is not one
+            bad = (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
             what = "an integer"
         else:
             allowed = torch.tensor(g.allowed, dtype=vals.dtype)

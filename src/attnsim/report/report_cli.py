@@ -166,6 +166,36 @@ def report_stages(
     return len(programs) + len(layouts) + 2 + (1 if plots.relu_maps_supported() else 0)
 
 
+# what each row of a simulator_cost.json needs for the plot (plots.simulator_cost)
+COST_KEYS = ("max_n", "max_heads", "parameters", "nonzero_parameters", "sequence_length")
+
+
+def read_cost_rows(path: str | Path) -> list[dict]:
+    """The rows (``"results"``) of a ``simulator_cost.json`` that
+    ``benchmarks/simulator_cost.py`` wrote.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON with such rows; the message names it.
+    """
+    path = Path(path)
+    what = f"{path} is not a simulator_cost.json that benchmarks/simulator_cost.py writes"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    rows = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{what}: it holds no list of rows under 'results'")
+    for i, row in enumerate(rows):
+        missing = [k for k in COST_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(
+                f"{what}: its row {i} lacks {len(missing)} of the {len(COST_KEYS)} keys the "
+                "plot reads"
+            )
+    return rows
+
+
 def _find_cost_json(cost_json: str | Path | None) -> Path | None:
     if cost_json is not None:
         return Path(cost_json)
@@ -336,7 +366,7 @@ def write_report(
     step("plotting U's size and cost")
     source = _find_cost_json(cost_json)
     if source is not None and source.exists():
-        cost_rows = json.loads(source.read_text())["results"]
+        cost_rows = read_cost_rows(source)
         where = f"measured by `benchmarks/simulator_cost.py` (`{source.name}`)"
     else:
         cost_rows = st.simulator_rows([(n, n, 1) for n in (2, 4, 8)], layouts=["scalar"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,9 @@ def _load(path: str) -> Any:
         raise
     except Exception as exc:  # a text file, random bytes: pickle's own errors (KeyError, ...)
         text = str(exc) if not isinstance(exc, KeyError) else ""
-        if "Weights only load failed" in text or "Unsupported global" in text:
+        if not _torch_file(path):
+            why = "it is not a file written by torch.save (neither a zip archive nor a pickle)"
+        elif "Weights only load failed" in text or "Unsupported global" in text:
             why = (
                 "it holds objects other than tensors and the supported torch modules, and "
                 "they are not loaded (no code from the file is run)"
@@ -224,6 +227,15 @@ def _load(path: str) -> Any:
             first = text.strip().splitlines()[0] if text.strip() else ""
             why = "it is not a file written by torch.save" + (f" ({first})" if first else "")
         raise ValueError(f"{path}: cannot be loaded: {why}") from None
+
+
+def _torch_file(path: str) -> bool:
+    """Whether ``path`` looks like what ``torch.save`` writes: a zip archive, or a pickle
+    (the legacy format, which starts with the pickle protocol's mark)."""
+    if zipfile.is_zipfile(path):
+        return True
+    with open(path, "rb") as f:
+        return f.read(1) == b"\x80"
 
 
 def _check_finite(tensors: dict[str, torch.Tensor], path: str) -> None:
@@ -531,8 +543,15 @@ def _layer_norm_of(norm: Any, name: str, d: int) -> S.LayerNormSpec:
 
 def _from_encoder_layer(layer: nn.TransformerEncoderLayer, causal: bool) -> S.EncoderLayerSpec:
     kind = "nn.TransformerEncoderLayer"
-    for name in ("dropout", "dropout1", "dropout2"):
-        _reject_training_dropout(layer, getattr(layer, name).p, f"{kind} ({name})")
+    for name in ("dropout", "dropout1", "dropout2"):  # each drops by its own mode
+        drop = getattr(layer, name)
+        if isinstance(drop, nn.Dropout):
+            _reject_training_dropout(drop, drop.p, f"{kind} ({name})")
+        elif not isinstance(drop, nn.Identity):
+            raise ValueError(
+                f"{kind} option {name} must be an nn.Dropout (or nn.Identity); got "
+                f"{type(drop).__name__}"
+            )
     attention = _from_multihead_attention(layer.self_attn, causal)
     d = attention.d_model
     for name in ("linear1", "linear2"):

@@ -321,7 +321,17 @@ class UniversalSimulator:
     def simulate_batch(
         self, items: Sequence[tuple[checks.Target, Any]], *, causal: bool | None = None
     ) -> list[torch.Tensor]:
-        """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each."""
+        """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each (no
+        pairs: none)."""
+        items = list(items)
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise TypeError(
+                    "simulate_batch takes a list of (target, X) pairs, got an item of type "
+                    f"{type(item).__name__}: for one target call simulate(target, X)"
+                )
+        if not items:
+            return []
         cases = [self._prepare(target, X, causal) for target, X in items]
         # [batch, length] (vector layout: [batch, length, width]), held by _run alone
         out = self._run(self._pack(cases, prefix=True))  # [batch, length]

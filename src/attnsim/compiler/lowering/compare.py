@@ -173,7 +173,8 @@ def equality_proof(ctx: Context, q: Side, k: Side, scale: float, n_terms: int) -
     False
     """
     name, u, p = dtype_of(ctx)
-    size = scale * (q.bound + k.bound) ** 2 + 3.0
+    both = q.bound + k.bound
+    size = scale * both * both + 3.0  # (a product overflows to inf, a power raises)
     if not math.isfinite(size):
         return Proof(math.inf, BUDGET, name)
     wgrain = grain_of([scale, 2.0 * scale, 0.5])
@@ -341,17 +342,17 @@ def _merged(ctx: Context, label: str, e: E.SOp, vals: list) -> dict[float, float
     groups = D.close_groups(xs)
     if all(len(g) == 1 for g in groups):
         return None
-    out: dict[float, float] = {}
-    for gi, group in enumerate(groups):
-        nxt = groups[gi + 1][0] if gi + 1 < len(groups) else math.inf
-        for x in group:
-            out[x] = group[0]
-            if x - group[0] > (nxt - group[0]) / 4:
-                raise UnsupportedError(
-                    f"{label}: {ctx.label(e)} takes the values {group[0]!r}, {x!r} and "
-                    f"{nxt!r}, too close for the model's steps: {x!r} lies between the "
-                    "first, which it is merged with (they differ only by float rounding), "
-                    "and the next; round the values first (for example with a map to "
-                    "round(x, 9)) or keep them further apart"
-                )
-    return out
+    ramp = D.on_a_ramp(groups)
+    if ramp is not None:
+        raise UnsupportedError(too_close(label, ctx.label(e), *ramp))
+    return {x: group[0] for group in groups for x in group}
+
+
+def too_close(label: str, what: str, first: float, x: float, nxt: float) -> str:
+    """The refusal of values too close for the model's steps (:func:`D.on_a_ramp`)."""
+    return (
+        f"{label}: {what} takes the values {first!r}, {x!r} and {nxt!r}, too close for "
+        f"the model's steps: {x!r} lies between the first, which it is merged with (they "
+        "differ only by float rounding), and the next; round the values first (for "
+        "example with a map to round(x, 9)) or keep them further apart"
+    )

@@ -21,7 +21,7 @@ import torch
 
 from attnsim.compiler import static_tables
 from attnsim.compiler.lowering.columns import PositionColumn
-from attnsim.compiler.lowering.compare import dtype_of
+from attnsim.compiler.lowering.compare import dtype_of, too_close
 from attnsim.compiler.lowering.context import FAILED, Context
 from attnsim.compiler.lowering.program import After, Rep, UnsupportedError
 from attnsim.compiler.value_inference import dedupe, sort_values
@@ -166,12 +166,31 @@ def discretise(
     an internal rank read by a comparison has that comparison's proof).
     """
     xs, outs = [], []
-    for group in D.close_groups(sorted({float(v) for v in in_vals})):
-        if table is None:
-            got = [as_number(x) for x in group]
-        else:
-            got = [table.get(value_key(as_number(x)), table.get(value_key(x))) for x in group]
-        if not _same_outputs(got):
+    groups = D.close_groups(sorted({float(v) for v in in_vals}))
+    ramp = D.on_a_ramp(groups)
+    if ramp is not None:  # a value the steps would not give its group's output
+        raise UnsupportedError(too_close(label, "its input", *ramp))
+    firsts = [g[0] for g in groups]
+    for lo, hi in zip(firsts, firsts[1:]):
+        # a step's slope 2 / (hi - lo): 0 where the difference overflows, inf where it is
+        # below 1e-308
+        if not math.isfinite(hi - lo) or not math.isfinite(2.0 / (hi - lo)):
+            raise UnsupportedError(
+                f"{label}: its input takes the values {lo!r} and {hi!r}, whose difference "
+                f"({hi - lo!r}) is beyond float64's range for the model's steps between "
+                "them; scale the values to sizes between about 1e-300 and 1e300 first"
+            )
+    if table is None:
+        results = [[as_number(x) for x in group] for group in groups]
+    else:
+        results = [
+            [table.get(value_key(as_number(x)), table.get(value_key(x))) for x in group]
+            for group in groups
+        ]
+    # the size of the function's numerical results: what rounding is measured against
+    scale = max((abs(float(o)) for got in results for o in got if _finite(o)), default=0.0)
+    for group, got in zip(groups, results):
+        if not _same_outputs(got, scale):
             raise UnsupportedError(
                 f"{label}: its input takes values that differ only by float rounding "
                 f"({group[0]!r} and {group[-1]!r}) but its function gives different "
@@ -306,7 +325,8 @@ def square(ctx: Context, form: dict[str, float], after: After, label: str) -> tu
         return got
     stage = ctx.mlp_stage(after)
     d = ctx.new_dir(ctx.fresh(f"{label}^2"))
-    ctx.bounds[d] = ctx.form_bound(form) ** 2
+    bound = ctx.form_bound(form)
+    ctx.bounds[d] = bound * bound  # (inf where it overflows: a power would raise)
     ctx.emit(stage, numeric.product_unit(d, form, form, d))
     ctx.squares[key] = (d, stage)
     return d, stage
@@ -368,9 +388,20 @@ def _same(a: Any, b: Any) -> bool:
     return value_key(a) == value_key(b)
 
 
-def _same_outputs(outs: list) -> bool:
+def _finite(o) -> bool:
+    return is_number(o) and math.isfinite(float(o))
+
+
+def _same_outputs(outs: list, scale: float) -> bool:
     """Whether a function's results on values equal up to rounding agree (numbers: up to
-    rounding too)."""
+    rounding too, 1e-9 relative to each other or to ``scale``, the largest of the function's
+    results: two results of size 1e-6 that differ by 1e-13 differ beyond rounding).
+
+    >>> _same_outputs([1.0, 1.0 + 1e-12], 1.0), _same_outputs([-2e-6, -2.0000002e-6], 2e-6)
+    (True, False)
+    >>> _same_outputs([0.0, 1e-12], 1.0), _same_outputs(["a", "a"], 0.0)
+    (True, True)
+    """
     first = outs[0]
     for o in outs[1:]:
         hashable = is_hashable(o) and is_hashable(first)
@@ -379,7 +410,7 @@ def _same_outputs(outs: list) -> bool:
         if (
             is_number(o)
             and is_number(first)
-            and math.isclose(o, first, rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(o, first, rel_tol=1e-9, abs_tol=1e-9 * scale)
         ):
             continue
         return False

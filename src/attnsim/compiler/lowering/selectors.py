@@ -239,7 +239,8 @@ def _select_score(ctx: Context, sel: E.Select) -> Score:
         both = [v for v in (kvals or ()) + (qvals or ()) if v is not None]
         # a real-valued side is checked integer at run time: how far from the other's values
         gap = _min_gap(both) if finite else _integer_gap(both)
-        scale = 1.0 / (gap * gap)
+        # (a gap of 1e-200 or 1e200 has no square: an infinite scale, refused by the proof)
+        scale = 1.0 / (gap * gap) if 0.0 < gap * gap < math.inf else math.inf
         proof = _equality_proof(ctx, sel, fk, fq, scale)
         if not proof.holds and finite:
             # the values' ranks instead: each side one-hot on its values, a table over pairs

@@ -165,7 +165,9 @@ def run_repl(
             when ``read`` is given or stdin is a terminal.
 
     Returns:
-        The exit status (0).
+        The exit status: 0; at input that is not a terminal, 1 when a statement failed and
+        2 when the input ends in the middle of a statement (its error printed), as
+        ``attnsim rasp`` on the same text. Errors there name the line of the input.
     """
     save = lambda: None  # noqa: E731
     if interactive is None:
@@ -180,21 +182,31 @@ def run_repl(
     if banner:
         rt.out("RASP (attnsim)")
         rt.out(f"running example is: {rt.seq_example}")
+    status, lines = 0, 0  # (the lines read before the statement: where its errors are)
     try:
         while True:
             buf = ""
             prompt = ">> "
+            start = lines
             while True:
                 try:
                     line = read(prompt)
                 except (EOFError, StopIteration):
                     if interactive:
                         rt.out("")  # end the prompt's line
-                    return 0
+                        return status
+                    if buf.strip():  # an unfinished statement: the parser says what lacks
+                        try:
+                            rt.run("\n" * start + buf, "<stdin>")
+                        except RASPTextError as exc:
+                            rt.out(_PYTHON_ASIDE.sub("", str(exc)))
+                            return 2
+                    return status
                 except KeyboardInterrupt:
                     rt.out("")
                     buf = ""
                     break
+                lines += 1
                 buf += line + "\n"
                 if not buf.strip() or not P.is_incomplete(buf):
                     break
@@ -205,11 +217,14 @@ def run_repl(
                 continue
             stripped = buf.strip().rstrip(";").strip()
             if stripped in ("exit", "quit", "exit()", "quit()"):
-                return 0
+                return status
+            # at a terminal each statement is its own text, from line 1
+            text = buf if interactive else "\n" * start + buf
             try:
-                rt.run(buf, "<stdin>")
+                rt.run(text, "<stdin>")
             except RASPTextError as exc:
-                rt.out(_PYTHON_ASIDE.sub("", str(missing_semicolon(exc, buf))))
+                rt.out(_PYTHON_ASIDE.sub("", str(missing_semicolon(exc, text))))
+                status = status if interactive else 1
             except KeyboardInterrupt:  # Ctrl-C stops the statement, not the session
                 rt.out("interrupted")
     finally:
