@@ -333,3 +333,14 @@ def test_cli_vocab_refuses_lookalike_example_tokens(rasp_file, capsys):
         "by its sign); add them to --vocab" in err
     )
     assert "Traceback" not in err
+
+
+def test_cli_vocab_takes_string_tokens_in_quotes(rasp_file, capsys):
+    # digits as strings: in quotes in --vocab, and named when given bare
+    argv = ["rasp", rasp_file, "--example", '"123"', "--compile", "ty"]
+    assert main([*argv, "--vocab", '"1",\'2\', "3"']) == 0
+    out = capsys.readouterr().out
+    assert "vocab:       ['1', '2', '3']" in out and "compiled == interpreted: yes" in out
+    assert main([*argv, "--vocab", "1,2,3"]) == 2
+    err = capsys.readouterr().err
+    assert "'1' is not the token 1" in err and "a string token is given in quotes" in err

@@ -362,12 +362,19 @@ def _compile(rt: Any, args: argparse.Namespace) -> int:
                 f"{t!r} is not the token {v!r}"
                 for t in outside
                 if (v := values.lookalike(t, vocab)) is not None
-                or (isinstance(t, str) and (v := _spelled(t, vocab)) is not None)
+            ]
+            spelled = [
+                f"{t!r} is not the token {v!r}"
+                for t in outside
+                if isinstance(t, str) and (v := _spelled(t, vocab)) is not None
             ]
             why = (
-                f" ({', '.join(alike)}: tokens differ by type and value, and a float by its "
-                'sign; a string token is given in quotes, --vocab \'"1","2"\')'
+                f" ({', '.join(alike)}: tokens differ by type and value, and a float by its sign)"
                 if alike
+                else ""
+            ) + (
+                f' ({", ".join(spelled)}: a string token is given in quotes, --vocab \'"1","2"\')'
+                if spelled
                 else ""
             )
             raise UserError(
