@@ -601,6 +601,19 @@ CASES: dict[str, Case] = {
         DamagedCheckpointError,
         r"has a 'guards' that is not a list",
     ),
+    "checkpoint_guard_cancellation_not_a_number": Case(
+        edit_json(
+            set_key(
+                "guards",
+                value=[
+                    {"label": "x", "form": [], "stage": 0, "allowed": None, "integer": False}
+                    | {"cancellation": "big"}
+                ],
+            )
+        ),
+        DamagedCheckpointError,
+        r"has 'guards\[0\]' = 'big', expected a finite number",
+    ),
     "checkpoint_json_is_a_directory": Case(
         replace_with_directory("model.json"),
         DamagedCheckpointError,

@@ -93,6 +93,26 @@ def test_matrix_softmax_with_relu_exp_is_within_the_certified_bound(shape):
     assert measured > 0  # bounded, not exact: the test would notice a native realisation
 
 
+def test_matrix_softmax_rows_wider_than_the_spread_add_at_most_c_exp_minus_spread():
+    # not refused (the ReLU exp ramps to 0 below the range, as masked scores need): the
+    # docstring's bound for such rows
+    c, tol, spread = 3, 1e-6, 5.0
+    model = compile_program(
+        programs.softmax(1, c, spread=spread),
+        vocab=None,
+        max_seq_len=c,
+        fixed_length=True,
+        maps="relu",
+        map_tolerance=tol,
+    )
+    rows = np.array([[0.0, 0.0, 6.0], [-3.0, 0.0, 3.0], [-40.0, 1.0, 2.0]])
+    want = np.exp(rows - rows.max(axis=1, keepdims=True))
+    want /= want.sum(axis=1, keepdims=True)
+    got = np.asarray(model.run(rows))
+    bound = programs.softmax_relu_error_bound(c, tol) + c * np.exp(-spread)
+    assert np.abs(got - want).max() <= bound
+
+
 @pytest.mark.parametrize(
     "kind, lo, hi",
     [

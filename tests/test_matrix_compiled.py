@@ -197,6 +197,23 @@ def test_softmax_compiled_is_stable_for_large_logits():
     np.testing.assert_allclose(got, softmax_reference(s.reshape(2, 3, 3)).reshape(2, 9), rtol=1e-12)
 
 
+def test_softmax_compiled_refuses_a_row_whose_terms_cancel(tmp_path):
+    # a mask value of float32's minimum beside ordinary scores: the row maximum's terms
+    # (-3.4e38 and +3.4e38) cancel where the exponent sums them, and float rounding would
+    # decide the result; refused by name, where rows of values of one size agree
+    from attnsim.model.checks import RunTimeCheckError
+    from attnsim.model.compiled import CompiledModel
+
+    model = compiled("softmax", (1, 3, 1, 1), 3)
+    model.save(tmp_path)
+    for m in (model, CompiledModel.load(tmp_path)):  # the check is saved with the model
+        for row in ([-3.4028234663852886e38, 2.0, 1.0], [-1e16, 2.0, 1.0]):
+            with pytest.raises(RunTimeCheckError, match=r"its terms reach .* and cancel"):
+                m.run(row)
+        s = np.array([[-1e7, 2.0, 1.0], [2.0, 1.0, -1e16], [0.5, 2.0, 1.0]])
+        np.testing.assert_allclose(run(m, s), softmax_reference(s[:, None, :])[:, 0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("r, c", FAST_SHAPES)
 def test_elementwise_and_bias_compiled(r, c):
     check_elementwise(r, c, FAST)

@@ -326,3 +326,18 @@ def test_det_and_inverse_sweep():
 def test_bad_arguments_are_explained(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_the_interpreter_backend_gives_no_nan_for_an_answer():
+    # the row maximum a + relu(b - a) of -1e20 and 750 is 0 in float64, exp(750) is inf: a
+    # NaN output raises (as the compiled backend's checks do), an infinite mask too
+    with pytest.raises(ValueError, match=r"is nan: the program's float64 arithmetic overflowed"):
+        apply.softmax([[-1e20, 750.0]])
+    with pytest.raises(ValueError, match=r"is nan: the inputs hold inf or NaN"):
+        apply.softmax([[-np.inf, 1.0]])
+    s = np.array([[-1e3, 2.0, 1.0]])  # a finite mask of the scores' size
+    want = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    np.testing.assert_allclose(apply.softmax(s), want, rtol=1e-12)
+    assert np.isnan(
+        apply.run(programs.softmax(1, 2), np.array([[-np.inf, 1.0]]), check=False)
+    ).all()

@@ -160,3 +160,17 @@ def test_patching_the_exported_lens_model(name, label, a, b):
         resid = lens.run_with_hooks(ids_a, return_type="logits", fwd_hooks=[(head.hook, patch)])
     got = model._decode(resid.to(model.model.dtype))[0]
     assert got == expected(program, label, a, b)
+
+
+def test_run_patched_gives_mixed_where_a_patch_mixes_values():
+    # checks are off in a patched run: a categorical output the patch turned into a mixture
+    # is MIXED, as path patching all of the unit range's out-edges gives it
+    from attnsim.model.path_patching import MIXED
+
+    e = library.PROGRAMS["sort"]
+    m = compile_program(e.factory(), vocab=e.vocab, max_seq_len=e.max_seq_len)
+    a, b, node = ["b", "c", "b", "b"], ["a", "c", "b", "a"], "L0 MLP relu 0-31"
+    got = m.run_patched(a, b, [node])
+    assert MIXED in got
+    pairs = [(s, r) for s, r in m.circuit().pairs() if s == node]
+    assert got == m.run_path_patched(a, b, pairs)

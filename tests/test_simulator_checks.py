@@ -106,3 +106,20 @@ def test_u_has_run_time_checks_on_what_it_relies_on():
         assert ranges[f"{slot}_rsqrt"] == (1e-6, 102.0)
     ffn = [r for label, r in ranges.items() if label.startswith("ffn_gelu")]
     assert ffn and all(r == (-10.0, 10.0) for r in ffn)
+
+
+def test_u_refuses_a_guarded_value_whose_terms_cancel():
+    # U reads a guarded sum and the size of its terms: terms of 1e16 that cancel to 2 leave
+    # float rounding to decide it; terms of its own size pass
+    from attnsim.model.checks import GuardSpec
+    from attnsim.simulator import checks as simulator_checks
+    from attnsim.simulator.config import SimulatorConfig
+
+    config = SimulatorConfig(2, 2, layout_kind="scalar")
+    g = GuardSpec("e", (("a", 1.0), ("b", -1.0)), 0, cancellation=2.0**26)
+    vals = torch.tensor([[2.0, -3.0]], dtype=torch.float64)
+    simulator_checks.check_guard(config, g, vals, torch.tensor([[4.0, 5.0]]))
+    with pytest.raises(
+        ValueError, match=r"U's 'e' at position 1 is -3, a sum of terms up to 2e\+16"
+    ):
+        simulator_checks.check_guard(config, g, vals, torch.tensor([[4.0, 2e16]]))

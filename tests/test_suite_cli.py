@@ -7,6 +7,7 @@ must fail ``check``.
 """
 
 import json
+import re
 
 import pytest
 
@@ -117,6 +118,31 @@ def test_check_catches_a_damaged_item(built, tmp_path, capsys):
     assert rows["transpose"]["problems"] == [
         "circuit.json (component) is not the checkpoint's circuit"
     ]
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda d: d.update(outputs=d["outputs"][:1]), r"inputs but 1 outputs; one each"),
+        (lambda d: d.pop("pairs"), r"expected an object with the lists inputs, outputs, pairs"),
+        (lambda d: d.update(pairs=[[0, 10**6]]), r"the pair \[0, 1000000\] is not two indices"),
+    ],
+)
+def test_check_names_a_dataset_cut_short_or_malformed(built, tmp_path, capsys, edit, problem):
+    import shutil
+
+    copy = tmp_path / "s"
+    shutil.copytree(built, copy)
+    data_path = copy / "make_hist" / "dataset.json"
+    data = json.loads(data_path.read_text())
+    edit(data)
+    data_path.write_text(json.dumps(data))
+    assert main(["suite", "check", str(copy), "--json"]) == 1
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert re.search(problem, rows["make_hist"]["problems"][0]), rows["make_hist"]
+    (copy / "suite.json").write_text(json.dumps({"format": suite.FORMAT, "programs": "ab"}))
+    assert main(["suite", "check", str(copy)]) == 2
+    assert "'programs' is not a list of program names" in capsys.readouterr().err
 
 
 def test_mistakes_are_one_line_errors(tmp_path, capsys):

@@ -162,9 +162,12 @@ def _check(args: argparse.Namespace) -> int:
         meta = json.loads(index.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{index} is not valid JSON ({exc})") from None
-    if meta.get("format") != suite.FORMAT:
-        raise UserError(f"{index}: expected format {suite.FORMAT!r}, got {meta.get('format')!r}")
+    if not isinstance(meta, dict) or meta.get("format") != suite.FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise UserError(f"{index}: expected format {suite.FORMAT!r}, got {got!r}")
     names = meta.get("programs", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise UserError(f"{index}: 'programs' is not a list of program names")
     results = []
     with _output.Progress("attnsim suite check", total=len(names), quiet=args.quiet) as bar:
         for name in names:

@@ -119,7 +119,7 @@ def _dedupe(guards: list[GuardSpec]) -> list[GuardSpec]:
     seen = set()
     out = []
     for g in guards:
-        key = (g.form, g.stage, g.allowed, g.integer, g.value_range)
+        key = (g.form, g.stage, g.allowed, g.integer, g.value_range, g.cancellation)
         if key not in seen:
             seen.add(key)
             out.append(g)

@@ -78,7 +78,7 @@ def run(
         backend: ``"interpreter"`` (the exact RASP interpreter) or ``"compiled"`` (the
             program compiled to transformer weights for length ``n``, then run).
         check: with ``backend="compiled"``, the model's run-time checks (a non-finite value,
-            say, raises); the interpreter has none to turn off.
+            say, raises); with the interpreter, an output that is not finite raises.
 
     Returns:
         A float64 array of the same shape.
@@ -107,6 +107,18 @@ def run(
         out = np.asarray(model.run(batch.tolist(), check=check), dtype=np.float64)
     else:
         out = np.asarray(rasp.evaluate_batch(program, batch), dtype=np.float64)
+        if check and not np.isfinite(out).all():
+            # an infinite input, or float64 overflowing inside the program (a row maximum of
+            # -1e20 and 750 is 0 there, and exp(750) is inf): no answer, rather than a NaN
+            b, i = (int(v) for v in np.argwhere(~np.isfinite(out))[0])
+            why = (
+                "the inputs hold inf or NaN, which these programs do not compute with (a mask "
+                "is a finite value a few hundred below the row's others)"
+                if not np.isfinite(batch).all()
+                else "the program's float64 arithmetic overflowed on these inputs; keep the "
+                "inputs' values closer in size"
+            )
+            raise ValueError(f"the output at position {i} (row {b}) is {out[b, i]}: {why}")
     return out[0] if arr.ndim == 1 else out
 
 

@@ -265,8 +265,11 @@ def softmax(
         spread: if given, the largest ``max(row) - min(row)`` the inputs will have. The
             exponent ``x - max`` is then declared in ``[-spread, 0]`` and the row sum in
             ``[1, c]``, which lets ``compile_program(..., maps="relu")`` realise exp and 1/x
-            with ReLU units and a certified error bound (the compiled model refuses rows
-            outside the declared spread).
+            with ReLU units and a certified error bound (:func:`softmax_relu_error_bound`)
+            for rows within the spread. A wider row is not refused: its ReLU exp ramps to 0
+            below ``-spread`` (as masked scores need), so each entry further below the row
+            maximum reads an exponential between 0 and ``exp(-spread)``, which adds up to
+            about ``c exp(-spread)`` to the error (the model's report notes it).
 
     Returns:
         A numerical S-op over sequences of length ``heads * r * c``.

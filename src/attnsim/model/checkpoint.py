@@ -11,8 +11,7 @@ in a KeyError, a TypeError or a model that runs and answers None.
 The JSON records a digest (``"digest"``): a SHA-256 of every table of ``model.json`` (the
 config, the residual directions, the vocabulary, the output decoding, the run-time checks, the
 report, the plan, the storage layout) and of every tensor of ``model.safetensors``, made by
-:func:`attnsim.model.digests.digest`, the one hash that
-:func:`attnsim.model.onnx_export.fingerprint` also uses.
+:func:`attnsim.model.digests.digest`, the hash :func:`attnsim.model.onnx_export.fingerprint` uses.
 Loading recomputes them after the checks above and refuses, naming the table or the tensor,
 a checkpoint whose weights or tables are not the ones saved together (weights copied from
 another model of the same shape, a vocabulary or output table edited by hand). A checkpoint
@@ -62,16 +61,8 @@ META_KEYS = (
 META_OPTIONAL = ("plan", "storage", "digest", "head_patterns")  # see model.pattern_store
 OUTPUT_KEYS = ("kind", "values", "dims", "form")
 GUARD_KEYS = ("label", "form", "stage", "allowed", "integer")
-GUARD_OPTIONAL = (
-    "value_range",
-    "dims",
-    "names",
-    "one_hot",
-    "none_ok",
-    "sizes",
-    "forbidden",
-    "reason",
-)
+GUARD_OPTIONAL = ("value_range", "cancellation", "dims", "names", "one_hot", "none_ok")
+GUARD_OPTIONAL += ("sizes", "forbidden", "reason")
 
 
 class DamagedCheckpointError(ValueError):
@@ -360,6 +351,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         "allowed": allowed,
         "integer": g["integer"],
         "value_range": value_range,
+        "cancellation": g.get("cancellation") and check.number(g["cancellation"], what),
         "dims": dims,
         "names": names,
         "one_hot": g.get("one_hot", False),

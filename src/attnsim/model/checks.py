@@ -40,6 +40,7 @@ __all__ = [
     "check_finite",
     "check_guards",
     "check_singular",
+    "term_sizes",
     "read_form",
     "singular_kinds",
     "stage_resid",
@@ -62,6 +63,9 @@ class GuardSpec:
         allowed: the form's value must be one of these.
         integer: the form's value must be an integer.
         value_range: the form's value must lie in ``[lo, hi]``.
+        cancellation: the size of the form's terms, ``sum |w x|``, must be at most this
+            times ``max(1, |value|)``: a declared function's input whose terms cancel
+            carries their rounding (``2 - (-1e16) - 1e16`` is 0 in float64, not 2).
         dims: categorical directions (a one-hot block: the zero vector is None).
         names: ``repr`` of the value of each of ``dims``.
         one_hot: the block must be one-hot or zero (a mixture is a categorical Aggregate
@@ -82,6 +86,7 @@ class GuardSpec:
     allowed: tuple[float, ...] | None = None
     integer: bool = False
     value_range: tuple[float, float] | None = None
+    cancellation: float | None = None
     dims: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     one_hot: bool = False
@@ -113,6 +118,20 @@ def read_form(
     if not form:
         return torch.zeros(resid.shape[:-1], dtype=resid.dtype)
     return sum_terms(lambda d: resid[..., index[d]], form)
+
+
+def term_sizes(
+    resid: torch.Tensor, form: Sequence[tuple[str, float]], index: Mapping[str, int]
+) -> torch.Tensor:
+    """``sum |w resid[..., index[d]]|`` over the form's terms ``(d, w)``: how large what a
+    linear form sums is, against which its float rounding is measured.
+
+    >>> x = torch.tensor([[2.0, -1e16, 1e16]], dtype=torch.float64)
+    >>> form = (("x", 1.0), ("a", -1.0), ("r", -1.0))
+    >>> term_sizes(x, form, {"x": 0, "a": 1, "r": 2}).tolist()
+    [2e+16]
+    """
+    return sum_terms(lambda d: resid[..., index[d]].abs(), [(d, abs(w)) for d, w in form])
 
 
 def sum_terms(column, terms: Sequence[tuple]) -> torch.Tensor:
@@ -246,6 +265,13 @@ def check_guards(
         elif g.integer:  # up to float rounding (1e-9 relative): 1000.0004 is not one
             bad = (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
             what = "an integer"
+        elif g.cancellation is not None:
+            size = term_sizes(stage_resid(cache, g.stage, n_layers)[:, 1:], g.form, index)
+            bad = size > g.cancellation * vals.abs().clamp(min=1)
+            what = (
+                f"a sum of terms of its own size: its terms reach {float(size.max()):.3g} "
+                "and cancel, so their float rounding decides it"
+            )
         else:
             allowed = torch.tensor(g.allowed, dtype=vals.dtype)
             if len(g.allowed) == 0:  # no input gives a value (the function fails on all)

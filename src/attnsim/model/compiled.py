@@ -406,6 +406,7 @@ class CompiledModel(GroundTruth):
                     "allowed": None if g.allowed is None else list(g.allowed),
                     "integer": g.integer,
                     "value_range": None if g.value_range is None else list(g.value_range),
+                    **({} if g.cancellation is None else {"cancellation": g.cancellation}),
                     "dims": list(g.dims),
                     "names": list(g.names),
                     "one_hot": g.one_hot,

@@ -59,7 +59,9 @@ class GroundTruth:
                 names (``"L1H0"``, ``"L0 MLP relu 3-7"``).
 
         Returns:
-            The decoded output, like :meth:`run`.
+            The decoded output, like :meth:`run`; a categorical position that decodes to no
+            single value (a mixture the patch made) is :data:`attnsim.model.path_patching.MIXED`,
+            as in :meth:`run_path_patched`.
 
         Raises:
             TypeError: ``components`` is not a collection of rows or names.
@@ -89,7 +91,7 @@ class GroundTruth:
         finally:
             for h in handles:
                 h.remove()
-        out = self._decode(resid)
+        out = path_patching.decode_patched(self, resid)
         return out[0] if single else out
 
     def _patchable(self, components: Any) -> list[Component]:

@@ -32,7 +32,15 @@ import torch
 from attnsim.model.circuit import Circuit, Node
 from attnsim.model.report import Component
 
-__all__ = ["MIXED", "CircuitCheck", "check", "resample_pairs", "run_ablated", "same_output"]
+__all__ = [
+    "MIXED",
+    "CircuitCheck",
+    "check",
+    "decode_patched",
+    "resample_pairs",
+    "run_ablated",
+    "same_output",
+]
 
 
 # -- path patching ---------------------------------------------------------------------------
@@ -160,13 +168,15 @@ def _ablated(model, circuit: Circuit, enc, src: dict | None, pairs) -> list:
         ablate.setdefault(r, {})[s] = zero if src is None else src[s]
     with torch.no_grad():
         _, resid = _forward(model, circuit, *enc, ablate)
-    return _decode(model, resid)
+    return decode_patched(model, resid)
 
 
 MIXED = "<mixed>"  # a categorical output that decodes to no single value
 
 
-def _decode(model, resid: torch.Tensor) -> list:
+def decode_patched(model, resid: torch.Tensor) -> list:
+    """The outputs of a patched run's final stream; a categorical position that decodes to
+    no single value (a mixture no input gives) is :data:`MIXED`, not an error."""
     try:
         return model._decode(resid)
     except ValueError:  # RunTimeCheckError: some row is a mixture; decode row by row

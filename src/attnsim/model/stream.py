@@ -88,7 +88,9 @@ class Forms(Columns):
     pos, len(forms)]``, not the columns they read (a run keeps one row per form, where
     :class:`Columns` would keep every column: U's run-time checks read forms of hundreds of
     columns). Each form is ``(cols, weights)``, summed term by term in its order from 0
-    (``acc + w * x[c]``), as a reader of the columns would sum it.
+    (``acc + w * x[c]``), as a reader of the columns would sum it; a form named in
+    ``sizes`` gives the size of its terms instead, ``sum |w| |x[c]|`` (what its rounding is
+    measured against).
 
     >>> x = torch.arange(6, dtype=torch.float64).reshape(1, 2, 3)  # [batch, pos, d]
     >>> req = Forms([(torch.tensor([0, 2]), torch.tensor([1.0, 10.0]))])
@@ -96,7 +98,8 @@ class Forms(Columns):
     [[20.0, 53.0]]
     """
 
-    def __init__(self, forms: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(self, forms: list[tuple[torch.Tensor, torch.Tensor]], sizes=()) -> None:
+        self.sizes = frozenset(sizes)  # (the indices of the forms summed as sizes)
         for cols, weights in forms:
             if cols.shape != weights.shape or cols.dim() != 1 or not len(cols):
                 raise ValueError(
@@ -108,7 +111,7 @@ class Forms(Columns):
         super().__init__(torch.tensor(every, dtype=torch.long, device="cpu"))
 
     @classmethod
-    def named(cls, forms, index: dict) -> Forms:
+    def named(cls, forms, index: dict, sizes=()) -> Forms:
         """Forms given as ``[(name, weight), ...]`` each, ``index``: name -> column.
 
         >>> Forms.named([[("a", 2.0), ("b", -1.0)]], {"a": 0, "b": 3}).forms
@@ -127,12 +130,27 @@ class Forms(Columns):
                     torch.tensor([float(w) for _, w in form], dtype=torch.float64, device="cpu"),
                 )
                 for form in forms
-            ]
+            ],
+            sizes,
         )
 
     def evaluate(self, column) -> torch.Tensor:
-        """The forms from ``column(c)`` (column c, ``[batch, pos]``): ``[batch, pos, k]``."""
-        return torch.stack([sum_terms(column, zip(c, w)) for c, w in self.forms], dim=-1)
+        """The forms from ``column(c)`` (column c, ``[batch, pos]``): ``[batch, pos, k]``.
+
+        >>> req = Forms([(torch.tensor([0, 1]), torch.tensor([1.0, -1.0]))] * 2, sizes=[1])
+        >>> req.evaluate(lambda c: torch.tensor([[3.0, 2.0][c]])).tolist()  # 3 - 2, |3| + |2|
+        [[1.0, 5.0]]
+        """
+        size = lambda c: column(c).abs()  # noqa: E731
+        return torch.stack(
+            [
+                sum_terms(size, [(k, abs(x)) for k, x in zip(c, w)])
+                if i in self.sizes
+                else sum_terms(column, zip(c, w))
+                for i, (c, w) in enumerate(self.forms)
+            ],
+            dim=-1,
+        )
 
 
 def _capture(streams: dict | None, stage: int, x: torch.Tensor) -> None:

@@ -317,6 +317,24 @@ class ItemCheck:
         return not self.problems
 
 
+def _dataset(path: Path, data: Any) -> tuple[list, list, list]:
+    """``(inputs, outputs, input pairs)`` of a ``dataset.json``, or a ValueError naming it
+    (a list cut short, a key missing, a pair of inputs it does not hold)."""
+    keys = ("inputs", "outputs", "pairs")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in keys):
+        raise ValueError(f"{path}: expected an object with the lists {', '.join(keys)}")
+    xs, ys = data["inputs"], data["outputs"]
+    if len(xs) != len(ys):
+        raise ValueError(f"{path}: {len(xs)} inputs but {len(ys)} outputs; one each")
+    ok = lambda i: isinstance(i, int) and 0 <= i < len(xs)  # noqa: E731
+    bad = [
+        q for q in data["pairs"] if not (isinstance(q, list) and len(q) == 2 and all(map(ok, q)))
+    ]
+    if bad:
+        raise ValueError(f"{path}: the pair {bad[0]!r} is not two indices of its inputs")
+    return xs, ys, [(xs[a], xs[b]) for a, b in data["pairs"]]
+
+
 def check_item(folder: str | Path) -> ItemCheck:
     """Re-verifies a suite item written by :func:`build_item`.
 
@@ -347,8 +365,7 @@ def check_item(folder: str | Path) -> ItemCheck:
         problems.append("components.json is not the checkpoint's component table")
     written = json.loads((folder / "circuit.json").read_text())
     data = json.loads((folder / "dataset.json").read_text())
-    xs, ys = data["inputs"], data["outputs"]
-    pairs = [(xs[a], xs[b]) for a, b in data["pairs"]]
+    xs, ys, pairs = _dataset(folder / "dataset.json", data)
     p = PROGRAMS.get(meta["name"])
     if p is None:
         problems.append(f"unknown program {meta['name']!r}: outputs not checked")

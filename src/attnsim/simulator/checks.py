@@ -223,7 +223,25 @@ def _check_x(X: Any, d: int, max_n: int) -> torch.Tensor:
     return X
 
 
-def check_guard(config: SimulatorConfig, guard: Any, vals: torch.Tensor) -> None:
+def pairs(items: Any) -> list:
+    """``items`` as a list of ``(target, X)`` pairs (``simulate_batch``'s argument).
+
+    >>> pairs([]), pairs([("t", "X")])
+    ([], [('t', 'X')])
+    """
+    items = list(items)
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TypeError(
+                "simulate_batch takes a list of (target, X) pairs, got an item of type "
+                f"{type(item).__name__}: for one target call simulate(target, X)"
+            )
+    return items
+
+
+def check_guard(
+    config: SimulatorConfig, guard: Any, vals: torch.Tensor, size: torch.Tensor | None = None
+) -> None:
     """Raises a ValueError that names the quantity, where, the bound and what to do when
     a guarded value leaves what U was built for.
 
@@ -231,6 +249,7 @@ def check_guard(config: SimulatorConfig, guard: Any, vals: torch.Tensor) -> None
         config: the build.
         guard: one of the compiled model's run-time checks (its label, range or values).
         vals: ``[batch, length]`` the guarded value at every position (BOS left out).
+        size: for a check of cancellation, the size of the value's terms there.
     """
     if guard.value_range is not None:
         lo, hi = guard.value_range
@@ -239,8 +258,19 @@ def check_guard(config: SimulatorConfig, guard: Any, vals: torch.Tensor) -> None
         below = lo - (1e-9 * lo if lo > 0 else slack)
         bad = (vals < below) | (vals > hi + slack) | ~torch.isfinite(vals)
     elif guard.integer:
-        bad = (vals - vals.round()).abs() > 1e-6 * vals.abs().clamp(min=1)
+        bad = (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
         lo = hi = math.nan
+    elif guard.cancellation is not None:
+        bad = size > guard.cancellation * vals.abs().clamp(min=1)
+        if bool(bad.any()):
+            b, p = (int(x) for x in torch.nonzero(bad)[0])
+            raise ValueError(
+                f"U's {guard.label!r} at position {p}{f' (target {b} of the batch)' if b else ''}"
+                f" is {float(vals[b, p]):.6g}, a sum of terms up to {float(size[b, p]):.3g} "
+                "that cancel, so float rounding decides it; the target's values differ too "
+                "much in size: scale its weights or X"
+            )
+        return
     else:
         allowed = torch.tensor(guard.allowed, dtype=vals.dtype)
         bad = (vals[..., None] - allowed).abs().amin(dim=-1) > 1e-6 * vals.abs().clamp(min=1)

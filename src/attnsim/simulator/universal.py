@@ -323,13 +323,7 @@ class UniversalSimulator:
     ) -> list[torch.Tensor]:
         """Simulates several (target, X) pairs in one forward pass; one ``(n, d)`` each (no
         pairs: none)."""
-        items = list(items)
-        for item in items:
-            if not isinstance(item, (tuple, list)) or len(item) != 2:
-                raise TypeError(
-                    "simulate_batch takes a list of (target, X) pairs, got an item of type "
-                    f"{type(item).__name__}: for one target call simulate(target, X)"
-                )
+        items = checks.pairs(items)
         if not items:
             return []
         cases = [self._prepare(target, X, causal) for target, X in items]
@@ -381,18 +375,24 @@ class UniversalSimulator:
         guards = [g for g in model.guards if not g.on_block]  # U has numerical ones only
         final = 2 * model.config.n_layers  # the stream after the last layer
         at: dict[int, list] = {}  # stage -> the forms read there: guards, then the output
+        sizes: dict[int, list] = {}  # stage -> which of them are read as sizes
         for g in guards:
             at.setdefault(g.stage, []).append(g.form)
+            if g.cancellation is not None:  # and the size of its terms, after it
+                sizes.setdefault(g.stage, []).append(len(at[g.stage]))
+                at[g.stage].append(g.form)
         at.setdefault(final, []).append(model.output.form)
         index = self._residual_index
-        streams: dict = {s: Forms.named(forms, index) for s, forms in at.items()}
+        streams = {s: Forms.named(f, index, sizes.get(s, ())) for s, f in at.items()}
         with torch.no_grad():  # one row per form, no columns kept
             model.runtime(
                 ids, vals, streams=streams, keep=Columns(torch.zeros(0, dtype=torch.long))
             )
         got = {s: v.cpu() for s, v in streams.items()}  # (the model may run elsewhere)
         for g in guards:
-            checks.check_guard(self.config, g, got[g.stage][:, 1:, at[g.stage].index(g.form)])
+            k = at[g.stage].index(g.form)  # (a size, when read, is the next form)
+            size = got[g.stage][:, 1:, k + 1] if g.cancellation is not None else None
+            checks.check_guard(self.config, g, got[g.stage][:, 1:, k], size)
         return got[final][:, 1:, -1].to(torch.float64)
 
     def _columns(self, dirs: list[str]) -> Columns:

@@ -35,6 +35,10 @@ from attnsim.rasp import expr as E
 from attnsim.values import as_number, is_number, is_numeric, value_key, value_text
 
 NATIVE_OPS = {"exp", "log", "sqrt", "reciprocal", "rsqrt", "gelu", "gelu_tanh"}
+# how much larger than max(1, |input|) the terms of a declared function's input may be (their
+# sum of sizes) before the input is refused as cancelled: its float64 rounding then stays
+# below about 1e-8 of max(1, |input|) (2 - (-1e16) - 1e16 is 0, not 2)
+CANCELLATION = 2.0**26
 
 
 def lower_map(ctx: Context, e: E.Map) -> Rep:
@@ -178,7 +182,17 @@ def native(
     after: After,
     inner: E.SOp | None = None,
 ) -> Rep:
-    """A declared elementwise function: a native unit, or a ReLU interpolant (maps="relu")."""
+    """A declared elementwise function: a native unit, or a ReLU interpolant (maps="relu").
+    An input of several terms whose sizes are not bounded below :data:`CANCELLATION` is
+    checked at run time not to cancel: terms far larger than their sum carry their rounding
+    into it (a row maximum of -1e16 and 2 leaves ``2 - m`` at 0 in some orders of summation),
+    and the function of such a sum is not the interpreter's."""
+    if len(form) > 1 and not ctx.form_bound(form) <= CANCELLATION:
+        why = (
+            f"{kind} of it would not be the interpreter's: keep the values it is computed from "
+            "closer in size (a row of -1e16 and 2 loses the 2 to rounding)"
+        )
+        ctx.guard(after, label, linear_form(form), cancellation=CANCELLATION, reason=why)
     scale = 1.0
     if kind == "scaled_reciprocal":
         scale, kind = float(e._op.params[0]), "reciprocal"
