@@ -118,22 +118,24 @@ class BlockRows:
         b = self.shape[1]
         j0, j1 = lo // BLOCK, -(-hi // BLOCK)
         ids = self.table[idx, j0:j1].flatten()
-        live = torch.nonzero(ids).flatten()  # the blocks held (the others read as zeros)
-        parts = self._split(ids[live])
-        if parts[0][1] is None and len(live) == len(ids):
-            got = parts[0][0].index_select(0, ids)
-        else:
-            got = torch.zeros(len(ids), b, BLOCK, dtype=self.dtype, device=self.device)
-            for chunk, at, off in parts:
-                got.index_copy_(0, live if at is None else live[at], chunk.index_select(0, off))
+        # one gather from chunk 0, the blocks of other chunks (and block 0, the shared
+        # zero block) read as its block 0; then the blocks of the other chunks over them
+        which = torch.div(ids, self.chunk, rounding_mode="floor")
+        other = torch.nonzero(which).flatten() if len(self.chunks) > 1 else ids[:0]
+        base = ids if not len(other) else ids.masked_fill(which != 0, 0)
+        got = self.chunks[0].index_select(0, base)
+        if len(other):
+            for chunk, at, off in self._split(ids[other]):
+                got.index_copy_(0, other[at], chunk.index_select(0, off))
         out = got.view(len(idx), j1 - j0, b, BLOCK).permute(0, 2, 1, 3)
         out = out.reshape(len(idx), b, (j1 - j0) * BLOCK)
         return out[:, :, lo - j0 * BLOCK : hi - j0 * BLOCK]  # (a view)
 
-    def add(self, rows: torch.Tensor, values: torch.Tensor, at: int = 0) -> None:
+    def add(self, rows: torch.Tensor, values: torch.Tensor, at: int = 0, nonzero=None) -> None:
         """Adds ``values [len(rows), batch, w]`` to the distinct ``rows`` on positions ``at
         .. at + w - 1``, block by block where a block of ``values`` is non-zero (a NaN
-        counts as non-zero)."""
+        counts as non-zero). ``nonzero [len(rows), w]``: where ``values`` is non-zero in
+        some sequence, where the caller knows it (else found here)."""
         k, b, w = values.shape if values.dim() == 3 else (-1, -1, -1)
         if k != len(rows) or b != self.shape[1] or at < 0 or at + w > self.shape[2]:
             raise ValueError(
@@ -143,12 +145,13 @@ class BlockRows:
                 "these rows"
             )
         j0, j1 = at // BLOCK, -(-(at + w) // BLOCK)
+        if nonzero is None:
+            nonzero = values.ne(0).any(1)
         if at % BLOCK or w != (j1 - j0) * BLOCK:  # zeros to whole blocks (past n: unread)
-            whole = values.new_zeros(k, b, (j1 - j0) * BLOCK)
-            whole[:, :, at - j0 * BLOCK : at - j0 * BLOCK + w] = values
-            values = whole
-        blocks = values.unflatten(2, (j1 - j0, BLOCK))  # [k, b, blocks, BLOCK]
-        nz = blocks.ne(0).any(3).any(1)  # [k, blocks]
+            whole = nonzero.new_zeros(k, (j1 - j0) * BLOCK)
+            whole[:, at - j0 * BLOCK : at - j0 * BLOCK + w] = nonzero
+            nonzero = whole
+        nz = nonzero.unflatten(1, (j1 - j0, BLOCK)).any(2).bool()  # [k, blocks]
         if not bool(nz.any()):
             return
         tbl = self.table[rows, j0:j1]
@@ -158,17 +161,18 @@ class BlockRows:
             tbl[new] = self._take(m)
             self.table[rows, j0:j1] = tbl
         ks, js = torch.nonzero(nz, as_tuple=True)
-        vals = blocks[ks, :, js]  # [m, b, BLOCK]
         fresh = new[ks, js]  # a new block takes its values whole (whatever it held before)
         for chunk, part, off in self._split(tbl[ks, js]):
-            v, f = (vals, fresh) if part is None else (vals[part], fresh[part])
-            if bool(f.all()):
-                chunk.index_copy_(0, off, v)
-            elif not bool(f.any()):
-                chunk.index_add_(0, off, v)
-            else:
-                chunk.index_copy_(0, off[f], v[f])
-                chunk.index_add_(0, off[~f], v[~f])
+            kp, jp, fp = (ks, js, fresh) if part is None else (ks[part], js[part], fresh[part])
+            for sel, v in _blocks(values, kp, jp, at - j0 * BLOCK):
+                o, f = (off, fp) if sel is None else (off[sel], fp[sel])
+                if bool(f.all()):
+                    chunk.index_copy_(0, o, v)
+                elif not bool(f.any()):
+                    chunk.index_add_(0, o, v)
+                else:
+                    chunk.index_copy_(0, o[f], v[f])
+                    chunk.index_add_(0, o[~f], v[~f])
 
     def _take(self, m: int) -> torch.Tensor:
         """``m`` blocks from the free list (new chunks where it is short), their content
@@ -202,3 +206,40 @@ class BlockRows:
             extra = torch.zeros(more, self.nb, dtype=torch.long, device=self.table.device)
             self.table = torch.cat([self.table, extra])
             self.shape = torch.Size((rows, *self.shape[1:]))
+
+
+def _blocks(values: torch.Tensor, ks: torch.Tensor, js: torch.Tensor, lead: int) -> list:
+    """Blocks ``(ks, js)`` of ``values [k, batch, w]`` placed ``lead`` positions into
+    whole blocks (0 around them), without copying ``values`` whole: ``(where in ks, the
+    blocks [len, batch, BLOCK])`` per kind (inner blocks, read from a view of ``values``;
+    the first and the last block, padded), ``None`` for all of them.
+
+    >>> v = torch.arange(1.0, 9.0, dtype=torch.float64).view(1, 1, 8)
+    >>> [(s.tolist(), x[0, 0, :10].tolist()) for s, x in _blocks(v, torch.tensor([0]),
+    ...                                                          torch.tensor([0]), 2)]
+    [([0], [0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])]
+    """
+    w = values.shape[2]
+    nb = -(-(lead + w) // BLOCK)
+    tail = nb * BLOCK - lead - w
+    if not lead and not tail:
+        return [(None, values.unflatten(2, (nb, BLOCK))[ks, :, js])]
+    out = []
+    first = (js == 0) & (lead > 0)  # padded blocks: the first after lead zeros, the last
+    last = (js == nb - 1) & (tail > 0) & ~first  # before tail zeros (one block: the first)
+    inner = ~(first | last)
+    for pad, lo in [(first, lead), (last, 0)]:
+        sel = torch.nonzero(pad).flatten()
+        if len(sel):
+            s = 0 if lo else (nb - 1) * BLOCK - lead  # its first value
+            c = min(w - s, BLOCK - lo)
+            got = values.new_zeros(len(sel), values.shape[1], BLOCK)
+            got[:, :, lo : lo + c] = values[ks[sel], :, s : s + c]
+            out.append((sel, got))
+    sel = torch.nonzero(inner).flatten()
+    if len(sel):
+        s = BLOCK - lead if lead else 0
+        ni = (w - s) // BLOCK  # the whole blocks of values from s
+        view = values[:, :, s : s + ni * BLOCK].unflatten(2, (ni, BLOCK))
+        out.append((sel, view[ks[sel], :, js[sel] - (1 if lead else 0)]))
+    return out

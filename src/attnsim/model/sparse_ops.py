@@ -117,7 +117,11 @@ class Linear:
         w = self.weight.to(x.dtype)
         step = max(1, TERMS_PER_CHUNK // max(1, b * n))
         for s in range(0, len(src), step):
-            terms = x[src[s : s + step]] * w[s : s + step, None, None]  # [terms, batch, pos]
+            terms = x[src[s : s + step]]  # [terms, batch, pos]: a new tensor (or a view of
+            if terms.is_contiguous():  # one): scaled in place where that leaves it whole
+                terms.mul_(w[s : s + step, None, None])
+            else:
+                terms = terms * w[s : s + step, None, None]
             out.index_add_(0, self.cols[s : s + step], terms)
         return out
 

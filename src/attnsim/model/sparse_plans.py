@@ -49,18 +49,64 @@ def runs(p: HeadPlan, n: int, listed: bool = False) -> np.ndarray | None:
     """
     got = p.__dict__.setdefault("_runs", {})  # (derived from the frozen plan, as its rows)
     if (n, listed) not in got:
-        found = _runs(p, n)
-        if listed:
-            found = found[(found[:, 2] != p.fill) | (found[:, 3] != 0)]
         size = len(p.queries) if listed else n
+        if listed and _fewest_runs(p, n) * RUN_POSITIONS > size:  # too many, however they fall
+            got[n, listed] = None
+            return None
+        found = _listed_runs(p, n) if listed else _runs(p, n)
         got[n, listed] = found if len(found) * RUN_POSITIONS <= size else None
     return got[n, listed]
 
 
-def _runs(p: HeadPlan, n: int) -> np.ndarray:
-    """:func:`runs`, whatever their length."""
+def _fewest_runs(p: HeadPlan, n: int) -> int:
+    """At least this many runs of a listed gather's listed queries over ``n`` positions
+    (:func:`runs`), where they ascend and none reads the fill (else 0): one per group of
+    queries less than 3 apart, as no run holds two positions that read the fill but the
+    fill's own.
+
+    >>> _fewest_runs(HeadPlan(0, None, torch.tensor([4, 5, 9]), None, True,
+    ...                       queries=torch.tensor([1, 3, 8])), 10)
+    2
+    """
+    q, k = p.queries.numpy(), p.keys.numpy()
+    if n < 2 or not len(q) or bool((k == p.fill).any()) or not bool((q[1:] > q[:-1]).all()):
+        return 0
+    return 1 + int((q[1:] - q[:-1] >= 3).sum())
+
+
+def _listed_runs(p: HeadPlan, n: int) -> np.ndarray:
+    """:func:`runs` with ``listed``, whatever their length, from the positions within 2 of
+    a listed query: a run that is not of the fill (one key, the fill) holds no two
+    positions that read the fill, so it lies there, and whether a run starts or ends at a
+    pair of positions depends on the pairs beside it only. The positions between (all
+    reading the fill) are left out, their runs of the fill with them.
+
+    >>> q = torch.tensor([5, 6, 7, 40])  # 5 .. 7 read 11 .. 13, 40 reads 3
+    >>> p = HeadPlan(0, None, torch.tensor([11, 12, 13, 3]), None, True, queries=q)
+    >>> _listed_runs(p, 100).tolist() == _runs(p, 100)[[1, 3]].tolist()
+    True
+    """
+    queries = p.queries.numpy()
+    if len(queries) > 1 and bool((queries[1:] > queries[:-1]).all()):  # (ascending, as listed)
+        lo, hi = np.maximum(queries - 2, 0), np.minimum(queries + 3, n)
+        new = np.r_[True, lo[1:] > hi[:-1]]  # the positions near them: merged intervals
+        a, z = lo[new], hi[np.r_[new[1:], True]]
+        size = z - a
+        near = np.arange(size.sum()) + np.repeat(a - (np.cumsum(size) - size), size)
+    else:
+        near = np.unique(np.clip(queries[:, None] + np.arange(-2, 3), 0, n - 1))
+    found = _runs(p, len(near), np.searchsorted(near, queries))
+    found = found[(found[:, 2] != p.fill) | (found[:, 3] != 0)]
+    found[:, 1] = near[found[:, 1] - 1] + 1
+    found[:, 0] = near[found[:, 0]]
+    return found
+
+
+def _runs(p: HeadPlan, n: int, queries: np.ndarray | None = None) -> np.ndarray:
+    """:func:`runs`, whatever their length (``queries``: the listed queries' positions
+    among the ``n``, where those are not the plan's)."""
     keys = np.full(n, p.fill, dtype=np.int64)
-    keys[p.queries.numpy()] = p.keys.numpy()
+    keys[p.queries.numpy() if queries is None else queries] = p.keys.numpy()
     if n < 2:
         return np.array([[0, n, p.fill, 0]] if n else [], dtype=np.int64).reshape(-1, 4)
     step = np.diff(keys)

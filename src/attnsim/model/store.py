@@ -170,7 +170,7 @@ class Store:
         rows = self.slot[dirs]
         a, z = int(first.min()), int(end.max())  # one write over the rows' spans
         if self.blocked:  # (only the non-zero blocks are written)
-            self.data.add(rows, values[:, :, a:z], at + a)
+            self.data.add(rows, values[:, :, a:z], at + a, nz[:, a:z])
         else:  # (zeros between a row's span and the others' are added as zeros)
             _add_rows(self.data[:, :, at + a : at + z], rows, values[:, :, a:z], fresh)
         r, f = rows.numpy(), fresh.numpy()
