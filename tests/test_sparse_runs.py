@@ -312,3 +312,50 @@ def test_a_batch_runs_only_where_the_fill_key_reads_zeros():
     g = gather_batch.build(hm, plans)
     assert gather_batch.run(g, store) is None  # each head then runs on its own
     assert gather_batch.build(hm, {0: plans[0]}) is None  # one head: nothing to batch
+
+
+@st.composite
+def listed_gathers(draw):
+    """A listed gather over n positions: ascending queries (in clusters and alone) and their
+    keys (runs of consecutive keys, repeats, the fill itself), and the fill."""
+    n = draw(st.integers(1, 120))
+    fill = draw(st.integers(0, n - 1))
+    queries: list[int] = []
+    q = draw(st.integers(0, 3))
+    while q < n:
+        queries.append(q)
+        q += draw(st.sampled_from([1, 1, 1, 2, 3, 5, 17]))
+    start = draw(st.integers(0, n - 1))
+    keys = []
+    for i in range(len(queries)):
+        kind = draw(st.sampled_from(["up", "same", "any", "fill"]))
+        step = {"up": i, "same": 0}.get(kind, 0)
+        keys.append(
+            fill
+            if kind == "fill"
+            else draw(st.integers(0, n - 1))
+            if kind == "any"
+            else start + step
+        )
+    keys = [min(k, n - 1) for k in keys]
+    return n, HeadPlan(
+        0, None, torch.tensor(keys, dtype=torch.long), None, True,
+        queries=torch.tensor(queries, dtype=torch.long), fill=fill,
+    )  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(listed_gathers())
+def test_listed_runs_are_those_of_every_position(case):
+    # the runs found near the listed queries (and none where the query groups alone make too
+    # many) are those a pass over every position finds, less the fill's
+    n, p = case
+    every = sparse_plans._runs(p, n)
+    every = every[(every[:, 2] != p.fill) | (every[:, 3] != 0)]
+    want = every if len(every) * sparse_plans.RUN_POSITIONS <= len(p.queries) else None
+    got = runs(p, n, listed=True)
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert got.tolist() == want.tolist()
+    assert sparse_plans._fewest_runs(p, n) <= len(every)
+    assert sparse_plans._listed_runs(p, n).tolist() == every.tolist()  # whatever their number
