@@ -162,6 +162,12 @@ def set_key(*keys: str, value: Any) -> Callable[[dict], None]:
     return change
 
 
+def guard_with(**fields: Any) -> Callable[[dict], None]:
+    """Replaces the checkpoint's run-time checks by one guard with these fields."""
+    guard = {"label": "x", "form": [], "stage": 0, "allowed": None, "integer": False}
+    return set_key("guards", value=[guard | fields])
+
+
 def drop_key(key: str) -> Callable[[dict], None]:
     return lambda meta: meta.pop(key)
 
@@ -602,17 +608,14 @@ CASES: dict[str, Case] = {
         r"has a 'guards' that is not a list",
     ),
     "checkpoint_guard_cancellation_not_a_number": Case(
-        edit_json(
-            set_key(
-                "guards",
-                value=[
-                    {"label": "x", "form": [], "stage": 0, "allowed": None, "integer": False}
-                    | {"cancellation": "big"}
-                ],
-            )
-        ),
+        edit_json(guard_with(cancellation="big")),
         DamagedCheckpointError,
         r"has 'guards\[0\]' = 'big', expected a finite number",
+    ),
+    "checkpoint_guard_cancellation_not_above_0": Case(
+        edit_json(guard_with(cancellation=False)),
+        DamagedCheckpointError,
+        r"has 'guards\[0\]'\.cancellation = False, expected a number above 0",
     ),
     "checkpoint_json_is_a_directory": Case(
         replace_with_directory("model.json"),

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnsim.cli import main
 from attnsim.rasp.text import Runtime, run_repl
@@ -134,3 +135,27 @@ def test_repl_command_runs_files_first(monkeypatch, capsys, tmp_path):
     assert main(["repl", str(CORPUS / "sort.rasp")]) == 0
     out = capsys.readouterr().out
     assert " \t Example: out([5, 2, 7, 2, 1]) = [1, 2, 2, 5, 7] (ints)" in out
+
+
+def test_a_run_time_check_under_compile_gives_no_python_only_advice(capsys, monkeypatch):
+    # the non-finite check's message ends with advice for Python callers (check=False),
+    # which the command line cannot follow: it is left out, the rest of the message kept
+    from attnsim.model import checks
+    from attnsim.model.compiled import CompiledModel
+
+    message = None
+
+    def refuse(self, *args, **kwargs):
+        nonlocal message
+        try:
+            checks.check_finite(torch.full((1, 2, 1), float("inf")), None, 1)
+        except checks.RunTimeCheckError as exc:
+            message = str(exc)
+            raise
+        raise AssertionError("the check did not refuse inf")
+
+    monkeypatch.setattr(CompiledModel, "run", refuse)
+    code = main(["rasp", str(CORPUS / "hist.rasp"), "--compile", "hist", "--max-seq-len", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "check=False" in message
+    assert "a value is not finite" in err and "check=False" not in err, err

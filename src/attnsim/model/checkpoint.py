@@ -307,6 +307,13 @@ def _check_size(path: Path, cfg: ModelConfig) -> None:
     memory.check_fits(need, f"loading: {what}, which", "load it on a larger machine")
 
 
+def _cancellation(check: _Checker, c: Any, what: str) -> float | None:
+    """A guard's ``cancellation`` (GuardSpec): None, or a number above 0."""
+    if c is not None and (isinstance(c, bool) or not check.number(c, what) > 0):
+        raise damaged(check.file, f"has {what}.cancellation = {c!r}, expected a number above 0")
+    return c
+
+
 def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> dict:
     stage = g["stage"]
     if not is_int(stage) or not 0 <= stage <= 2 * cfg.n_layers:
@@ -351,7 +358,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         "allowed": allowed,
         "integer": g["integer"],
         "value_range": value_range,
-        "cancellation": g.get("cancellation") and check.number(g["cancellation"], what),
+        "cancellation": _cancellation(check, g.get("cancellation"), what),
         "dims": dims,
         "names": names,
         "one_hot": g.get("one_hot", False),

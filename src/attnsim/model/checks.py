@@ -2,9 +2,10 @@
 
 The compiler plans for the values it inferred; a :class:`GuardSpec` records what must hold
 for the plan to be exact (a value among a finite set, an integer, inside a declared range, a
-categorical block that is one-hot), and the functions here check them on a run's residual
-streams and raise :class:`RunTimeCheckError` with the position and the reason. Re-exported
-by :mod:`attnsim.model.compiled`, whose ``run`` calls them.
+sum whose terms do not cancel, a categorical block that is one-hot), and the functions here
+check them on a run's residual streams and raise :class:`RunTimeCheckError` with the
+position and the reason. Re-exported by :mod:`attnsim.model.compiled`, whose ``run`` calls
+them.
 
 Shapes: ``resid`` is ``[batch, pos, d_model]`` with BOS at position 0; ``cache`` maps hook
 names (``blocks.0.hook_resid_mid``) to such streams.
@@ -39,8 +40,10 @@ __all__ = [
     "check_combinations",
     "check_finite",
     "check_guards",
+    "cancelled",
     "check_singular",
     "term_sizes",
+    "not_integer",
     "read_form",
     "singular_kinds",
     "stage_resid",
@@ -118,6 +121,26 @@ def read_form(
     if not form:
         return torch.zeros(resid.shape[:-1], dtype=resid.dtype)
     return sum_terms(lambda d: resid[..., index[d]], form)
+
+
+def not_integer(vals: torch.Tensor) -> torch.Tensor:
+    """Where ``vals`` is not an integer up to float rounding (1e-9 relative): 1000.0004 is
+    not one, 2.0000000000000004 is (the rule of both the model's and U's checks).
+
+    >>> not_integer(torch.tensor([1000.0004, 2.0000000000000004, 3.0], dtype=torch.float64))
+    tensor([ True, False, False])
+    """
+    return (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
+
+
+def cancelled(vals: torch.Tensor, size: torch.Tensor, limit: float) -> torch.Tensor:
+    """Where a sum ``vals`` of terms of total size ``size`` (:func:`term_sizes`) cancels:
+    its terms more than ``limit`` times ``max(1, |vals|)`` (a guard's ``cancellation``).
+
+    >>> cancelled(torch.tensor([2.0, 2.0]), torch.tensor([4.0, 2e16]), 2.0**26).tolist()
+    [False, True]
+    """
+    return size > limit * vals.abs().clamp(min=1)
 
 
 def term_sizes(
@@ -262,12 +285,12 @@ def check_guards(
             slack = 1e-9 * max(1.0, abs(lo) if math.isfinite(lo) else 1.0, abs(hi))
             bad = (vals < lo - slack) | (vals > hi + slack) | ~torch.isfinite(vals)
             what = f"inside its declared range [{lo:g}, {hi:g}]"
-        elif g.integer:  # up to float rounding (1e-9 relative): 1000.0004 is not one
-            bad = (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
+        elif g.integer:
+            bad = not_integer(vals)
             what = "an integer"
         elif g.cancellation is not None:
             size = term_sizes(stage_resid(cache, g.stage, n_layers)[:, 1:], g.form, index)
-            bad = size > g.cancellation * vals.abs().clamp(min=1)
+            bad = cancelled(vals, size, g.cancellation)
             what = (
                 f"a sum of terms of its own size: its terms reach {float(size.max()):.3g} "
                 "and cancel, so their float rounding decides it"

@@ -176,7 +176,21 @@ MIXED = "<mixed>"  # a categorical output that decodes to no single value
 
 def decode_patched(model, resid: torch.Tensor) -> list:
     """The outputs of a patched run's final stream; a categorical position that decodes to
-    no single value (a mixture no input gives) is :data:`MIXED`, not an error."""
+    no single value (a mixture no input gives) is :data:`MIXED`, not an error.
+
+    >>> import torch
+    >>> from attnsim import compile_program, library, rasp
+    >>> m = compile_program(library.make_reverse(rasp.tokens), vocab="ab", max_seq_len=2)
+    >>> ids, _ = m.encode(["ab"])
+    >>> with torch.no_grad():
+    ...     resid = m.model(ids)
+    >>> decode_patched(m, resid)
+    [['b', 'a']]
+    >>> resid[0, 1, m._index[m.output.dims[0]]] = 0.5  # half 'a', half 'b'
+    >>> resid[0, 1, m._index[m.output.dims[1]]] = 0.5
+    >>> decode_patched(m, resid)[0][0]
+    '<mixed>'
+    """
     try:
         return model._decode(resid)
     except ValueError:  # RunTimeCheckError: some row is a mixture; decode row by row

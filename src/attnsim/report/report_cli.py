@@ -176,6 +176,19 @@ def read_cost_rows(path: str | Path) -> list[dict]:
 
     Raises:
         ValueError: the file is not UTF-8 JSON with such rows; the message names it.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "cost.json"
+    >>> row = dict.fromkeys(COST_KEYS, 1)
+    >>> _ = f.write_text(json.dumps({"results": [row]}))
+    >>> read_cost_rows(f) == [row]
+    True
+    >>> _ = f.write_text("[]")
+    >>> try:
+    ...     read_cost_rows(f)
+    ... except ValueError as exc:
+    ...     print(str(exc).split(": ")[1])
+    it holds no list of rows under 'results'
     """
     path = Path(path)
     what = f"{path} is not a simulator_cost.json that benchmarks/simulator_cost.py writes"

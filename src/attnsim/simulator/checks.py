@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from attnsim import values
+from attnsim.model import checks as model_checks
 from attnsim.simulator import adapters, codec, spec_checks, stack
 from attnsim.simulator import spec as S
 from attnsim.simulator.config import EPS_RANGE, SimulatorConfig, max_score_bound
@@ -258,10 +259,10 @@ def check_guard(
         below = lo - (1e-9 * lo if lo > 0 else slack)
         bad = (vals < below) | (vals > hi + slack) | ~torch.isfinite(vals)
     elif guard.integer:
-        bad = (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
+        bad = model_checks.not_integer(vals)
         lo = hi = math.nan
     elif guard.cancellation is not None:
-        bad = size > guard.cancellation * vals.abs().clamp(min=1)
+        bad = model_checks.cancelled(vals, size, guard.cancellation)
         if bool(bad.any()):
             b, p = (int(x) for x in torch.nonzero(bad)[0])
             raise ValueError(

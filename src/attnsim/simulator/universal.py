@@ -376,11 +376,14 @@ class UniversalSimulator:
         final = 2 * model.config.n_layers  # the stream after the last layer
         at: dict[int, list] = {}  # stage -> the forms read there: guards, then the output
         sizes: dict[int, list] = {}  # stage -> which of them are read as sizes
+        where = []  # per guard: the places of its value and of its terms' size (or None)
         for g in guards:
-            at.setdefault(g.stage, []).append(g.form)
+            forms = at.setdefault(g.stage, [])
+            forms.append(g.form)
             if g.cancellation is not None:  # and the size of its terms, after it
-                sizes.setdefault(g.stage, []).append(len(at[g.stage]))
-                at[g.stage].append(g.form)
+                sizes.setdefault(g.stage, []).append(len(forms))
+                forms.append(g.form)
+            where.append((len(forms) - 1 - (g.cancellation is not None), len(forms) - 1))
         at.setdefault(final, []).append(model.output.form)
         index = self._residual_index
         streams = {s: Forms.named(f, index, sizes.get(s, ())) for s, f in at.items()}
@@ -389,9 +392,8 @@ class UniversalSimulator:
                 ids, vals, streams=streams, keep=Columns(torch.zeros(0, dtype=torch.long))
             )
         got = {s: v.cpu() for s, v in streams.items()}  # (the model may run elsewhere)
-        for g in guards:
-            k = at[g.stage].index(g.form)  # (a size, when read, is the next form)
-            size = got[g.stage][:, 1:, k + 1] if g.cancellation is not None else None
+        for g, (k, s) in zip(guards, where):
+            size = got[g.stage][:, 1:, s] if g.cancellation is not None else None
             checks.check_guard(self.config, g, got[g.stage][:, 1:, k], size)
         return got[final][:, 1:, -1].to(torch.float64)
 

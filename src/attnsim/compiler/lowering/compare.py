@@ -349,7 +349,11 @@ def _merged(ctx: Context, label: str, e: E.SOp, vals: list) -> dict[float, float
 
 
 def too_close(label: str, what: str, first: float, x: float, nxt: float) -> str:
-    """The refusal of values too close for the model's steps (:func:`D.on_a_ramp`)."""
+    """The refusal of values too close for the model's steps (:func:`D.on_a_ramp`).
+
+    >>> too_close("m", "its input", 1.0, 1.0000000006, 1.000000001).split(": ")[1][:41]
+    'its input takes the values 1.0, 1.0000000'
+    """
     return (
         f"{label}: {what} takes the values {first!r}, {x!r} and {nxt!r}, too close for "
         f"the model's steps: {x!r} lies between the first, which it is merged with (they "
