@@ -29,7 +29,6 @@ EXECUTORS = (
     "fused.py",
     "plans.py",
     "plan_core.py",
-    "plan_curve.py",
     "plan_keys.py",
     "plan_steps.py",
     "plan_tables.py",
@@ -119,8 +118,8 @@ def test_every_executor_allocates_on_the_models_device(name):
 
 
 def test_u_and_long_keys_follow_the_models_device():
-    """U's plans (dense storage, both layouts) and a parabola of keys longer than
-    ``CURVE_FROM`` are found and run with the default device set elsewhere."""
+    """U's plans (dense storage, both layouts) and the keys of a long gather are found and
+    run with the default device set elsewhere."""
     from attnsim.model import plan_core
 
     for layout in ("scalar", "vector"):
@@ -133,14 +132,14 @@ def test_u_and_long_keys_follow_the_models_device():
             mp.setattr(Runtime, "__call__", _on_another_default_device(Runtime.__call__))
             got = U.simulate(target, X)
         assert float((got - want).abs().max()) < 1e-12
-    n = plan_core.CURVE_FROM + 50
+    n = 2100
     t = torch.arange(n, dtype=torch.float64)
     k = torch.stack([2 * t, -torch.ones(n, dtype=torch.float64), 1 - t * t], 1)
     s = torch.tensor([3.0, 700.0, 2000.0], dtype=torch.float64)
     q = torch.stack([s, s * s, torch.ones(3, dtype=torch.float64)], 1)
     cfg = U.model.model.cfg
     want = plan_core.select_keys(cfg, q, k)
-    got = _on_another_default_device(plan_core.select_keys)(cfg, q, k, {})
+    got = _on_another_default_device(plan_core.select_keys)(cfg, q, k)
     assert [g.tolist() for g in got[:2]] == [w.tolist() for w in want[:2]]
     assert got[1].tolist() == [3, 700, 2000]
 

@@ -250,7 +250,6 @@ EXECUTION = {
     "attnsim.model.plan_keys",
     "attnsim.model.plan_tables",
     "attnsim.model.plan_steps",
-    "attnsim.model.plan_curve",
     "attnsim.model.plan_costs",
     "attnsim.model.sparse",
     "attnsim.model.sparse_ops",

@@ -255,6 +255,21 @@ def test_inverse_needs_no_pivot_search():
     np.testing.assert_array_equal(apply.inverse([[0.0, 1.0], [1.0, 0.0]]), [[0, 1], [1, 0]])
 
 
+@pytest.mark.parametrize("scale", [1e200, 1e-200, 1e-300, 1e100])
+def test_inverse_of_huge_and_tiny_matrices(scale):
+    """Cofactors of 1e200-sized entries overflow float64: the wrapper scales each matrix by a
+    power of two first (exactly), then the inverse back (numpy as the oracle)."""
+    a = rng("scaled").standard_normal((3, 3, 3)) + 4 * np.eye(3)
+    for backend in ("interpreter", "compiled"):
+        got = apply.inverse(a * scale, backend=backend)
+        want = np.linalg.inv(a) / scale
+        assert np.all(np.abs(got - want) <= 1e-12 * np.abs(want).max(axis=(1, 2))[:, None, None])
+    with pytest.raises(ValueError, match="beyond float64's range"):
+        apply.inverse(np.eye(2) * 1e-310)  # certified, but its inverse 1e310 is no float64
+    got = apply.inverse(np.eye(2) * 1e-310, check=False)
+    assert np.isinf(np.diag(got)).all()
+
+
 def singular_matrices(n):
     gen = rng("singular", n)
     out = [np.zeros((n, n))]

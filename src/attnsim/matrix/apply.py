@@ -356,6 +356,10 @@ def inverse(
 ) -> np.ndarray:
     """The inverse computed by :func:`attnsim.matrix.programs.inverse`, certified on request.
 
+    A matrix whose largest entry is beyond ``2^64`` or below ``2^-64`` is first scaled by a
+    power of two (exactly) so that its cofactors and determinant stay within float64, and
+    its inverse scaled back: ``inverse(1e200 * I)`` is ``1e-200 * I``.
+
     Args:
         m: ``[n, n]`` (or ``[batch, n, n]``).
         method: see :func:`attnsim.matrix.programs.inverse`.
@@ -367,8 +371,9 @@ def inverse(
         ``[n, n]`` (or ``[batch, n, n]``).
 
     Raises:
-        ValueError: the matrix is not square. SingularMatrixError: ``check`` and a matrix is
-            singular or too ill-conditioned for ``rtol``.
+        ValueError: the matrix is not square, or (``check``) its inverse overflows float64.
+            SingularMatrixError: ``check`` and a matrix is singular or too ill-conditioned
+            for ``rtol``.
 
     >>> inverse([[0.0, 1.0], [2.0, 0.0]]).tolist()
     [[0.0, 0.5], [1.0, 0.0]]
@@ -376,6 +381,7 @@ def inverse(
     values.check_real(rtol, "rtol")
     check = values.check_bool(check, "check")
     arr, batched, n = _square(m)
+    arr, shift = _scaled(arr)
     seqs = layout.pack_batch(arr)
     # the compiled model's own finiteness check is off here: a singular matrix's inverse is
     # not finite, and the certified flag below (or check=False) decides what to do with it
@@ -391,7 +397,34 @@ def inverse(
                 f"residual |AX - I|_F exceeds rtol={rtol}{where}; pass check=False to get "
                 "the raw output"
             )
+    with np.errstate(over="ignore"):
+        out = np.ldexp(out, -shift[:, None, None])
+    if check and not np.isfinite(out).all():  # certified, but beyond float64 once scaled back
+        bad = np.flatnonzero(~np.isfinite(out).all(axis=(1, 2))).tolist()
+        where = f" (batch entries {bad[:10]})" if batched else ""
+        raise ValueError(f"the {n}x{n} matrix's inverse has entries beyond float64's range{where}")
     return _single(out, batched)
+
+
+def _scaled(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(arr 2^-e, e)`` per matrix: a matrix whose largest entry lies outside
+    ``[2^-SCALE_FROM, 2^SCALE_FROM]`` is scaled by a power of two into ``[1/2, 1)``, where
+    its cofactors and determinant cannot overflow or vanish (``inv(2^e B) = 2^-e inv(B)``,
+    and the scaling is exact); where an entry would lose bits (a subnormal), it is not.
+
+    >>> _scaled(np.array([[[1e200, 0.0], [0.0, 1e200]]]))[1].tolist()
+    [665]
+    """
+    top = np.abs(arr).max(axis=(1, 2))
+    shift = np.where((top > 2.0**SCALE_FROM) | (top < 2.0**-SCALE_FROM), np.frexp(top)[1], 0)
+    shift = np.where(np.isfinite(top) & (top > 0), shift, 0)
+    out = np.ldexp(arr, -shift[:, None, None])
+    exact = (np.ldexp(out, shift[:, None, None]) == arr).all(axis=(1, 2))
+    shift = np.where(exact, shift, 0)
+    return np.where(exact[:, None, None], out, arr), shift
+
+
+SCALE_FROM = 64
 
 
 @_build

@@ -338,7 +338,10 @@ def maxmin() -> rasp.SOp:
     which is wrong at odd positions; here an odd position always takes the minimum and an
     even position the maximum, and the last element of an odd-length sequence, which has no
     partner, is left unchanged. Cost: 1 layer, 1 head; no ``length``. Compiled: two blocks
-    (the attention layer, then one MLP-only layer for the gated products).
+    (the attention layer, then one MLP-only layer for the gated products). Exact up to the
+    rounding of the pair's larger magnitude (``x + relu(y - x)`` rounds twice): a value
+    more than 2^53 times smaller than its partner may come back as 0 (``[-1e17, 3]`` gives
+    ``[0, -1e17]``), as the same arithmetic in numpy would.
 
     Returns:
         A numerical S-op over sequences of any length.

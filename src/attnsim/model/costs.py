@@ -65,9 +65,6 @@ MEASURED_RUNS = 3
 TRIES = 2
 # the sparse storage's sublayer-read tables kept per model, one per plan set (model.sparse)
 READS_KEPT = 40
-# one build of plans keeps the curves of the last keys, reused by heads that read equal keys
-# (model.plan_core)
-CURVES_KEPT = 4
 
 # -- the sparse storage's rows (model.store, model.block_rows, model.stream) ----------------
 
@@ -134,15 +131,6 @@ GROUP_WORK = 64
 # cost about as much as the dense scores, which run instead
 MAX_ROW_SHARE = 0.5
 MIN_DISTINCT_ROWS = 8
-# keys from which a hard head looks for a parabola in its scores (model.plan_curve); the
-# fit reads WINDOW distinct values each side of a query's vertex and allows at most MAX_ODD
-# keys off the parabola (BOS and the like); it needs CURVE_MIN_KEYS keys at least, and a key
-# column with CURVE_MIN_VALUES distinct values
-CURVE_FROM = 2048
-WINDOW = 16
-MAX_ODD = 64
-CURVE_MIN_KEYS = 16
-CURVE_MIN_VALUES = 8
 # classes x directions up to which a token-table head compares every position with every
 # class rather than sorting the positions' rows first (measured: 5 classes of 6 directions
 # compare in a fraction of the sort's time, 81 of 82 take several times longer), and the

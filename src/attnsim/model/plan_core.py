@@ -12,11 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnsim.model import plan_curve
 from attnsim.model.config import AttentionMode, ModelConfig
 from attnsim.model.costs import (
-    CURVE_FROM,
-    CURVES_KEPT,
     DISTINCT_MIN_ROWS,
     DISTINCT_MIN_WORK,
     GROUP_WORK,
@@ -190,15 +187,11 @@ def _grouped(q: torch.Tensor, key: torch.Tensor, exact: torch.Tensor):
     return q[first], inverse
 
 
-def select_keys(
-    cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves: dict | None = None
-) -> tuple:
+def select_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple:
     """``(offsets, keys, weights, gather)``: the keys each query selects (hard: within the
     tolerance of its best score; softmax: a non-zero weight, kept in ``weights``), computed
     in row chunks once per distinct query vector (each query's selection depends on its
-    query vector alone, unless the model is causal). ``curves``: a dict that one build of
-    plans passes to each of its heads, where the parabolas found for their keys are kept
-    (see :func:`_curve`); None finds each anew.
+    query vector alone, unless the model is causal).
 
     >>> from attnsim.model.config import ModelConfig
     >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
@@ -213,21 +206,7 @@ def select_keys(
         rows_q, inverse = q, None
     else:
         rows_q, inverse = distinct_rows(q)
-    curve = _curve(cfg, k, curves)
-    if curve is None:
-        count, key, weight = _select_rows(cfg, rows_q, k)
-    else:  # keys on a parabola: each query's window, the rest of the queries densely
-        key, count, _, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
-        rest = torch.nonzero(~done).flatten()
-        if len(rest):
-            c2, k2, _ = _select_rows(cfg, rows_q[rest], k)
-            rows = torch.repeat_interleave(torch.arange(len(rows_q), device=k.device), count)
-            rows = torch.cat([rows, torch.repeat_interleave(rest, c2)])
-            key = torch.cat([key, k2])
-            key = key[torch.argsort(rows * len(k) + key)]  # by query, then key
-            count = count.clone()
-            count[rest] = c2
-        weight = None
+    count, key, weight = _select_rows(cfg, rows_q, k)
     if inverse is not None:
         first = torch.zeros_like(count)
         first[1:] = torch.cumsum(count, 0)[:-1]
@@ -241,27 +220,6 @@ def select_keys(
     offsets = count.new_zeros(n + 1)
     offsets[1:] = torch.cumsum(count, 0)
     return offsets, key, weight, bool((count == 1).all())
-
-
-def _curve(cfg: ModelConfig, k: torch.Tensor, curves: dict | None) -> plan_curve.Curve | None:
-    """The parabola of a long hard head's keys (:mod:`attnsim.model.plan_curve`), or None.
-    Many heads read the same keys (every gather of the simulator reads the positions): a
-    curve found for keys equal to these (checked entry by entry) is taken from ``curves``,
-    which keeps the last :data:`CURVES_KEPT` keys' curves of one build of plans."""
-    if cfg.causal or cfg.attention is not AttentionMode.HARD or k.shape[0] < CURVE_FROM:
-        return None
-    if curves is None:
-        return plan_curve.find_curve(k, distinct_rows)
-    n = k.shape[0]
-    mark = (tuple(k.shape), float(k[:: max(1, n // 61)].sum()), float(k[n // 2].sum()))
-    for got_k, curve in curves.get(mark, []):
-        if torch.equal(got_k, k):
-            return curve
-    curve = plan_curve.find_curve(k, distinct_rows)
-    if len(curves) >= CURVES_KEPT:
-        curves.pop(next(iter(curves)))
-    curves.setdefault(mark, []).append((k, curve))
-    return curve
 
 
 def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tuple:
@@ -290,9 +248,7 @@ def _select_rows(cfg: ModelConfig, rows_q: torch.Tensor, k: torch.Tensor) -> tup
     return torch.cat(counts) if counts else empty, torch.cat(keys) if keys else empty, weight
 
 
-def candidate_keys(
-    cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, curves: dict | None = None
-) -> tuple | None:
+def candidate_keys(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor) -> tuple | None:
     """``(offsets, keys, gap, key_bound)`` on the static part ``q, k`` of a hard head's
     scores: the candidates per query, how far below its best static score its best other
     key lies, and the largest |static key coordinate|; None when that would not save work
@@ -307,7 +263,7 @@ def candidate_keys(
     ([1, 1, 1, 1], [9.0, 9.0, 9.0, 9.0])
     """
     n = q.shape[0]
-    offsets, keys, _, _ = select_keys(cfg, q, k, curves)
+    offsets, keys, _, _ = select_keys(cfg, q, k)
     if len(keys) * 4 > n * n:
         return None
     counts = offsets[1:] - offsets[:-1]
@@ -326,14 +282,9 @@ def candidate_keys(
         first = inverse.new_zeros(len(rows_q))
         first.scatter_(0, inverse, torch.arange(n, device=q.device))
     others = torch.full((len(rows_q),), float("-inf"), dtype=q.dtype, device=q.device)
-    todo = torch.arange(len(rows_q), device=q.device)
-    curve = _curve(cfg, k, curves)
-    if curve is not None:  # the best other key from each query's window where it holds
-        _, _, best_other, done = plan_curve.select_on_curve(curve, rows_q, cfg.hard_tolerance)
-        others = best_other.clone()
-        todo = torch.nonzero(~done).flatten()
     step = max(1, ROWS_PER_CHUNK // max(1, n))
-    for part in torch.split(todo, step):  # the other queries: every key, less its candidates
+    for part in torch.split(torch.arange(len(rows_q), device=q.device), step):
+        # every key, less the row's candidates
         scores = rows_q[part] @ k.T
         at_q = first[part]  # the query whose candidates the row has
         if cfg.causal:

@@ -212,9 +212,9 @@ def head_plan(h: int, offsets, keys, weights, gather: bool, listed: bool = False
     return HeadPlan(h, None, keys[queries], None, True, queries=queries, fill=fill)
 
 
-def keys_plan(cfg, h: int, q: torch.Tensor, k: torch.Tensor, curves=None, listed=False):
+def keys_plan(cfg, h: int, q: torch.Tensor, k: torch.Tensor, listed=False):
     """Head h's plan from its queries and keys ``[pos, width]`` on one input, by the dense
-    forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`; ``curves``: see there).
+    forward's arithmetic (:func:`attnsim.model.plan_core.select_keys`).
 
     >>> from attnsim.model.config import ModelConfig
     >>> cfg = ModelConfig(n_layers=1, d_model=1, n_heads=1, d_head=1, d_mlp=0, d_bilinear=0,
@@ -225,7 +225,7 @@ def keys_plan(cfg, h: int, q: torch.Tensor, k: torch.Tensor, curves=None, listed
     >>> p.kind, p.gather, p.keys.tolist()
     ('head', True, [2, 1, 0])
     """
-    return head_plan(h, *plan_core.select_keys(cfg, q, k, curves), listed=listed)
+    return head_plan(h, *plan_core.select_keys(cfg, q, k), listed=listed)
 
 
 def pattern_plan(pattern, h: int, n: int, causal: bool, device=None, listed=False) -> HeadPlan:
@@ -248,7 +248,7 @@ def pattern_plan(pattern, h: int, n: int, causal: bool, device=None, listed=Fals
     return head_plan(h, offsets, keys, None, bool((offsets.diff() == 1).all()), listed)
 
 
-def candidate_plan(cfg, h: int, q, k, curves=None, static_rows=None) -> HeadPlan | None:
+def candidate_plan(cfg, h: int, q, k, static_rows=None) -> HeadPlan | None:
     """A plan on the static part ``q, k [pos, width]`` of hard head h's scores, or None when
     it would not save work: the static part selects more than a quarter of all pairs, or
     leaves some query without a gap above the tolerance
@@ -262,7 +262,7 @@ def candidate_plan(cfg, h: int, q, k, curves=None, static_rows=None) -> HeadPlan
     >>> p.kind, p.keys.tolist()  # each query's candidate: key 1, 9 above the others
     ('candidates', [1, 1, 1, 1])
     """
-    got = plan_core.candidate_keys(cfg, q, k, curves)
+    got = plan_core.candidate_keys(cfg, q, k)
     if got is None:
         return None
     offsets, keys, gap, key_bound = got
@@ -379,7 +379,6 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
     patterns = plan_static.known_patterns(transformer)
     ids, _ = _canonical_input(transformer, n)
     out: list[tuple[HeadPlan, ...]] = []
-    curves: dict = {}  # the parabolas of the heads' keys, found once (plan_core.select_keys)
 
     def keep_static(x: torch.Tensor, stage: int) -> torch.Tensor:
         # the other directions hold this one input's values, which may be infinite (1/x of
@@ -393,14 +392,12 @@ def build_plans(transformer, n: int, analysis=None, steps: list | None = None) -
             plans = tuple(
                 pattern_plan(mine[h], h, n, cfg.causal, x.device)
                 if mine and mine[h] is not None
-                else keys_plan(cfg, h, *_qk(block.attn, h, x), curves)
+                else keys_plan(cfg, h, *_qk(block.attn, h, x))
                 for h in heads[layer]
             )
             partial = analysis.partial[layer] if analysis.partial else ()
             static = masks[2 * layer]
-            cands = (
-                candidate_plan(cfg, h, *_qk(block.attn, h, x), curves, static) for h in partial
-            )
+            cands = (candidate_plan(cfg, h, *_qk(block.attn, h, x), static) for h in partial)
             cands = tuple(p for p in cands if p is not None)
             found = analysis.tables[layer] if analysis.tables else ()
             found = tuple(t for t in found if plan_tables.pays(t, n, block.attn))

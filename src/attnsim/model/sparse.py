@@ -308,15 +308,14 @@ class SparseTransformer(OnTheCpu):
         # the static pass stops after the last layer whose plans need the stream's static
         # values: the later layers' plans are the keys the compiler wrote down
         work = self._static_work() if found is not None else None
-        curves: dict = {}  # the static pass's parabolas of keys (plan_core.select_keys)
         static_layers = len(self.layers) if work is None else work[0]
         for li in range(len(self.layers)):
             stage = 2 * li + 1
             if li >= static_layers:
-                found.append(self._find_plans(store, li, curves))
+                found.append(self._find_plans(store, li))
                 continue
             if found is not None:
-                plans_l = self._find_plans(store, li, curves)
+                plans_l = self._find_plans(store, li)
                 found.append(plans_l)
             else:
                 plans_l = None if plans is None else plans[li]
@@ -435,9 +434,8 @@ class SparseTransformer(OnTheCpu):
             got = self._static_work_cache = (patterns, work)
         return got[1]
 
-    def _find_plans(self, store, li: int, curves: dict) -> dict:
-        """The static pass: layer li's static heads' plans and its candidate heads'
-        (``curves``: the pass's, see :func:`attnsim.model.plan_core.select_keys`)."""
+    def _find_plans(self, store, li: int) -> dict:
+        """The static pass: layer li's static heads' plans and its candidate heads'."""
         a = self._analysis()
         hm, cfg, defer = self._heads[li], self.cfg, self._deferred()[li]
         found: dict = {}
@@ -458,7 +456,7 @@ class SparseTransformer(OnTheCpu):
                 x, slot = store.data, store.slot  # [width, 1, pos] -> [pos, width]
                 for g in group:
                     q, k = hm.Q[g](x, slot)[:, 0].T, hm.K[g](x, slot)[:, 0].T
-                    found[g] = keys_plan(cfg, g, q, k, curves, listed=True)
+                    found[g] = keys_plan(cfg, g, q, k, listed=True)
                 store.drop(sorted(need))
                 group, need = [], set()
             if h is not None:
@@ -468,7 +466,7 @@ class SparseTransformer(OnTheCpu):
         mask = a["masks"][2 * li]
         for h in a["partial"][li]:
             q_s, _, k_s, _ = split_qk(hm, h, x, slot, mask)
-            p = candidate_plan(cfg, h, q_s[:, 0].T, k_s[:, 0].T, curves)
+            p = candidate_plan(cfg, h, q_s[:, 0].T, k_s[:, 0].T)
             if p is not None:
                 found[h] = p
         return found
