@@ -92,6 +92,58 @@ def test_a_token_other_than_bos_at_position_0():
     assert_close(*streams_both_ways(model, ids, vals))
 
 
+MISPLACED = {
+    "reverse": (lambda: library.make_reverse(rasp.tokens), list("abcd"), ["abcdab"] * 3),
+    "length": (library.make_length, list("abcd"), ["abcdab"] * 3),
+    "sort_unique": (
+        lambda: library.make_sort_unique(rasp.tokens, rasp.tokens),
+        [1, 2, 3, 4, 5, 6],
+        [[3, 1, 2, 6, 5, 4]] * 3,
+    ),
+}
+
+
+@pytest.mark.parametrize("storage", ["dense", "sparse"])
+@pytest.mark.parametrize("name", sorted(MISPLACED))
+def test_ids_with_bos_out_of_place_run_the_definition(name, storage):
+    """The plans are made for BOS at position 0 and nowhere else (the static directions are
+    those every other token row writes alike). Hand-made ids with a token at position 0 or
+    BOS further on (encode never makes them) give the definition's stream on every
+    executor: before, the fixed-key, constant and candidate plans gave other values."""
+    make, vocab, xs = MISPLACED[name]
+    model = compile_program(make(), vocab=vocab, max_seq_len=6, storage=storage)
+    ids, vals = model.encode(xs)
+    bad = ids.clone()
+    bad[0, 0] = 1  # a token where BOS belongs
+    bad[1, 3] = 0  # BOS further on
+    want = model.model(bad, vals)
+    executors = ("plan", "auto") if storage == "sparse" else ("plan", "fused", "auto")
+    for executor in executors:
+        got = Runtime(model.model, executor)(bad, vals)
+        assert torch.equal(got, want), executor
+    assert torch.equal(Runtime(model.model, "plan")(ids, vals), model.model(ids, vals))
+
+
+def test_an_infinite_token_value_runs_the_definition():
+    """An infinite numerical token reaches every direction as ``0 * inf`` (NaN): the
+    definition's scores are then NaN at every query, and so is its stream; the plans,
+    which skip the zero weights, gave finite values at most positions before."""
+    from tests.test_plans_tables import table_model
+
+    t = table_model()
+    with torch.no_grad():  # only the static head 2 left
+        t.blocks[0].attn.W_O[0].zero_()
+        t.blocks[0].attn.W_O[1].zero_()
+    ids = torch.tensor([[0, 1, 2, 3, 4, 1]])
+    vals = torch.tensor([[0.0, 1.0, float("inf"), 2.0, 3.0, 4.0]], dtype=torch.float64)
+    want = t(ids, vals)
+    assert bool(want.isnan().any(-1).all())
+    for executor in ("plan", "fused", "auto"):
+        got = Runtime(t, executor)(ids, vals)
+        assert torch.equal(got.isnan(), want.isnan()), executor
+        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), executor
+
+
 def test_models_with_numerical_tokens_do_not_read_classes_from_ids(monkeypatch):
     """A numerical token channel can carry a non-finite value into every direction (0 *
     inf): such a model's token-table heads (forced here at every length) look their classes

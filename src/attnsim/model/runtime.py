@@ -52,7 +52,15 @@ from attnsim.model import fused, plan_core, plan_steps, plans
 from attnsim.model.costs import COMPILED_KEPT, MEASURED_RUNS, PLANS_KEPT, TABLE_BYTES, TRIES
 from attnsim.model.plans import EXECUTORS, OPTIONAL_KINDS
 from attnsim.model.projection import Projection, add_columns
-from attnsim.model.stream import Columns, _add, _capture, check_length, new_stream, stamp
+from attnsim.model.stream import (
+    Columns,
+    _add,
+    _capture,
+    check_length,
+    new_stream,
+    plans_hold,
+    stamp,
+)
 
 __all__ = ["EXECUTORS", "OPTIONAL_KINDS", "PLANS_KEPT", "LayerState", "Runtime"]
 
@@ -226,6 +234,8 @@ class Runtime:
         if defined or cache is not None or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
+        if not plans_hold(token_ids, token_values, net.cfg.numerical_tokens or net.cfg.token_width):
+            return net(token_ids, token_values, cache, streams, keep)
         jit = executor == "jit" and _compilable(self)  # the feature-major pass compiled
         if jit and not streams and fused.measured(self, n, token_values):
             return self._fastest(token_ids, token_values, keep, n)
@@ -319,16 +329,8 @@ class Runtime:
         """The definition's embedding (``Transformer.embed``), each sum over the columns
         its weights write only: the position rows copied, then the token rows' non-zero
         columns, the numerical direction's and the vector channels' added there (the same
-        sums in the same order; a non-finite token value, which reaches every column as
-        ``0 * inf``, takes the definition's path)."""
+        sums in the same order; token values are finite here, :func:`plans_hold`)."""
         net, cfg = self.net, self.net.cfg
-        reads_values = cfg.numerical_tokens or cfg.token_width
-        if (
-            reads_values
-            and token_values is not None
-            and not bool(torch.isfinite(token_values).all())
-        ):
-            return net.embed(token_ids, token_values, n, out)
         if self._embedding is None:
             self._embedding = _embedding_parts(net)
         (e_cols, W_e), (n_cols, W_n), (v_cols, proj), table = self._embedding

@@ -61,7 +61,7 @@ from attnsim.model.sparse_ops import (
     writes_of,
 )
 from attnsim.model.sparse_plans import mixed, run_plan, whole_head
-from attnsim.model.stream import Columns, Forms, check_length, check_positions
+from attnsim.model.stream import Columns, Forms, check_length, check_positions, plans_hold
 
 __all__ = ["Linear", "SparseTransformer", "SparseLayer", "SparseHeads", "SparseUnits"]
 
@@ -277,8 +277,10 @@ class SparseTransformer(OnTheCpu):
         n = check_positions(token_ids, self.cfg.n_ctx, self.cfg.d_vocab)
         if self.cfg.token_width:
             head_parts.check_vector_tokens(self.cfg.token_width, token_ids, token_values)
-        plans = None if executor == "dense" else runtime.plans(n)
-        return self._run(token_ids, token_values, streams, keep, plans, None, runtime)
+        reads_values = self.cfg.numerical_tokens or self.cfg.token_width
+        if executor == "dense" or not plans_hold(token_ids, token_values, reads_values):
+            return self._run(token_ids, token_values, streams, keep, None, None, runtime)
+        return self._run(token_ids, token_values, streams, keep, runtime.plans(n), None, runtime)
 
     def _run(self, ids, vals, streams, keep, plans, found, runtime=None):
         """The forward pass (``runtime``: what it keeps between calls, see :meth:`run`).

@@ -13,7 +13,15 @@ from attnsim.model.checks import sum_terms
 from attnsim.model.costs import HUGE_FROM
 from attnsim.model.projection import _block, add_columns
 
-__all__ = ["Columns", "Forms", "expand_update", "check_positions", "new_stream", "stamp"]
+__all__ = [
+    "Columns",
+    "Forms",
+    "expand_update",
+    "check_positions",
+    "plans_hold",
+    "new_stream",
+    "stamp",
+]
 
 _HUGE = 1 << 21
 
@@ -260,3 +268,27 @@ def check_positions(token_ids: torch.Tensor, n_ctx: int, d_vocab: int) -> int:
                 "encode inputs with the model's encode()"
             )
     return n
+
+
+def plans_hold(token_ids: torch.Tensor, token_values, reads_values) -> bool:
+    """Whether execution plans, made for one input of each length, hold for these inputs:
+    BOS (id 0) at position 0 and nowhere else (the static directions are those every other
+    token row writes alike), and token values finite where the model reads them (a
+    non-finite value reaches every direction as ``0 * inf``, NaN, which the definition
+    carries through every score). Other inputs, which ``encode`` never makes, run the
+    definition.
+
+    >>> plans_hold(torch.tensor([[0, 2, 1]]), None, False)
+    True
+    >>> plans_hold(torch.tensor([[0, 2, 0]]), None, False)  # BOS at position 2
+    False
+    >>> plans_hold(torch.tensor([[0, 1]]), torch.tensor([[0.0, float("inf")]]), True)
+    False
+    """
+    if token_ids.shape[1] and not (
+        bool((token_ids[:, 0] == 0).all()) and bool((token_ids[:, 1:] != 0).all())
+    ):
+        return False
+    return not (
+        reads_values and token_values is not None and not bool(torch.isfinite(token_values).all())
+    )
