@@ -246,26 +246,38 @@ def test_large_batches_take_batched_products(monkeypatch, attention, causal):
     assert a == b
 
 
-def test_weights_that_require_gradients_stay_on_the_plans():
-    """A model being trained keeps its gradients under "auto"; "fused" refuses it."""
-    model = compile_program(library.make_hist(), vocab="ab", max_seq_len=4)
-    net, rt = model.model, model.runtime
-    ids, _ = model.encode(["abba"])
-    net.blocks[0].mlp.W_out.requires_grad_(True)
+@pytest.mark.parametrize(
+    "name, program, vocab",
+    [
+        ("hist", library.make_hist, "abc"),
+        ("sort_unique", lambda: library.make_sort_unique(rasp.tokens, rasp.tokens), "abc"),
+        ("frac_prevs", lambda: rasp.numerical(library.make_frac_prevs(rasp.tokens == "a")), "ab"),
+    ],
+)
+def test_gradients_are_the_definitions_on_every_executor(name, program, vocab):
+    """A pass that records gradients (weights being trained, or token values that require
+    them) runs the definition on every executor: the plans are constants made from the
+    weights (the plan executor gave other gradients for hist, and raised on the others)."""
+    model = compile_program(program(), vocab=vocab, max_seq_len=6)
+    net = model.model
+    ids, _ = model.encode([list("abcab".replace("c", vocab[-1]))] * 2)
+    net.requires_grad_(True)
     try:
-        assert not fused.chosen(rt, ids.shape[1])
-        out = rt(ids)
-        assert out.requires_grad
-        out.sum().backward()
-        assert net.blocks[0].mlp.W_out.grad is not None
-        forced = Runtime(net, "fused")
-        with pytest.raises(ValueError, match="prepares its weights without gradients"):
-            forced(ids)
-        with torch.no_grad():  # no gradients recorded: feature-major again
-            assert fused.chosen(rt, ids.shape[1])
-            rt(ids)
+        net.zero_grad()
+        net(ids).sum().backward()
+        want = [p.grad.clone() for p in net.parameters() if p.grad is not None]
+        assert want
+        for executor in ("plan", "auto", "fused", "jit"):
+            net.zero_grad()
+            out = Runtime(net, executor)(ids)
+            assert out.requires_grad
+            out.sum().backward()
+            got = [p.grad.clone() for p in net.parameters() if p.grad is not None]
+            assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
     finally:
-        net.blocks[0].mlp.W_out.requires_grad_(False)
+        net.requires_grad_(False)
+    with torch.no_grad():  # no gradients recorded: feature-major again
+        assert fused.chosen(Runtime(net, "auto"), ids.shape[1])
 
 
 @pytest.mark.parametrize("storage", ["dense", "sparse"])

@@ -491,3 +491,36 @@ def test_the_runtime_keeps_what_the_sparse_storage_runs():
             m.model.build_plans(bad)
         with pytest.raises(ValueError, match="number of positions from 1 to"):
             m.runtime.plans(bad)
+
+
+@pytest.mark.parametrize("factor", ["3t", "t+t"])
+def test_a_product_whose_factor_overflows_gives_the_dense_nan(factor):
+    """A product runs only where both factors can be non-zero while they are finite; a
+    factor that overflows (3 * 1e308) where the other is 0 is NaN in the dense forward, and
+    so in both sparse paths (before: 0, with no run-time check to catch it)."""
+    from attnsim.model.runtime import Runtime
+
+    t = rasp.numerical(rasp.tokens)
+    gate = rasp.numerical(rasp.Map(lambda i: 0.0 if i == 0 else 1.0, rasp.indices))
+    first = t * 3 if factor == "3t" else t + t
+    m = compile_program(rasp.numerical(first * gate), vocab=None, max_seq_len=4, storage="sparse")
+    ids, vals = m.encode([[1e308, 1.0, 2.0], [1.0, 2.0, 3.0]])
+    want = m.model.to_dense()(ids, vals)
+    assert bool(want.isnan().any())
+    for got in (Runtime(m.model, "plan")(ids, vals), m.model(ids, vals)):
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_unit_groups_that_read_each_others_writes_are_refused():
+    """Sparse storage runs an MLP's unit kinds one after the other; weights in which one
+    kind reads what another writes (the dense MLP reads the stream before it) are refused
+    on load, not run to other values."""
+    t = rasp.numerical(rasp.tokens)
+    gate = rasp.numerical(rasp.Map(lambda i: 0.0 if i == 0 else 1.0, rasp.indices))
+    prog = rasp.numerical(rasp.numerical(t * gate) + rasp.numerical(rasp.reciprocal(t)))
+    net = compile_program(prog, vocab=None, max_seq_len=4, storage="sparse").model
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    state["blocks.0.mlp.reciprocal.inputs"][0, 1] = state["blocks.0.mlp.bilinear.outputs"][0, 1]
+    with pytest.raises(ValueError, match="read directions its other units write"):
+        SparseTransformer.from_state(net.cfg, net.layout(), state)

@@ -66,12 +66,8 @@ __all__ = ["applies", "chosen", "forward", "jitted", "measured", "signature"]
 
 def chosen(rt, n: int) -> bool:
     """Whether the runtime ``rt`` runs a forward pass on ``n`` positions feature-major:
-    always with ``executor="fused"``; with "auto" and "jit" where :func:`applies`. Its
-    prepared weights carry no gradients, so a model with weights that require them (being
-    trained) stays on the other paths under "auto" and "jit" and is refused under "fused".
-
-    Raises:
-        ValueError: ``executor="fused"`` while gradients are recorded for the weights.
+    always with ``executor="fused"``; with "auto" and "jit" where :func:`applies` (a pass
+    that records gradients runs the definition, :class:`attnsim.model.runtime.Runtime`).
 
     >>> from attnsim import compile_program, library
     >>> from attnsim.model.runtime import Runtime
@@ -82,35 +78,22 @@ def chosen(rt, n: int) -> bool:
     executor = rt.executor
     if executor not in ("auto", "fused", "jit"):
         return False
-    if torch.is_grad_enabled() and any(p.requires_grad for p in rt.params):
-        if executor == "fused":
-            raise ValueError(
-                "executor='fused' prepares its weights without gradients; some weights of "
-                "this model require them: use executor='plan' or 'dense' to train it"
-            )
-        return False
     return executor == "fused" or _applies(rt, n)
 
 
-def measured(rt, n: int, token_values) -> bool:
+def measured(rt, n: int) -> bool:
     """Whether ``executor="jit"`` times the compiled feature-major pass against the plans
     for an input of ``n`` positions and takes the faster (``Runtime._fastest``): inputs
     within the feature-major limits (:data:`FUSED_MAX_POSITIONS`,
-    :data:`FUSED_MAX_D_MODEL`) when no gradients are asked for (weights or token values
-    that require them keep to the uncompiled paths).
+    :data:`FUSED_MAX_D_MODEL`).
 
     >>> from attnsim import compile_program, library
     >>> from attnsim.model.runtime import Runtime
     >>> rt = Runtime(compile_program(library.make_hist(), vocab="ab", max_seq_len=5).model)
-    >>> measured(rt, 6, None), measured(rt, 40, None)
+    >>> measured(rt, 6), measured(rt, 40)
     (True, False)
     """
-    if n > FUSED_MAX_POSITIONS or rt.net.cfg.d_model > FUSED_MAX_D_MODEL:
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    values = token_values is not None and token_values.requires_grad
-    return not values and not any(p.requires_grad for p in rt.params)
+    return n <= FUSED_MAX_POSITIONS and rt.net.cfg.d_model <= FUSED_MAX_D_MODEL
 
 
 def signature(token_ids: torch.Tensor, token_values) -> tuple:
@@ -404,9 +387,7 @@ def forward(
         rt.fused["embed"] = E
     cfg, layers, patterns = net.cfg, _layers(rt), _patterns(rt, token_ids.shape[1])
     x = None
-    # the compiled graph records no gradients: token values that need them run uncompiled
-    grads = token_values is not None and token_values.requires_grad and torch.is_grad_enabled()
-    if compiled and not streams and not grads:
+    if compiled and not streams:  # (a pass that records gradients runs the definition)
         x = jitted(rt, (cfg, E, layers, patterns, token_ids, token_values))
     if x is None:
         x = _embed(E, token_ids, token_values)

@@ -7,7 +7,9 @@ input length (:mod:`attnsim.model.plans`, built once per length from the compile
 patterns and the static analysis), each layer's count of failed certificates and of
 batches without repeated rows (:class:`LayerState`), and the feature-major executor's
 prepared weights (:mod:`attnsim.model.fused`). All of it is keyed to the weights'
-versions: changed weights start afresh.
+versions: changed weights start afresh (edited through the parameters, as ``with
+torch.no_grad(): p.mul_(3)`` or ``load_state_dict``; an edit through ``p.data`` bypasses
+the version torch keeps for ``p``: call :meth:`Runtime.forget` after one).
 
 A model in sparse storage (:class:`attnsim.model.sparse.SparseTransformer`) runs under the
 same runtime: the runtime keeps its plans per length (found by the storage's static pass),
@@ -23,8 +25,12 @@ definition) and "jit" (the feature-major pass compiled by torch's compiler, indu
 :func:`attnsim.model.fused.jitted`: on the first call of each short input signature it is
 compiled, seconds, and timed against the plans, and the faster is kept; longer inputs, and
 weights made under ``torch.inference_mode()``, as "auto"). All give the definition's
-outputs to rounding. A cache of every hook, or forward hooks on a module (activation
-patching), run the definition.
+outputs to rounding. A cache of every hook, forward hooks on a module (activation
+patching), a pass that records gradients (the plans are constants made from the weights)
+and inputs the plans were not made for (:func:`attnsim.model.stream.plans_hold`) run the
+definition. A value that becomes non-finite inside the model (``1/0``) is the one place
+where they part: the executors skip weights that are 0, where the definition's products
+spread ``0 * inf = NaN``; ``CompiledModel.run`` and U raise on any non-finite stream.
 
 Every executor runs on the model's device: what it builds and allocates follows the
 weights' device and dtype (tests/test_device.py runs each with the default device set to
@@ -234,10 +240,17 @@ class Runtime:
         if defined or cache is not None or self.hooked():
             return net(token_ids, token_values, cache, streams, keep)
         token_ids, token_values, n = net.prepare_inputs(token_ids, token_values)
-        if not plans_hold(token_ids, token_values, net.cfg.numerical_tokens or net.cfg.token_width):
+        reads_values = net.cfg.numerical_tokens or net.cfg.token_width
+        # gradients are the definition's: the plans are constants made from the weights,
+        # and the planned pass adds into its stream in place
+        grads = torch.is_grad_enabled() and (
+            (token_values is not None and token_values.requires_grad)
+            or any(p.requires_grad for p in self.params)
+        )
+        if grads or not plans_hold(token_ids, token_values, reads_values):
             return net(token_ids, token_values, cache, streams, keep)
         jit = executor == "jit" and _compilable(self)  # the feature-major pass compiled
-        if jit and not streams and fused.measured(self, n, token_values):
+        if jit and not streams and fused.measured(self, n):
             return self._fastest(token_ids, token_values, keep, n)
         if fused.chosen(self, n):
             return fused.forward(self, token_ids, token_values, streams, keep, jit)

@@ -52,6 +52,7 @@ from attnsim.model.sparse_ops import (
     Linear,
     Store,
     UnitMaps,
+    check_groups_apart,
     dense_of,
     distinct_nonzero,
     long_tensor,
@@ -114,6 +115,8 @@ class SparseTransformer(OnTheCpu):
         self.head_patterns: tuple = ()
         self._heads = [HeadMaps(layer.heads) for layer in layers]
         self._units = [[UnitMaps(u) for u in layer.units] for layer in layers]
+        for li, ums in enumerate(self._units):
+            check_groups_apart(li, ums)
 
     # -- what it is ----------------------------------------------------------------------
     @property

@@ -85,6 +85,13 @@ class Linear:
                 )
                 self.repeat = (inner, torch.tensor(which, dtype=torch.long))
 
+    def gain(self) -> float:
+        """The largest sum of |weights| over an output column (0 for no terms)."""
+        if "_gain" not in self.__dict__:
+            sums = torch.zeros(self.width + 1, dtype=self.weight.dtype)
+            self._gain = float(sums.index_add_(0, self.cols, self.weight.abs()).max())
+        return self._gain
+
     def __call__(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """``x [slots, batch, pos]`` (direction d at slot ``slot[d]``) -> ``[width, batch,
         pos]`` (a copy of consecutive long rows is a view of ``x``: read it, do not write
@@ -300,13 +307,20 @@ class UnitMaps:
         >>> um.span(st)  # the factors overlap on positions 2 and 3
         (2, 4)
         """
-        if self.kind == "relu" or (self.kind == "bilinear" and not store.finite):
+        if self.kind == "relu" or (self.kind == "bilinear" and not self._bounded(store)):
             return store.span(self.read_dirs)
         lo, hi = store.span(self.B.dirs)
         if self.kind == "bilinear":
             a_lo, a_hi = store.span(self.A.dirs)
             lo, hi = max(lo, a_lo), min(hi, a_hi)
         return (lo, hi) if lo < hi else (0, 0)
+
+    def _bounded(self, store) -> bool:
+        """Whether both factors are finite wherever the store is: each is at most the sum
+        of its column's |weights| times the largest |value| written (a sum of finite values
+        may overflow, ``3 * 1e308``, and 0 times that is NaN)."""
+        top = max(self.A.gain(), self.B.gain()) * store.top
+        return top <= torch.finfo(store.dtype).max / 2
 
     def activation(self, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         a = self.A(x, slot)
@@ -317,6 +331,33 @@ class UnitMaps:
             return a * b
         f = torch.where(b != 0, NATIVE_FUNCTIONS[self.kind](a), torch.zeros_like(a))
         return f * b
+
+
+def check_groups_apart(layer: int, ums: Sequence[UnitMaps]) -> None:
+    """Refuses an MLP whose unit groups (which sparse storage runs one after the other,
+    each added to the stream) read what an earlier group writes: the definition's units
+    all read the stream before the MLP.
+
+    >>> from attnsim.model.sparse_layers import SparseUnits
+    >>> idx, w = torch.tensor([[0, 0]]), torch.ones(1, dtype=torch.float64)
+    >>> a = UnitMaps(SparseUnits("relu", 1, idx, w, idx[:0], w[:0], torch.tensor([[0, 1]]), w))
+    >>> reads_1, writes_2 = torch.tensor([[0, 1]]), torch.tensor([[0, 2]])  # (unit, direction)
+    >>> b = UnitMaps(SparseUnits("relu", 1, reads_1, w, idx[:0], w[:0], writes_2, w))
+    >>> check_groups_apart(0, [a, b])  # b reads direction 1, which a writes
+    Traceback (most recent call last):
+    ...
+    ValueError: layer 0's relu units read directions its other units write ([1]): an MLP ...
+    """
+    written: set = set()
+    for um in ums:
+        if um.reads & written:
+            raise ValueError(
+                f"layer {layer}'s {um.kind} units read directions its other units write "
+                f"({sorted(um.reads & written)[:5]}): an MLP reads the stream before it, "
+                "which sparse storage keeps only where no unit reads another's output; "
+                "compile with storage='dense'"
+            )
+        written |= set(um.written.tolist())
 
 
 def unit_output(um: UnitMaps, x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:

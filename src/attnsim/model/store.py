@@ -78,12 +78,17 @@ class Store:
         full = size * b * n * torch.empty((), dtype=dtype).element_size()
         self.blocked = b * n >= BLOCKED_ROW_VALUES and full >= BLOCKED_STORE_BYTES
         self.data = self._alloc(size)  # rows from the start (a run knows its peak)
-        self.finite = True  # every value written so far is finite (see UnitMaps.span)
+        self.top = 0.0  # the largest |value| written so far, inf once one is not finite
         self.lo = np.zeros(self.data.shape[0], dtype=np.int64)  # each row's span
         self.hi = np.zeros(self.data.shape[0], dtype=np.int64)
         self.free: list[int] = list(range(self.data.shape[0] - 1, 0, -1))
         self.by_stage: dict[int, list[int]] = {}
         self.peak = 1
+
+    @property
+    def finite(self) -> bool:
+        """Whether every value written so far is finite."""
+        return math.isfinite(self.top)
 
     def _alloc(self, size: int) -> torch.Tensor:
         """``size`` rows of zeros (zeroed at once, in large pages: fresh zero pages faulted
@@ -161,8 +166,10 @@ class Store:
             idx = torch.nonzero(hit).flatten()
             dirs, values, nz, first = dirs[idx], values[idx], nz[idx], first[idx]
             listed = [listed[i] for i in idx.tolist()]
-        if self.finite:  # (a sum of finite values may overflow: then False, no harm done)
-            self.finite = math.isfinite(values.sum())
+        if self.finite:  # (see UnitMaps.span)
+            low, high = (float(v) for v in torch.aminmax(values))
+            top = max(-low, high)
+            self.top = max(self.top, top) if math.isfinite(top) else math.inf
         w = values.shape[2]
         end = w - nz.flip(1).argmax(1)
         fresh = torch.zeros(len(listed), dtype=torch.bool)

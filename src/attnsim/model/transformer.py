@@ -248,25 +248,30 @@ class MLP(nn.Module):
     def _unit_slices(self) -> dict:
         """For the bilinear units and each kind of declared unit: (the rows they read, the
         columns they write, their input weights on those rows, their output weights on those
-        columns); cached until the weights change."""
+        columns); cached until the weights change (made anew on each call that records
+        gradients for them: slices taken then are part of that call's graph)."""
         ws = [self.W_bil_a, self.W_bil_b, self.W_bil_out]
         for kind in self.native_kinds:
             ws += [getattr(self, f"W_{kind}_{part}") for part in ("in", "gate", "out")]
+        grads = torch.is_grad_enabled() and any(w.requires_grad for w in ws)
         key = stamp(ws)
-        if getattr(self, "_slices_key", None) != key:
+        if grads or getattr(self, "_slices_key", None) != key:
             groups = {"bilinear": (self.W_bil_a, self.W_bil_b, self.W_bil_out)}
             for kind in self.native_kinds:
                 groups[kind] = tuple(getattr(self, f"W_{kind}_{p}") for p in ("in", "gate", "out"))
             slices = {}
-            for name, (w1, w2, w_out) in groups.items():
-                # both input forms in one product, each column over the rows it reads where
-                # that rounds as the full sum does (see plans.project)
-                cols = torch.nonzero(w_out.abs().sum(dim=0) > 0).flatten()
-                slices[name] = (
-                    Projection(torch.cat([w1, w2], dim=1)),
-                    cols,
-                    w_out[:, cols],
-                )
+            with torch.set_grad_enabled(grads):
+                for name, (w1, w2, w_out) in groups.items():
+                    # both input forms in one product, each column over the rows it reads
+                    # where that rounds as the full sum does (see plans.project)
+                    cols = torch.nonzero(w_out.abs().sum(dim=0) > 0).flatten()
+                    slices[name] = (
+                        Projection(torch.cat([w1, w2], dim=1)),
+                        cols,
+                        w_out[:, cols],
+                    )
+            if grads:
+                return slices
             self._slices, self._slices_key = slices, key
         return self._slices
 

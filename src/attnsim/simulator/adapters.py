@@ -445,11 +445,11 @@ def from_torch(
     (2, 2)
     """
     causal = S._check_bool(causal, "from_torch causal")
+    trust = values.check_bool(trust_subclass, "trust_subclass")
     if hasattr(module, "self_attn") and hasattr(getattr(module, "mlp", None), "gate_proj"):
         from attnsim.simulator.llama import from_llama
 
-        return from_llama(module, rotary=rotary, causal=True)
-    trust = values.check_bool(trust_subclass, "trust_subclass")
+        return from_llama(module, rotary=rotary, causal=True, trust_subclass=trust)
     if isinstance(module, (nn.MultiheadAttention, nn.TransformerEncoderLayer)):
         exact_modules.check_parts(module, trust)
         for name, t in module.state_dict().items():  # a float copy would keep the real parts
@@ -564,6 +564,16 @@ def _from_encoder_layer(layer: nn.TransformerEncoderLayer, causal: bool) -> S.En
         b2=_w(layer.linear2.bias),
         activation=_activation_of(layer.activation),
     )
+    # torch's fast path (eval, no gradients, batched) runs the activation the layer was
+    # built with (its flag), not one set on it later
+    built = {1: (S.Activation.RELU,), 2: (S.Activation.GELU, S.Activation.GELU_TANH)}
+    flag = getattr(layer, "activation_relu_or_gelu", 0)
+    if flag in built and ffn.activation not in built[flag]:
+        raise ValueError(
+            f"{kind}.activation was replaced after the layer was built: torch's fast path "
+            f"still runs the one it was built with ({'relu' if flag == 1 else 'gelu'}), so "
+            "the layer computes two functions; build the layer with the activation it uses"
+        )
     return S.EncoderLayerSpec(
         attention=attention,
         ffn=ffn,

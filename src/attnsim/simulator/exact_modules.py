@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+from torch.nn.modules import module as _module
 
-__all__ = ["check_exact", "check_parts"]
+__all__ = ["check_exact", "check_parts", "global_hooks"]
 
 # methods a subclass may redefine without changing what the module computes (and the
 # special names: constructors, repr, pickling, annotations), except those a call goes through
@@ -61,6 +62,8 @@ def check_exact(module: Any, base: type, where: str, trust: bool = False) -> Non
         changed += [k for k in vars(cls) if _may_change(k, base)]
     changed += [k for k in vars(module) if _may_change(k, base)]  # set on the object
     hooks = [n for n in ("_forward_hooks", "_forward_pre_hooks") if getattr(module, n, None)]
+    if global_hooks():
+        hooks.append("global")
     if not changed and not hooks:
         return
     if changed:
@@ -75,6 +78,19 @@ def check_exact(module: Any, base: type, where: str, trust: bool = False) -> Non
         "this module may not compute: if it does (the change only logs or checks), read it "
         "with from_torch(module, trust_subclass=True) (from_torch_stack for an encoder) and "
         "simulate that spec; otherwise build the spec of what it computes"
+    )
+
+
+def global_hooks() -> bool:
+    """Whether torch calls hooks on every module's forward
+    (``torch.nn.modules.module.register_module_forward_hook`` and its pre-hook twin).
+
+    >>> global_hooks()
+    False
+    """
+    return bool(
+        getattr(_module, "_global_forward_hooks", None)
+        or getattr(_module, "_global_forward_pre_hooks", None)
     )
 
 

@@ -17,6 +17,7 @@ import torch
 
 from attnsim.simulator import spec as S
 from attnsim.simulator import spec_checks
+from attnsim.simulator.exact_modules import global_hooks
 from attnsim.simulator.spec_checks import DTYPE, Tensor
 from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
 
@@ -157,7 +158,13 @@ def _llama_weights(weights: Any, d_model: int, d_ff: int) -> dict[str, Tensor]:
     return out
 
 
-def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = True) -> Any:
+def from_llama(
+    module: Any,
+    *,
+    rotary: RotarySpec | None = None,
+    causal: bool = True,
+    trust_subclass: bool = False,
+) -> Any:
     """Read a LLaMA-style decoder layer (transformers' ``LlamaDecoderLayer`` and layers of the
     same shape: ``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj`` with a SiLU,
     ``input_layernorm`` and ``post_attention_layernorm`` RMSNorms) into an
@@ -169,6 +176,7 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
             as its rotary module makes them); None: the standard tables from the config's
             base (``rope_theta``).
         causal: the layer's mask (a decoder's is causal).
+        trust_subclass: read a layer whose modules have forward hooks as if it had none.
 
     Grouped keys and values (fewer key/value heads than heads, as transformers'
     ``repeat_kv`` shares them) become one key and value head per head, each a copy of its
@@ -176,7 +184,10 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
 
     Raises:
         ValueError: heads that do not divide into the key/value groups, an activation other
-            than SiLU, or a rotary kind other than the default without tables.
+            than SiLU, a rotary kind other than the default without tables, parts LLaMA's
+            layer does not have (q_norm and k_norm, extra feed-forward norms), or dropout
+            in training mode.
+        TypeError: a module of the layer has forward hooks (without ``trust_subclass``).
 
     A stand-in with the same attributes (transformers' own layer reads the same way):
 
@@ -198,6 +209,7 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
     """
     att, mlp = module.self_attn, module.mlp
     cfg = getattr(att, "config", None)
+    _check_parts(module, att, mlp, cfg, bool(trust_subclass))
     h = int(getattr(cfg, "num_attention_heads", 0) or att.num_heads)
     kv = int(getattr(cfg, "num_key_value_heads", h) or h)
     if h % kv:
@@ -206,12 +218,15 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
             "serve the same number of heads (num_attention_heads a multiple of "
             "num_key_value_heads)"
         )
-    act = getattr(cfg, "hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"the layer's feed-forward uses {act!r}; from_llama reads SiLU (SwiGLU)")
+    for key in ("hidden_act", "hidden_activation"):  # (transformers' names for it)
+        act = getattr(cfg, key, None) or "silu"
+        if act != "silu":
+            raise ValueError(
+                f"the layer's feed-forward uses {act!r}; from_llama reads SiLU (SwiGLU)"
+            )
     if rotary is None:
-        params = getattr(cfg, "rope_parameters", None) or {}
-        kind = params.get("rope_type", "default")
+        params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        kind = params.get("rope_type", params.get("type", "default"))
         if kind != "default":
             raise ValueError(
                 f"the layer's rotary embeddings are of kind {kind!r}: pass their tables "
@@ -265,6 +280,51 @@ def from_llama(module: Any, *, rotary: RotarySpec | None = None, causal: bool = 
         for n in (module.input_layernorm, module.post_attention_layernorm)
     ]
     return S.EncoderLayerSpec(attention, ffn, norms[0], norms[1], norm_first=True)
+
+
+def _check_parts(module: Any, att: Any, mlp: Any, cfg: Any, trust: bool) -> None:
+    """Refuses what :func:`from_llama` would not read: parts beyond LLaMA's (a Qwen3 or
+    Gemma layer's query and key norms, Gemma's extra feed-forward norms), an activation
+    module other than SiLU, dropout in training mode, and forward hooks on any of the
+    layer's modules or on every module (torch's global hooks) unless ``trust``."""
+    extra = [f"self_attn.{n}" for n in ("q_norm", "k_norm") if getattr(att, n, None) is not None]
+    extra += [
+        n
+        for n in ("pre_feedforward_layernorm", "post_feedforward_layernorm")
+        if getattr(module, n, None) is not None
+    ]
+    if extra:
+        raise ValueError(
+            f"the layer has {', '.join(extra)}, which LLaMA's layer does not: from_llama reads "
+            "LLaMA's parts only; build the layer's spec (EncoderLayerSpec) directly"
+        )
+    act = getattr(mlp, "act_fn", None)
+    if act is not None and not (
+        act is torch.nn.functional.silu or type(act).__name__ in ("SiLU", "SiLUActivation")
+    ):
+        raise ValueError(f"the layer's mlp.act_fn is {act!r}; from_llama reads SiLU (SwiGLU)")
+    if getattr(module, "training", False) and float(getattr(cfg, "attention_dropout", 0) or 0):
+        raise ValueError(
+            "the layer is in training mode with attention_dropout > 0, so its output is "
+            "random; call module.eval() first"
+        )
+    if trust:
+        return
+    parts = [module, att, mlp, getattr(mlp, "act_fn", None)]
+    parts += [getattr(att, f"{n}_proj", None) for n in "qkvo"]
+    parts += [getattr(mlp, f"{n}_proj", None) for n in ("gate", "up", "down")]
+    parts += [getattr(module, n, None) for n in ("input_layernorm", "post_attention_layernorm")]
+    hooked = [
+        type(m).__name__
+        for m in parts
+        if isinstance(m, torch.nn.Module) and (m._forward_hooks or m._forward_pre_hooks)
+    ]
+    if hooked or global_hooks():
+        where = f"its {', '.join(hooked)}" if hooked else "every module (global hooks)"
+        raise TypeError(
+            f"forward hooks on {where} may change the layer's output, which from_llama "
+            "reads from the weights alone: pass trust_subclass=True if they only log or check"
+        )
 
 
 def llama_forward(

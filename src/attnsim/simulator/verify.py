@@ -105,10 +105,20 @@ TANH_GELU_NOTE = (
 )
 
 
+LOW_PRECISION_NOTE = (
+    "the target's weights are {dtype}: U (and attnsim.simulator.reference) computes the "
+    "function of those weights in float64, while the module itself rounds to {dtype} at "
+    "every step, so module(X) differs from U by about {size} relative: the module's "
+    "rounding, not U's error. Compare with attnsim.simulator.reference(target, X), or with "
+    "the module in float64 (module.double())."
+)
+
+
 def reference_notes(target) -> list[str]:
     """What someone comparing U's output with a torch module's own forward should know
-    about ``target`` (a spec, a stack or a torch module): today, that a tanh-approximate
-    GELU is computed as defined while torch's eval fast path computes the exact one.
+    about ``target`` (a spec, a stack or a torch module): that a tanh-approximate GELU is
+    computed as defined while torch's eval fast path computes the exact one, and that a
+    module in float16 or bfloat16 rounds where U computes in float64.
 
     Returns:
         The notes (none for most targets).
@@ -119,11 +129,17 @@ def reference_notes(target) -> list[str]:
     "the target's feed-forward is GELU(approximate='tanh'), "
     >>> reference_notes(nn.MultiheadAttention(4, 1))
     []
+    >>> reference_notes(nn.MultiheadAttention(4, 1, dtype=torch.float16))[0][:42]
+    "the target's weights are torch.float16: U "
     """
     from attnsim.simulator import spec as S
 
-    tanh = False
+    tanh, notes = False, []
     if isinstance(target, torch.nn.Module):
+        low = {p.dtype for p in target.parameters()} & {torch.float16, torch.bfloat16}
+        for dtype in sorted(low, key=str):
+            size = "1e-3" if dtype == torch.float16 else "1e-2"
+            notes.append(LOW_PRECISION_NOTE.format(dtype=dtype, size=size))
         tanh = any(
             isinstance(m, torch.nn.GELU) and m.approximate == "tanh" for m in target.modules()
         )
@@ -133,7 +149,7 @@ def reference_notes(target) -> list[str]:
             isinstance(t, S.EncoderLayerSpec) and t.ffn.activation == S.Activation.GELU_TANH
             for t in layers
         )
-    return [TANH_GELU_NOTE] if tanh else []
+    return ([TANH_GELU_NOTE] if tanh else []) + notes
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
