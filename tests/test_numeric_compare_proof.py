@@ -38,8 +38,10 @@ def mean(pred):
 
 def same(got, want, vocab, rel: float = 1e-9) -> bool:
     """Equal outputs; numbers within ``rel`` relative (absolute: of the vocabulary's least
-    size)."""
+    size, or the float rounding of a sum of its largest values, 1e-15 of that size: a mean
+    of -1, -1e-8 and 1 is -2.5e-9 to about 1e-17, by the order of its sum)."""
     tiny = min((abs(v) for v in vocab if v != 0), default=1.0)
+    tiny = max(tiny, 1e-15 / rel * max((abs(v) for v in vocab), default=0.0))
     if len(got) != len(want):
         return False
     for g, w in zip(got, want):

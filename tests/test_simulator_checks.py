@@ -123,3 +123,21 @@ def test_u_refuses_a_guarded_value_whose_terms_cancel():
         ValueError, match=r"U's 'e' at position 1 is -3, a sum of terms up to 2e\+16"
     ):
         simulator_checks.check_guard(config, g, vals, torch.tensor([[4.0, 2e16]]))
+
+
+@pytest.mark.parametrize("size", [1e160, 1e200])
+def test_the_scalar_layout_refuses_merged_weights_that_underflow(size):
+    """Tiny query and key weights for huge inputs: the scores are ordinary numbers, but the
+    scalar layout's merged ``scale W_Q W_K^T`` falls to subnormals (1e-320) or 0, and U gave
+    up to 0.7 relative error without a word. It is refused; the vector layout, which keeps
+    the factors apart, gives the reference."""
+    from attnsim.simulator import sampling
+
+    t = sampling.random_attention(1, 4, seed=0, bias=False)
+    tiny = spec.AttentionSpec(W_Q=t.W_Q / size, W_K=t.W_K / size, W_V=t.W_V, W_O=t.W_O)
+    X = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(0)) * size
+    with pytest.raises(ValueError, match="merged scale W_Q W_K\\^T has entries below 1e-292"):
+        build(4, 4, 2, layout="scalar", storage="dense").simulate(tiny, X)
+    want = R.reference(tiny, X)
+    got = build(4, 4, 2, layout="vector", storage="dense").simulate(tiny, X)
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-12

@@ -93,6 +93,10 @@ def test_elementwise_operators_on_sops():
     assert ev('"x" if tokens_int > 0 else "y"', xs) == ["x", "y", "x"]
     assert ev("tokens_int in [3, 4]", xs) == [True, False, True]
     assert ev("4 in tokens_int", xs) == [True] * 3
+    # over the always-true selector, as the original's, whatever a program binds to full_s
+    rebound = "full_s = select(indices, indices, ==);"
+    assert ev("4 in tokens_int", xs, rebound) == [True] * 3
+    assert ev("f(1)", xs, "def f(full_s) { return 4 in tokens_int; }") == [True] * 3
     assert ev('tokens_str + "!"', xs) == ["3!", "-1!", "4!"]
     assert ev("tokens_int[1]", xs) == [-1] * 3
     assert ev("(tokens_int > 0) and (tokens_int < 4)", xs) == [True, False, False]

@@ -58,6 +58,8 @@ def prepare(
     layout = config.layout
     causal = check_causal(causal)
     attention, layer = split_target(config, target, causal)
+    if isinstance(attention, S.AttentionSpec):
+        _check_merge(attention)
     merged = attention.merged()
     if merged.n_heads > layout.H or merged.d_model > layout.D:
         raise ValueError(
@@ -191,6 +193,39 @@ def _modern_parts(target: S.EncoderLayerSpec) -> list[str]:
     if getattr(target.attention, "linformer", None) is not None:
         out.append("Linformer projections")
     return out
+
+
+def _check_merge(att: S.AttentionSpec) -> None:
+    """Refuses factors whose merged products (``scale W_Q W_K^T`` and its bias forms,
+    ``W_V W_O``, ``b_V W_O``) would fall below float64's normal range, where they lose their
+    relative precision (tiny weights for huge inputs: the scores stay ordinary numbers, the
+    merged matrix underflows to subnormals or 0)."""
+    floor = math.log2(torch.finfo(S.DTYPE).tiny) + 53
+
+    def below(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> bool:
+        # the size of each entry's terms, sum |a| |b|, as its exponent: the factors scaled
+        # to at most 1 first (by powers of two), so that the product cannot underflow itself
+        tops = [float(t.abs().max()) if t.numel() else 0.0 for t in (a, b)]
+        if not all(tops) or not scale:
+            return False
+        ea, eb = (math.frexp(t)[1] for t in tops)
+        size = torch.ldexp(a.abs(), torch.tensor(-ea)) @ torch.ldexp(b.abs(), torch.tensor(-eb))
+        exponent = torch.log2(size[size > 0]) + ea + eb + math.log2(abs(scale))
+        return bool((exponent < floor).any())
+
+    qk = [(att.W_Q, att.W_K.transpose(1, 2)), (att.W_Q, att.b_K[:, :, None])]
+    qk += [(att.W_K, att.b_Q[:, :, None]), (att.b_Q[:, None, :], att.b_K[:, :, None])]
+    parts = [(below(a, b, att.scale), "scale W_Q W_K^T") for a, b in qk]
+    parts += [(below(att.W_V, att.W_O), "W_V W_O")]
+    parts += [(below(att.b_V[:, None, :], att.W_O), "b_V W_O")]
+    for small, name in parts:
+        if small:
+            raise ValueError(
+                f"the target's merged {name} has entries below 1e-292, where float64 loses "
+                "their precision (the scalar layout merges the attention's factors): use the "
+                "vector layout (layout='vector'), which keeps them apart, or scale X down and "
+                "the weights up"
+            )
 
 
 def _check_norm_eps(config: SimulatorConfig, target: S.EncoderLayerSpec) -> None:

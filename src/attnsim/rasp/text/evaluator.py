@@ -435,7 +435,7 @@ class Frame:
 
     def _e_contains(self, node: Tree) -> Any:
         item, container = _kids(node)
-        return ops.contains(self.expr(item), self.expr(container), self.env.lookup("full_s"))
+        return ops.contains(self.expr(item), self.expr(container))
 
     def _e_select(self, node: Tree) -> Any:
         keys, queries, op = _kids(node)

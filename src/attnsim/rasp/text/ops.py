@@ -307,8 +307,10 @@ def ifelse(cond: V.SeqVal, a: Any, b: Any) -> V.SeqVal:
     return _sop(_map(lambda c, x, y: x if c else y, cond, a, b), vtype, rule, a, b)
 
 
-def contains(item: Any, container: Any, full_s: Any) -> Any:
-    """``item in container``: an S-op in a list of atoms, or an atom in a list or S-op."""
+def contains(item: Any, container: Any) -> Any:
+    """``item in container``: an S-op in a list of atoms, or an atom in a list or S-op (over
+    the always-true selector of the original's library, whatever a program binds to the
+    name ``full_s``)."""
     if isinstance(item, V.SeqVal):
         if not isinstance(container, list) or not all(V.is_atom(v) for v in container):
             raise OpError(
@@ -321,7 +323,7 @@ def contains(item: Any, container: Any, full_s: Any) -> Any:
             return item in container
         if isinstance(container, V.SeqVal):
             hits = V.SeqVal(_map(lambda v: int(v == item), container), "num", V.const_rule(False))
-            return binop(">", aggregate(full_s, hits), 0)
+            return binop(">", aggregate(select(1, 1, "=="), hits), 0)
         raise OpError(f"'atom in X' expects X to be a list or an s-op, got {V.describe(container)}")
     raise OpError(
         f"'A in X' expects A to be an s-op or an atom, got {V.describe(item)}",
