@@ -141,3 +141,20 @@ def test_the_scalar_layout_refuses_merged_weights_that_underflow(size):
     want = R.reference(tiny, X)
     got = build(4, 4, 2, layout="vector", storage="dense").simulate(tiny, X)
     assert float((got - want).abs().max() / want.abs().max()) < 1e-12
+
+
+def test_an_overflow_inside_u_is_named_as_one():
+    """Feed-forward outputs near 1e154 (the reference: finite, 2e154) overflow where U squares
+    them for LayerNorm: refused, saying so, not called a defect of U."""
+    import dataclasses
+
+    from attnsim.simulator import sampling
+
+    t = sampling.random_encoder_layer(2, 4, 16, seed=0)
+    big = dataclasses.replace(t, ffn=dataclasses.replace(t.ffn, W2=t.ffn.W2 * 1e154))
+    big = dataclasses.replace(big, norm_first=True)
+    X = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(R.reference(big, X)).all())
+    U = build(4, 4, 2, layer="encoder", max_ff=16, layout="vector", storage="dense")
+    with pytest.raises(ValueError, match="a value inside U overflowed float64"):
+        U.simulate(big, X)

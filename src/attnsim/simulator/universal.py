@@ -333,8 +333,9 @@ class UniversalSimulator:
         for Y in results:
             if not torch.isfinite(Y).all():  # not expected once the checks have passed
                 raise ValueError(
-                    "U's output is not finite although its run-time checks passed; this is "
-                    "a defect of U: please report the target and X"
+                    "U's output is not finite although its run-time checks passed: a value "
+                    "inside U overflowed float64 (U squares a sublayer's outputs for LayerNorm, "
+                    "so outputs near 1e154 do); scale the target down, or report it and X"
                 )
         return results
 
