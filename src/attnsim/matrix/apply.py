@@ -402,7 +402,10 @@ def inverse(
     if check and not np.isfinite(out).all():  # certified, but beyond float64 once scaled back
         bad = np.flatnonzero(~np.isfinite(out).all(axis=(1, 2))).tolist()
         where = f" (batch entries {bad[:10]})" if batched else ""
-        raise ValueError(f"the {n}x{n} matrix's inverse has entries beyond float64's range{where}")
+        raise ValueError(
+            f"the {n}x{n} matrix's inverse has entries beyond float64's range{where}: scale "
+            "the matrix up by c and its inverse by c (or pass check=False for the inf entries)"
+        )
     return _single(out, batched)
 
 

@@ -86,7 +86,13 @@ class Linear:
                 self.repeat = (inner, torch.tensor(which, dtype=torch.long))
 
     def gain(self) -> float:
-        """The largest sum of |weights| over an output column (0 for no terms)."""
+        """The largest sum of |weights| over an output column (0 for no terms): a bound
+        on ``|output| / max |input|``.
+
+        >>> Linear(torch.tensor([0, 1, 1]), torch.tensor([0, 0, 1]),
+        ...        torch.tensor([2.0, -3.0, 1.0], dtype=torch.float64), 2).gain()
+        5.0
+        """
         if "_gain" not in self.__dict__:
             sums = torch.zeros(self.width + 1, dtype=self.weight.dtype)
             self._gain = float(sums.index_add_(0, self.cols, self.weight.abs()).max())

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 from torch.nn.modules import module as _module
 
-__all__ = ["check_exact", "check_parts", "global_hooks"]
+__all__ = ["check_exact", "check_parts", "global_hooks", "has_hooks"]
 
 # methods a subclass may redefine without changing what the module computes (and the
 # special names: constructors, repr, pickling, annotations), except those a call goes through
@@ -61,9 +61,7 @@ def check_exact(module: Any, base: type, where: str, trust: bool = False) -> Non
             break
         changed += [k for k in vars(cls) if _may_change(k, base)]
     changed += [k for k in vars(module) if _may_change(k, base)]  # set on the object
-    hooks = [n for n in ("_forward_hooks", "_forward_pre_hooks") if getattr(module, n, None)]
-    if global_hooks():
-        hooks.append("global")
+    hooks = has_hooks(module)
     if not changed and not hooks:
         return
     if changed:
@@ -79,6 +77,17 @@ def check_exact(module: Any, base: type, where: str, trust: bool = False) -> Non
         "with from_torch(module, trust_subclass=True) (from_torch_stack for an encoder) and "
         "simulate that spec; otherwise build the spec of what it computes"
     )
+
+
+def has_hooks(module: Any) -> bool:
+    """Whether a call of ``module`` runs forward hooks: its own or torch's global ones.
+
+    >>> m = nn.ReLU()
+    >>> has_hooks(m), has_hooks(m.register_forward_hook(lambda *a: None) and m)
+    (False, True)
+    """
+    own = ("_forward_hooks", "_forward_pre_hooks")
+    return any(getattr(module, n, None) for n in own) or global_hooks()
 
 
 def global_hooks() -> bool:

@@ -17,7 +17,7 @@ import torch
 
 from attnsim.simulator import spec as S
 from attnsim.simulator import spec_checks
-from attnsim.simulator.exact_modules import global_hooks
+from attnsim.simulator.exact_modules import global_hooks, has_hooks
 from attnsim.simulator.spec_checks import DTYPE, Tensor
 from attnsim.simulator.spec_modern import RMSNormSpec, RotarySpec
 
@@ -302,7 +302,10 @@ def _check_parts(module: Any, att: Any, mlp: Any, cfg: Any, trust: bool) -> None
     if act is not None and not (
         act is torch.nn.functional.silu or type(act).__name__ in ("SiLU", "SiLUActivation")
     ):
-        raise ValueError(f"the layer's mlp.act_fn is {act!r}; from_llama reads SiLU (SwiGLU)")
+        raise ValueError(
+            f"the layer's mlp.act_fn is {act!r}; from_llama reads SiLU (SwiGLU): build the "
+            "layer's spec (EncoderLayerSpec with its FeedForwardSpec) directly"
+        )
     if getattr(module, "training", False) and float(getattr(cfg, "attention_dropout", 0) or 0):
         raise ValueError(
             "the layer is in training mode with attention_dropout > 0, so its output is "
@@ -314,13 +317,9 @@ def _check_parts(module: Any, att: Any, mlp: Any, cfg: Any, trust: bool) -> None
     parts += [getattr(att, f"{n}_proj", None) for n in "qkvo"]
     parts += [getattr(mlp, f"{n}_proj", None) for n in ("gate", "up", "down")]
     parts += [getattr(module, n, None) for n in ("input_layernorm", "post_attention_layernorm")]
-    hooked = [
-        type(m).__name__
-        for m in parts
-        if isinstance(m, torch.nn.Module) and (m._forward_hooks or m._forward_pre_hooks)
-    ]
-    if hooked or global_hooks():
-        where = f"its {', '.join(hooked)}" if hooked else "every module (global hooks)"
+    hooked = [type(m).__name__ for m in parts if isinstance(m, torch.nn.Module) and has_hooks(m)]
+    if hooked:
+        where = "every module (global hooks)" if global_hooks() else f"its {', '.join(hooked)}"
         raise TypeError(
             f"forward hooks on {where} may change the layer's output, which from_llama "
             "reads from the weights alone: pass trust_subclass=True if they only log or check"
