@@ -159,3 +159,12 @@ def test_a_run_time_check_under_compile_gives_no_python_only_advice(capsys, monk
     err = capsys.readouterr().err
     assert code == 2 and "check=False" in message
     assert "a value is not finite" in err and "check=False" not in err, err
+
+
+def test_eval_json_keeps_every_entry_of_a_dict_whose_keys_read_alike(tmp_path, capsys):
+    f = tmp_path / "d.rasp"
+    f.write_text('d = {1: 2, "1": 3};\n')
+    assert main(["rasp", str(f), "--eval", "d", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == [[[1, 2], ["1", 3]]]
+    assert main(["rasp", str(f), "--eval", "{1: 2, 2: 3}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == [{"1": 2, "2": 3}]

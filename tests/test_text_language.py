@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnsim.rasp.text import RASPTextError, Runtime, evaluate_text, is_incomplete, parse
+from attnsim.rasp.text.errors import OpError
 
 
 def ev(expr: str, xs=None, setup: str = ""):
@@ -70,6 +71,19 @@ def test_aggregate_is_the_mean_with_the_original_types():
     assert ev("aggregate(select(indices, indices, <), tokens_int)", [2, 4, 9]) == [0, 2, 3.0]
     assert ev('aggregate(select(indices, 5, ==), tokens, "-")', "ab") == ["-", "-"]
     assert ev("aggregate(select(indices, 0, ==), tokens_bool)", [1, 0]) == [True, True]
+
+
+def test_arithmetic_on_an_aggregate_past_2_53_raises_rather_than_round():
+    agg = "a = aggregate(select(indices, indices, ==), tokens_int); "
+    rt = Runtime()
+    rt.run(agg + "b = a ^ 34 % 10; c = a ^ 53; d = tokens_int ^ 34 % 10;")
+    # the original's ints: 3 ^ 34 is 16677181699666569 (last digit 9); float64 holds
+    # 16677181699666568, so the aggregate's arithmetic is refused, not rounded
+    with pytest.raises(OpError, match="16677181699666569 .*float64 rounds"):
+        rt.values("b", [3, 2])
+    assert rt.values("d", [3, 2]) == [3**34 % 10, 2**34 % 10]  # categorical: exact ints
+    assert rt.values("c", [2, 1]) == [2**53, 1]  # a power of two float64 holds
+    assert ev("aggregate(select(indices, indices, ==), tokens_int) ^ 2 % 7", [3, 5]) == [2, 4]
 
 
 def test_integer_and_float_typing():

@@ -53,7 +53,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("file", nargs="?", help="the .rasp file to run (none: the interactive prompt)")
     p.add_argument("--eval", metavar="EXPR", help="evaluate EXPR after running the file")
-    p.add_argument("--json", action="store_true", help="with --eval: end with one JSON list")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --eval: end with one JSON list (a dict whose keys read alike as text: a "
+        "list of [key, value] pairs)",
+    )
     p.add_argument(
         "--example", metavar="LIST", help='run with this example, e.g. "[1, 2, 3]" or \'"abc"\''
     )
@@ -141,12 +146,22 @@ def _int_digits(digits: int) -> Iterator[None]:
 
 
 def _jsonable(v: Any) -> Any:
+    """``v`` as JSON can hold it: a non-finite float as its text; a dict as an object, its
+    keys as text, unless two keys read alike as text (``1`` and ``"1"``): then as a list of
+    ``[key, value]`` pairs, so that no entry is lost.
+
+    >>> _jsonable({1: 2, "1": 3}), _jsonable({1: float("inf")})
+    ([[1, 2], ['1', 3]], {'1': 'inf'})
+    """
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     if isinstance(v, list):
         return [_jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        keys = [str(k) for k in v]
+        if len(set(keys)) < len(keys):
+            return [[_jsonable(k), _jsonable(x)] for k, x in v.items()]
+        return {k: _jsonable(x) for k, x in zip(keys, v.values())}
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
     return str(v)

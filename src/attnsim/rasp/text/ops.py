@@ -141,8 +141,43 @@ def _sop(expr: rasp.SOp, vtype: str, rule: V.Rule | None, *parents: Any) -> V.Se
     return V.SeqVal(expr, vtype, rule)
 
 
+def _float64_exact(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` for a numerical S-op, whose values are float64: an int result that float64
+    cannot hold (past 2^53) raises rather than round silently. The original keeps Python's
+    exact int there (``a ^ 34 % 10`` of an aggregated 3 is 9 in the original: ``3 ^ 34`` is
+    16677181699666569, which float64 holds as 16677181699666568, so 8 would follow).
+
+    >>> _float64_exact(lambda x: x**2 % 5)(3), _float64_exact(lambda x: x**2)(2.5)
+    (4, 6.25)
+    >>> _float64_exact(lambda x: x**53)(2)  # a power of two: float64 holds it
+    9007199254740992
+    >>> try:
+    ...     _float64_exact(lambda x: x**34)(3)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:64])
+    gives the int 16677181699666569 on (3,), which float64 rounds to
+    """
+
+    def exact(*xs: Any) -> Any:
+        out = f(*xs)
+        if isinstance(out, int) and not isinstance(out, bool) and abs(out) > 2**53:
+            if abs(out) > 2**1023 or int(float(out)) != out:
+                near = f"{float(out):.17g}" if abs(out) <= 2**1023 else "infinity"
+                raise ValueError(
+                    f"gives the int {out} on {xs}, which float64 rounds to {near}: a "
+                    "numerical s-op (an aggregate, or arithmetic on one) holds float64 "
+                    "numbers, where the original keeps the exact int; keep its arithmetic "
+                    "within 2^53, or do it before the aggregate"
+                )
+        return out
+
+    return exact
+
+
 def _map(f: Callable[..., Any], *args: Any) -> rasp.SOp:
     """An elementwise map over the S-op arguments, with the atoms fixed."""
+    if any(isinstance(a, V.SeqVal) and rasp.is_numerical(a.expr) for a in args):
+        f = _float64_exact(f)
     seqs = [a.expr for a in args if isinstance(a, V.SeqVal)]
     if len(args) == 1:
         return rasp.Map(f, seqs[0], simplify=False)
