@@ -119,7 +119,7 @@ def _dedupe(guards: list[GuardSpec]) -> list[GuardSpec]:
     seen = set()
     out = []
     for g in guards:
-        key = (g.form, g.stage, g.allowed, g.integer, g.value_range, g.cancellation)
+        key = (g.form, g.stage, g.allowed, g.integer, g.value_range, g.cancellation, g.relative)
         if key not in seen:
             seen.add(key)
             out.append(g)

@@ -61,8 +61,8 @@ META_KEYS = (
 META_OPTIONAL = ("plan", "storage", "digest", "head_patterns")  # see model.pattern_store
 OUTPUT_KEYS = ("kind", "values", "dims", "form")
 GUARD_KEYS = ("label", "form", "stage", "allowed", "integer")
-GUARD_OPTIONAL = ("value_range", "cancellation", "dims", "names", "one_hot", "none_ok")
-GUARD_OPTIONAL += ("sizes", "forbidden", "reason")
+GUARD_OPTIONAL = ("value_range", "cancellation", "relative", "dims", "names", "one_hot")
+GUARD_OPTIONAL += ("none_ok", "sizes", "forbidden", "reason")
 
 
 class DamagedCheckpointError(ValueError):
@@ -346,7 +346,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         ):
             raise damaged(check.file, f"has a {what}.forbidden entry outside its directions")
         forbidden.append((tuple(combo), pair[1]))
-    for key in ("integer", "one_hot", "none_ok"):
+    for key in ("integer", "one_hot", "none_ok", "relative"):
         check.bool(g.get(key, key == "none_ok"), f"{what}.{key}")
     for key in ("label", "reason"):
         if not isinstance(g.get(key, ""), str):
@@ -359,6 +359,7 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         "integer": g["integer"],
         "value_range": value_range,
         "cancellation": _cancellation(check, g.get("cancellation"), what),
+        "relative": g.get("relative", False),
         "dims": dims,
         "names": names,
         "one_hot": g.get("one_hot", False),

@@ -69,6 +69,9 @@ class GuardSpec:
         cancellation: the size of the form's terms, ``sum |w x|``, must be at most this
             times ``max(1, |value|)``: a declared function's input whose terms cancel
             carries their rounding (``2 - (-1e16) - 1e16`` is 0 in float64, not 2).
+        relative: with ``cancellation``, measured against ``|value|`` itself: the input of
+            a function singular at 0 (1/x, 1/sqrt(x), log x), whose output's relative error
+            is its input's (terms of size 1 summing to 1e-12 leave it 1e-4 wrong).
         dims: categorical directions (a one-hot block: the zero vector is None).
         names: ``repr`` of the value of each of ``dims``.
         one_hot: the block must be one-hot or zero (a mixture is a categorical Aggregate
@@ -90,6 +93,7 @@ class GuardSpec:
     integer: bool = False
     value_range: tuple[float, float] | None = None
     cancellation: float | None = None
+    relative: bool = False
     dims: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     one_hot: bool = False
@@ -97,6 +101,10 @@ class GuardSpec:
     sizes: tuple[int, ...] = ()
     forbidden: tuple[tuple[tuple[int, ...], str], ...] = ()
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.relative and self.cancellation is None:
+            raise ValueError(f"guard {self.label!r}: relative without a cancellation to measure")
 
     @property
     def on_block(self) -> bool:
@@ -133,14 +141,20 @@ def not_integer(vals: torch.Tensor) -> torch.Tensor:
     return (vals - vals.round()).abs() > 1e-9 * vals.abs().clamp(min=1)
 
 
-def cancelled(vals: torch.Tensor, size: torch.Tensor, limit: float) -> torch.Tensor:
+def cancelled(
+    vals: torch.Tensor, size: torch.Tensor, limit: float, relative: bool = False
+) -> torch.Tensor:
     """Where a sum ``vals`` of terms of total size ``size`` (:func:`term_sizes`) cancels:
-    its terms more than ``limit`` times ``max(1, |vals|)`` (a guard's ``cancellation``).
+    its terms more than ``limit`` times ``max(1, |vals|)`` (a guard's ``cancellation``),
+    or ``|vals|`` itself where ``relative`` (a guard's ``relative``).
 
     >>> cancelled(torch.tensor([2.0, 2.0]), torch.tensor([4.0, 2e16]), 2.0**26).tolist()
     [False, True]
+    >>> small, size = torch.tensor([1e-12]), torch.tensor([2.0])  # 1 + 1e-12 - 1
+    >>> cancelled(small, size, 2.0**26).tolist(), cancelled(small, size, 2.0**26, True).tolist()
+    ([False], [True])
     """
-    return size > limit * vals.abs().clamp(min=1)
+    return size > limit * (vals.abs() if relative else vals.abs().clamp(min=1))
 
 
 def term_sizes(
@@ -290,7 +304,7 @@ def check_guards(
             what = "an integer"
         elif g.cancellation is not None:
             size = term_sizes(stage_resid(cache, g.stage, n_layers)[:, 1:], g.form, index)
-            bad = cancelled(vals, size, g.cancellation)
+            bad = cancelled(vals, size, g.cancellation, g.relative)
             what = (
                 f"a sum of terms of its own size: its terms reach {float(size.max()):.3g} "
                 "and cancel, so their float rounding decides it"

@@ -407,6 +407,7 @@ class CompiledModel(GroundTruth):
                     "integer": g.integer,
                     "value_range": None if g.value_range is None else list(g.value_range),
                     **({} if g.cancellation is None else {"cancellation": g.cancellation}),
+                    **({"relative": True} if g.relative else {}),
                     "dims": list(g.dims),
                     "names": list(g.names),
                     "one_hot": g.one_hot,

@@ -297,7 +297,7 @@ def check_guard(
         bad = model_checks.not_integer(vals)
         lo = hi = math.nan
     elif guard.cancellation is not None:
-        bad = model_checks.cancelled(vals, size, guard.cancellation)
+        bad = model_checks.cancelled(vals, size, guard.cancellation, guard.relative)
         if bool(bad.any()):
             b, p = (int(x) for x in torch.nonzero(bad)[0])
             raise ValueError(

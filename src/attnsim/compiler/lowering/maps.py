@@ -31,6 +31,7 @@ from attnsim.compiler.options import MapError, MapMode
 from attnsim.compiler.value_inference import dedupe, sort_values
 from attnsim.ir import lookup, numeric, piecewise
 from attnsim.ir.blocks import NOTBOS, linear_form
+from attnsim.model.checks import SINGULAR_AT_ZERO
 from attnsim.rasp import expr as E
 from attnsim.values import as_number, is_number, is_numeric, value_key, value_text
 
@@ -173,6 +174,12 @@ def _relu_map(
     return Rep("num", stage, form={d: 1.0})
 
 
+def _power_of_two(c: float) -> bool:
+    """Whether ``c`` is +-2^k: a product by it is exact (short of over- and underflow)."""
+    m, _ = math.frexp(abs(c))
+    return m == 0.5
+
+
 def native(
     ctx: Context,
     label: str,
@@ -187,11 +194,25 @@ def native(
     checked at run time not to cancel: terms far larger than their sum carry their rounding
     into it (a row maximum of -1e16 and 2 leaves ``2 - m`` at 0 in some orders of summation),
     and the function of such a sum is not the interpreter's."""
-    if len(form) > 1 and not ctx.form_bound(form) <= CANCELLATION:
-        why = (
-            f"{kind} of it would not be the interpreter's: keep the values it is computed from "
-            "closer in size (a row of -1e16 and 2 loses the 2 to rounding)"
-        )
+    why = (
+        f"{kind} of it would not be the interpreter's: keep the values it is computed from "
+        "closer in size (a row of -1e16 and 2 loses the 2 to rounding)"
+    )
+    if kind in SINGULAR_AT_ZERO or kind == "scaled_reciprocal":
+        # its output's relative error is its input's: measured against |input| itself,
+        # wherever the sum may round otherwise than the interpreter's (more than two
+        # terms, or a weight that is not a power of two: a product that rounds)
+        if len(form) > 2 or any(not _power_of_two(c) for c in form.values()):
+            why = why.replace("(a row", "and away from cancelling to near 0 (a row")
+            ctx.guard(
+                after,
+                label,
+                linear_form(form),
+                cancellation=CANCELLATION,
+                relative=True,
+                reason=why,
+            )
+    elif len(form) > 1 and not ctx.form_bound(form) <= CANCELLATION:
         ctx.guard(after, label, linear_form(form), cancellation=CANCELLATION, reason=why)
     scale = 1.0
     if kind == "scaled_reciprocal":
