@@ -15,6 +15,7 @@ Python's (``/`` is true division, ``^`` is ``pow``).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -161,10 +162,13 @@ def _float64_exact(f: Callable[..., Any]) -> Callable[..., Any]:
     def exact(*xs: Any) -> Any:
         out = f(*xs)
         if isinstance(out, int) and not isinstance(out, bool) and abs(out) > 2**53:
-            if abs(out) > 2**1023 or int(float(out)) != out:
-                near = f"{float(out):.17g}" if abs(out) <= 2**1023 else "infinity"
+            try:
+                near = float(out)
+            except OverflowError:
+                near = math.inf if out > 0 else -math.inf
+            if near != out:
                 raise ValueError(
-                    f"gives the int {out} on {xs}, which float64 rounds to {near}: a "
+                    f"gives the int {out} on {xs}, which float64 rounds to {near:.17g}: a "
                     "numerical s-op (an aggregate, or arithmetic on one) holds float64 "
                     "numbers, where the original keeps the exact int; keep its arithmetic "
                     "within 2^53, or do it before the aggregate"
