@@ -610,7 +610,7 @@ CASES: dict[str, Case] = {
     "checkpoint_guard_cancellation_not_a_number": Case(
         edit_json(guard_with(cancellation="big")),
         DamagedCheckpointError,
-        r"has 'guards\[0\]' = 'big', expected a finite number",
+        r"has 'guards\[0\]'\.cancellation = 'big', expected a number above 0",
     ),
     "checkpoint_guard_cancellation_not_above_0": Case(
         edit_json(guard_with(cancellation=False)),

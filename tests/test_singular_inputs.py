@@ -16,6 +16,7 @@ import pytest
 
 from attnsim import rasp
 from attnsim.compiler import compile_program
+from attnsim.model.checkpoint import DamagedCheckpointError
 from attnsim.model.checks import RunTimeCheckError
 from attnsim.model.compiled import CompiledModel
 
@@ -64,5 +65,12 @@ def test_the_check_is_kept_by_a_checkpoint_and_a_damaged_one_is_refused(tmp_path
                     g["relative"] = True
                     del g["cancellation"]
         meta_file.write_text(json.dumps(meta))
-        with pytest.raises(ValueError, match="relative"):
+        with pytest.raises(DamagedCheckpointError, match="relative|cancellation"):
             CompiledModel.load(tmp_path / "m", check=False)
+
+
+def test_a_relative_check_without_a_limit_is_refused_when_made():
+    from attnsim.model.checks import GuardSpec
+
+    with pytest.raises(ValueError, match="relative but has no cancellation limit"):
+        GuardSpec("x", (("x:0", 1.0),), 0, relative=True)

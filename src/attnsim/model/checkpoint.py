@@ -307,9 +307,10 @@ def _check_size(path: Path, cfg: ModelConfig) -> None:
     memory.check_fits(need, f"loading: {what}, which", "load it on a larger machine")
 
 
-def _cancellation(check: _Checker, c: Any, what: str) -> float | None:
-    """A guard's ``cancellation`` (GuardSpec): None, or a number above 0."""
-    if c is not None and (isinstance(c, bool) or not check.number(c, what) > 0):
+def _cancellation(check: _Checker, g: dict, what: str) -> float | None:
+    """A guard's ``cancellation`` (GuardSpec): None (not where it is ``relative``), or > 0."""
+    c, rel = g.get("cancellation"), g.get("relative") is True
+    if not (c is None and not rel or is_real(c) and 0 < c < math.inf):
         raise damaged(check.file, f"has {what}.cancellation = {c!r}, expected a number above 0")
     return c
 
@@ -358,12 +359,10 @@ def _guard(check: _Checker, g: dict, dirs: set, cfg: ModelConfig, what: str) -> 
         "allowed": allowed,
         "integer": g["integer"],
         "value_range": value_range,
-        "cancellation": _cancellation(check, g.get("cancellation"), what),
-        "relative": g.get("relative", False),
+        "cancellation": _cancellation(check, g, what),
         "dims": dims,
         "names": names,
-        "one_hot": g.get("one_hot", False),
-        "none_ok": g.get("none_ok", True),
+        **{key: g.get(key, key == "none_ok") for key in ("relative", "one_hot", "none_ok")},
         "sizes": sizes,
         "forbidden": tuple(forbidden),
         "reason": g.get("reason", ""),

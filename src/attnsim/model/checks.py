@@ -104,7 +104,10 @@ class GuardSpec:
 
     def __post_init__(self) -> None:
         if self.relative and self.cancellation is None:
-            raise ValueError(f"guard {self.label!r}: relative without a cancellation to measure")
+            raise ValueError(
+                f"guard {self.label!r} is relative but has no cancellation limit to measure "
+                "against: give cancellation (a number above 0) or leave relative False"
+            )
 
     @property
     def on_block(self) -> bool:

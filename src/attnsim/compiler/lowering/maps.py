@@ -193,30 +193,27 @@ def native(
     An input of several terms whose sizes are not bounded below :data:`CANCELLATION` is
     checked at run time not to cancel: terms far larger than their sum carry their rounding
     into it (a row maximum of -1e16 and 2 leaves ``2 - m`` at 0 in some orders of summation),
-    and the function of such a sum is not the interpreter's."""
-    why = (
-        f"{kind} of it would not be the interpreter's: keep the values it is computed from "
-        "closer in size (a row of -1e16 and 2 loses the 2 to rounding)"
-    )
-    if kind in SINGULAR_AT_ZERO or kind == "scaled_reciprocal":
+    and the function of such a sum is not the interpreter's. The input of a function singular
+    at 0 (1/x, 1/sqrt(x), log x) is checked against its own size, not against 1, wherever its
+    sum may round otherwise than the interpreter's: those functions keep its relative error."""
+    scale = 1.0
+    if kind == "scaled_reciprocal":
+        scale, kind = float(e._op.params[0]), "reciprocal"
+    keep = "keep the values it is computed from closer in size"
+    if kind in SINGULAR_AT_ZERO:
         # its output's relative error is its input's: measured against |input| itself,
         # wherever the sum may round otherwise than the interpreter's (more than two
         # terms, or a weight that is not a power of two: a product that rounds)
         if len(form) > 2 or any(not _power_of_two(c) for c in form.values()):
-            why = why.replace("(a row", "and away from cancelling to near 0 (a row")
-            ctx.guard(
-                after,
-                label,
-                linear_form(form),
-                cancellation=CANCELLATION,
-                relative=True,
-                reason=why,
+            why = (
+                f"{kind} of it would not be the interpreter's: {keep} and from cancelling to near 0"
             )
+            guard = dict(cancellation=CANCELLATION, relative=True, reason=why)
+            ctx.guard(after, label, linear_form(form), **guard)
     elif len(form) > 1 and not ctx.form_bound(form) <= CANCELLATION:
+        why = f"{kind} of it would not be the interpreter's: {keep} (a row of -1e16 and 2 loses "
+        why += "the 2 to rounding)"
         ctx.guard(after, label, linear_form(form), cancellation=CANCELLATION, reason=why)
-    scale = 1.0
-    if kind == "scaled_reciprocal":
-        scale, kind = float(e._op.params[0]), "reciprocal"
     if ctx.options.maps is MapMode.RELU:
         return _relu_map(
             ctx, label, e, kind, form, after, scale, inner if inner is not None else e.inner
